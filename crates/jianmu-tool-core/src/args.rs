@@ -1,0 +1,169 @@
+//! Argument handling on the call path: merging injected values, then validating against
+//! the input schema with every violation reported.
+
+use serde_json::{Map, Value};
+
+use crate::{ToolError, ToolSpec, Violation};
+
+/// The key a bare-string tool's argument travels under in object form.
+pub const INPUT_KEY: &str = "input";
+
+/// A compiled input schema. Compiled once per tool, used on every call.
+pub(crate) struct ArgsValidator {
+    validator: jsonschema::Validator,
+    bare_string: bool,
+}
+
+impl std::fmt::Debug for ArgsValidator {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ArgsValidator")
+            .field("bare_string", &self.bare_string)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ArgsValidator {
+    pub(crate) fn new(spec: &ToolSpec) -> Result<Self, ToolError> {
+        let validator =
+            jsonschema::validator_for(&spec.input_schema).map_err(|e| ToolError::Config {
+                tool: spec.name.clone(),
+                message: format!("the input schema is not a valid JSON Schema: {e}"),
+            })?;
+        Ok(Self {
+            validator,
+            bare_string: spec.takes_bare_string(),
+        })
+    }
+
+    /// Merges `injected` into `args`, then validates. Returns the arguments in the shape
+    /// the tool body expects: a bare string for bare-string tools, else an object.
+    pub(crate) fn prepare(
+        &self,
+        tool: &str,
+        args: Value,
+        injected: Option<&Map<String, Value>>,
+        prefer_injected: bool,
+    ) -> Result<Value, ToolError> {
+        let args = self.normalize(tool, args)?;
+        let args = match injected {
+            Some(injected) if !injected.is_empty() => {
+                merge(tool, args, injected, prefer_injected)?
+            }
+            _ => args,
+        };
+        let args = if self.bare_string {
+            unwrap_input(tool, args)?
+        } else {
+            args
+        };
+        self.validate(tool, &args)?;
+        Ok(args)
+    }
+
+    fn normalize(&self, tool: &str, args: Value) -> Result<Value, ToolError> {
+        match args {
+            // Models often send `null` for "no arguments".
+            Value::Null if !self.bare_string => Ok(Value::Object(Map::new())),
+            Value::String(_) if self.bare_string => {
+                let mut map = Map::new();
+                map.insert(INPUT_KEY.to_owned(), args);
+                Ok(Value::Object(map))
+            }
+            Value::Object(_) => Ok(args),
+            other if self.bare_string => Err(invalid(
+                tool,
+                "",
+                format!(
+                    "expected a string or {{\"{INPUT_KEY}\": string}}, got {}",
+                    kind_of(&other)
+                ),
+            )),
+            // Let the schema say what is wrong with a non-object.
+            other => Ok(other),
+        }
+    }
+
+    fn validate(&self, tool: &str, args: &Value) -> Result<(), ToolError> {
+        if self.validator.is_valid(args) {
+            return Ok(());
+        }
+        let violations = self
+            .validator
+            .iter_errors(args)
+            .map(|e| Violation {
+                pointer: e.instance_path().to_string(),
+                message: e.to_string(),
+            })
+            .collect();
+        Err(ToolError::InvalidArguments {
+            tool: tool.to_owned(),
+            violations,
+        })
+    }
+}
+
+fn merge(
+    tool: &str,
+    args: Value,
+    injected: &Map<String, Value>,
+    prefer_injected: bool,
+) -> Result<Value, ToolError> {
+    let Value::Object(mut map) = args else {
+        return Err(invalid(
+            tool,
+            "",
+            format!(
+                "injected arguments need an object, got {}",
+                kind_of(&args)
+            ),
+        ));
+    };
+    for (key, value) in injected {
+        if prefer_injected || !map.contains_key(key) {
+            map.insert(key.clone(), value.clone());
+        }
+    }
+    Ok(Value::Object(map))
+}
+
+fn unwrap_input(tool: &str, args: Value) -> Result<Value, ToolError> {
+    let Value::Object(mut map) = args else {
+        return Ok(args);
+    };
+    let input = map.remove(INPUT_KEY);
+    if let Some(extra) = map.keys().next() {
+        return Err(invalid(
+            tool,
+            &format!("/{extra}"),
+            format!("this tool takes a single `{INPUT_KEY}` string; unexpected key `{extra}`"),
+        ));
+    }
+    input.ok_or_else(|| {
+        invalid(
+            tool,
+            "",
+            format!("expected a string or {{\"{INPUT_KEY}\": string}}, got an object without `{INPUT_KEY}`"),
+        )
+    })
+}
+
+fn invalid(tool: &str, pointer: &str, message: String) -> ToolError {
+    ToolError::InvalidArguments {
+        tool: tool.to_owned(),
+        violations: vec![Violation {
+            pointer: pointer.to_owned(),
+            message,
+        }],
+    }
+}
+
+fn kind_of(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

@@ -1,0 +1,169 @@
+//! `ToolError`: one error type for every way a call can end badly.
+
+use std::fmt;
+use std::time::Duration;
+
+/// A boxed error for sources from other crates.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
+
+/// Why a tool call did not produce an output.
+///
+/// Errors come on two channels (see [`ToolError::is_model_facing`]): what the model
+/// should read and act on (bad arguments, a refused input, a timeout, an unknown tool)
+/// and what breaks the machinery around the tool (a broken runner, a cancelled call, a
+/// bad registry or configuration).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ToolError {
+    /// The arguments do not match the tool's input schema.
+    #[error("invalid arguments for `{tool}`: {}", Violations(.violations))]
+    InvalidArguments {
+        /// The tool that was called.
+        tool: String,
+        /// Every violation found, each with its JSON pointer.
+        violations: Vec<Violation>,
+    },
+    /// The tool ran and reports a failure the model should read, such as a refused
+    /// input or a command that exited non-zero.
+    #[error("{message}")]
+    Failed {
+        /// The message for the model.
+        message: String,
+    },
+    /// The call did not finish within its time limit; its work was stopped.
+    #[error("`{tool}` timed out after {}", HumanDuration(*.after))]
+    Timeout {
+        /// The tool that was called.
+        tool: String,
+        /// The limit that was hit.
+        after: Duration,
+    },
+    /// No tool of that name is known.
+    #[error("unknown tool `{name}`; known tools: {}", .known.join(", "))]
+    UnknownTool {
+        /// The name that was asked for.
+        name: String,
+        /// Every name that would have worked, sorted.
+        known: Vec<String>,
+    },
+    /// The tool exists but its crate was not compiled into this build.
+    #[error("tool `{name}` is not compiled in; enable the `{feature}` Cargo feature of jianmu-provider")]
+    NotCompiled {
+        /// The canonical name of the tool.
+        name: String,
+        /// The Cargo feature that adds it.
+        feature: String,
+    },
+    /// A call was refused by a policy before it ran.
+    #[error("call to `{tool}` denied: {rule}")]
+    Denied {
+        /// The tool that was called.
+        tool: String,
+        /// The rule that refused it.
+        rule: String,
+    },
+    /// A tool or its settings are misconfigured (an invalid schema, a bad setting).
+    #[error("invalid configuration for `{tool}`: {message}")]
+    Config {
+        /// The tool being configured.
+        tool: String,
+        /// What is wrong.
+        message: String,
+    },
+    /// The runner or sandbox failed; the tool may not have run at all.
+    #[error("runner failed for `{tool}`")]
+    Runner {
+        /// The tool that was called.
+        tool: String,
+        /// What broke.
+        #[source]
+        source: BoxError,
+    },
+    /// The call was cancelled before it finished.
+    #[error("call to `{tool}` was cancelled")]
+    Cancelled {
+        /// The tool that was called.
+        tool: String,
+    },
+}
+
+impl ToolError {
+    /// A failure the model should read, with `message` as its whole text.
+    pub fn failed(message: impl Into<String>) -> Self {
+        Self::Failed {
+            message: message.into(),
+        }
+    }
+
+    /// A runner failure with `source` as its cause.
+    pub fn runner(tool: impl Into<String>, source: impl Into<BoxError>) -> Self {
+        Self::Runner {
+            tool: tool.into(),
+            source: source.into(),
+        }
+    }
+
+    /// True for errors the model should see as the call's result and can react to
+    /// (bad arguments, refused input, timeouts, unknown tools, policy denials); false for
+    /// errors of the machinery (runner, cancellation, configuration).
+    pub fn is_model_facing(&self) -> bool {
+        matches!(
+            self,
+            Self::InvalidArguments { .. }
+                | Self::Failed { .. }
+                | Self::Timeout { .. }
+                | Self::UnknownTool { .. }
+                | Self::NotCompiled { .. }
+                | Self::Denied { .. }
+        )
+    }
+}
+
+/// One way the arguments break the input schema.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON pointer to the offending value; empty for the whole arguments.
+    pub pointer: String,
+    /// What is wrong there.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = if self.pointer.is_empty() {
+            "/"
+        } else {
+            &self.pointer
+        };
+        write!(f, "at {at}: {}", self.message)
+    }
+}
+
+struct Violations<'a>(&'a [Violation]);
+
+impl fmt::Display for Violations<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, v) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            write!(f, "{v}")?;
+        }
+        Ok(())
+    }
+}
+
+struct HumanDuration(Duration);
+
+impl fmt::Display for HumanDuration {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let d = self.0;
+        if d.subsec_nanos() == 0 {
+            write!(f, "{} s", d.as_secs())
+        } else if d < Duration::from_secs(1) {
+            write!(f, "{} ms", d.as_millis())
+        } else {
+            write!(f, "{:.3} s", d.as_secs_f64())
+        }
+    }
+}

@@ -1,0 +1,70 @@
+//! The contract crate of Jianmu tools: everything a tool, a registry and a runner agree
+//! on, and nothing else (no process, HTTP or container code).
+//!
+//! - [`Tool`] is the typed trait for authors; [`DynTool`] its object-safe twin;
+//!   [`FunctionTool`] a tool made from a closure (what `#[tool]` produces).
+//! - [`ToolSpec`] describes a tool: name, description, input and output JSON Schema,
+//!   `parallel_safe`, `effect_tags`.
+//! - [`ToolHandle::execute`] is the call path: merge injected arguments, validate against
+//!   the input schema (every violation, with its JSON pointer), then run in-process or
+//!   through a [`Runner`].
+//! - [`EventBus`] carries `execution.started` / `completed` / `failed` events.
+//! - [`ToolSet`] holds the tools an agent may call; [`ToolRegistration`] is what tool
+//!   crates submit to the `inventory` registry.
+//!
+//! # Example
+//!
+//! ```
+//! use jianmu_tool_core::{FunctionTool, ToolError, ToolHandle, ToolSet, ToolSpec};
+//! use serde_json::json;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), ToolError> {
+//! let shout = FunctionTool::from_sync(ToolSpec::new("shout", "Upper-cases text."), |v| {
+//!     Ok(v.as_str().unwrap_or_default().to_uppercase().into())
+//! });
+//! let tools = ToolSet::from_tools([ToolHandle::new(shout)?]);
+//! // A bare-string tool takes a JSON string or {"input": ...}.
+//! let out = tools.execute("shout", json!({"input": "hi"}), None).await?;
+//! assert_eq!(out.text, "HI");
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+mod args;
+mod error;
+mod events;
+mod function;
+mod node;
+mod output;
+mod registry;
+mod runner;
+mod set;
+mod spec;
+mod tool;
+
+pub use args::INPUT_KEY;
+pub use error::{BoxError, ToolError, Violation};
+pub use events::{EventBus, EventKind, ExecutionEvent, SubscriptionId};
+pub use function::FunctionTool;
+pub use node::ToolNode;
+pub use output::{IntoToolOutput, Json, ToolOutput};
+pub use registry::{BuildFn, ToolConfig, ToolRegistration, registrations};
+pub use runner::Runner;
+pub use set::{ToolProvider, ToolSet};
+pub use spec::{ToolSpec, schema_for};
+pub use tool::{CallContext, DynTool, ExecuteOptions, Tool, ToolHandle};
+
+#[doc(hidden)]
+pub mod __private {
+    pub use futures;
+    pub use inventory;
+    pub use schemars;
+    pub use serde;
+    pub use serde_json;
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,112 @@
+//! `ToolOutput` and the conversions that let a plain function return ordinary values.
+
+use serde::Serialize;
+use serde_json::Value;
+
+use crate::ToolError;
+
+/// What a successful call gives back: text for the model, and optionally the same
+/// result as structured JSON for programs.
+#[derive(Debug, Clone, PartialEq, Default)]
+#[non_exhaustive]
+pub struct ToolOutput {
+    /// The text the model reads.
+    pub text: String,
+    /// The result as JSON, when the tool has a structured form of it.
+    pub structured: Option<Value>,
+}
+
+impl ToolOutput {
+    /// A text-only output.
+    pub fn text(text: impl Into<String>) -> Self {
+        Self {
+            text: text.into(),
+            structured: None,
+        }
+    }
+
+    /// Adds a structured form of the result.
+    #[must_use]
+    pub fn with_structured(mut self, value: Value) -> Self {
+        self.structured = Some(value);
+        self
+    }
+}
+
+/// Values a tool body may return. `Result<T, E>` turns `Err` into a tool failure the
+/// model reads, with `E`'s `Display` text as the message.
+pub trait IntoToolOutput {
+    /// Converts the value.
+    ///
+    /// # Errors
+    /// When the value stands for a failure (an `Err`).
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError>;
+}
+
+impl IntoToolOutput for ToolOutput {
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+        Ok(self)
+    }
+}
+
+impl IntoToolOutput for String {
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(self))
+    }
+}
+
+impl IntoToolOutput for &str {
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::text(self))
+    }
+}
+
+impl IntoToolOutput for () {
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput::default())
+    }
+}
+
+impl IntoToolOutput for Value {
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+        let text = match &self {
+            Value::String(s) => s.clone(),
+            other => other.to_string(),
+        };
+        Ok(ToolOutput::text(text).with_structured(self))
+    }
+}
+
+macro_rules! display_outputs {
+    ($($t:ty),*) => {$(
+        impl IntoToolOutput for $t {
+            fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+                Ok(ToolOutput::text(self.to_string()).with_structured(Value::from(self)))
+            }
+        }
+    )*};
+}
+
+display_outputs!(bool, i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
+
+/// Wraps any `Serialize` value so a tool can return it: the text is its JSON, the
+/// structured output the same value.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Json<T>(pub T);
+
+impl<T: Serialize> IntoToolOutput for Json<T> {
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+        let value = serde_json::to_value(&self.0)
+            .map_err(|e| ToolError::failed(format!("the result could not be encoded as JSON: {e}")))?;
+        Ok(ToolOutput::text(value.to_string()).with_structured(value))
+    }
+}
+
+impl<T: IntoToolOutput, E: std::fmt::Display> IntoToolOutput for Result<T, E> {
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+        match self {
+            Ok(v) => v.into_tool_output(),
+            Err(e) => Err(ToolError::failed(e.to_string())),
+        }
+    }
+}

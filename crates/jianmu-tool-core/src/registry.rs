@@ -1,0 +1,115 @@
+//! Registration of tool factories through `inventory`, and the configuration they build
+//! tools from.
+
+use std::path::{Path, PathBuf};
+
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+
+use crate::{ToolError, ToolHandle};
+
+/// Builds a tool from the configuration.
+pub type BuildFn = fn(&ToolConfig) -> Result<ToolHandle, ToolError>;
+
+/// A const-constructible factory, submitted by tool crates with [`crate::register_tool!`]
+/// and collected by the provider. Registry order is undefined: sort by name.
+#[derive(Debug)]
+pub struct ToolRegistration {
+    /// The tool's canonical name.
+    pub name: &'static str,
+    /// Builds an instance.
+    pub build: BuildFn,
+}
+
+impl ToolRegistration {
+    /// A registration.
+    pub const fn new(name: &'static str, build: BuildFn) -> Self {
+        Self { name, build }
+    }
+}
+
+inventory::collect!(ToolRegistration);
+
+/// Every registration linked into this binary, in no particular order.
+pub fn registrations() -> impl Iterator<Item = &'static ToolRegistration> {
+    inventory::iter::<ToolRegistration>.into_iter()
+}
+
+/// Submits a tool factory to the registry.
+///
+/// ```
+/// use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle, ToolSpec, FunctionTool};
+///
+/// fn build(_: &ToolConfig) -> Result<ToolHandle, ToolError> {
+///     ToolHandle::new(FunctionTool::from_sync(ToolSpec::new("echo", "Echoes."), |v| {
+///         Ok(v.to_string().into())
+///     }))
+/// }
+/// jianmu_tool_core::register_tool!("echo", build);
+/// # fn main() {
+/// assert!(jianmu_tool_core::registrations().any(|r| r.name == "echo"));
+/// # }
+/// ```
+#[macro_export]
+macro_rules! register_tool {
+    ($name:expr, $build:expr) => {
+        $crate::__private::inventory::submit! {
+            $crate::ToolRegistration::new($name, $build)
+        }
+    };
+}
+
+/// What factories build tools from: the workspace root every path is confined to, and
+/// per-tool settings (the `[tools.NAME]` tables of `jianmu.toml`).
+#[derive(Debug, Clone)]
+pub struct ToolConfig {
+    workspace: PathBuf,
+    settings: Map<String, Value>,
+}
+
+impl ToolConfig {
+    /// A configuration rooted at `workspace`, with no settings.
+    pub fn new(workspace: impl Into<PathBuf>) -> Self {
+        Self {
+            workspace: workspace.into(),
+            settings: Map::new(),
+        }
+    }
+
+    /// Sets the settings of one tool.
+    #[must_use]
+    pub fn with_settings(mut self, tool: impl Into<String>, settings: Value) -> Self {
+        self.settings.insert(tool.into(), settings);
+        self
+    }
+
+    /// The workspace root.
+    pub fn workspace(&self) -> &Path {
+        &self.workspace
+    }
+
+    /// The raw settings of `tool`, if any.
+    pub fn raw_settings(&self, tool: &str) -> Option<&Value> {
+        self.settings.get(tool)
+    }
+
+    /// The settings of `tool`, decoded; the defaults when there are none.
+    ///
+    /// # Errors
+    /// [`ToolError::Config`] naming the setting that does not decode.
+    pub fn settings<T: DeserializeOwned + Default>(&self, tool: &str) -> Result<T, ToolError> {
+        match self.settings.get(tool) {
+            None => Ok(T::default()),
+            Some(value) => T::deserialize(value).map_err(|e| ToolError::Config {
+                tool: tool.to_owned(),
+                message: e.to_string(),
+            }),
+        }
+    }
+}
+
+impl Default for ToolConfig {
+    fn default() -> Self {
+        Self::new(".")
+    }
+}

@@ -1,0 +1,117 @@
+//! `ToolSpec`: what a model and a policy need to know about a tool before calling it.
+
+use serde::{Deserialize, Serialize};
+use serde_json::{Value, json};
+
+/// The static description of a tool, as the seed's attribute table lists it.
+///
+/// `input_schema` and `output_schema` are JSON Schemas. A bare-string input schema
+/// (`{"type": "string"}`) is allowed: such a tool accepts a JSON string or
+/// `{"input": "..."}`, and [`ToolSpec::parameters`] exports the object form.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub struct ToolSpec {
+    /// The unique name a model calls the tool by.
+    pub name: String,
+    /// What the tool does, written for the model.
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub input_schema: Value,
+    /// JSON Schema of the output.
+    pub output_schema: Value,
+    /// Whether calls may run concurrently with other calls.
+    pub parallel_safe: bool,
+    /// Side effects such as `filesystem:write` or `network`, for policies.
+    pub effect_tags: Vec<String>,
+}
+
+impl ToolSpec {
+    /// A spec with the seed's defaults: a string input, a string output, parallel-safe,
+    /// no effects.
+    pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
+        Self {
+            name: name.into(),
+            description: description.into(),
+            input_schema: default_string_schema("Tool input string"),
+            output_schema: default_string_schema("Tool output string"),
+            parallel_safe: true,
+            effect_tags: Vec::new(),
+        }
+    }
+
+    /// Replaces the input schema.
+    #[must_use]
+    pub fn with_input_schema(mut self, schema: Value) -> Self {
+        self.input_schema = schema;
+        self
+    }
+
+    /// Replaces the output schema.
+    #[must_use]
+    pub fn with_output_schema(mut self, schema: Value) -> Self {
+        self.output_schema = schema;
+        self
+    }
+
+    /// Sets whether calls may run concurrently.
+    #[must_use]
+    pub fn with_parallel_safe(mut self, parallel_safe: bool) -> Self {
+        self.parallel_safe = parallel_safe;
+        self
+    }
+
+    /// Sets the effect tags.
+    #[must_use]
+    pub fn with_effect_tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.effect_tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// True when the input schema is a bare string (`{"type": "string"}`).
+    pub fn takes_bare_string(&self) -> bool {
+        self.input_schema.get("type").and_then(Value::as_str) == Some("string")
+    }
+
+    /// The input schema as an object schema, the form function-calling APIs require:
+    /// a bare-string schema becomes `{"type": "object", "properties": {"input": ...}}`.
+    pub fn parameters(&self) -> Value {
+        if self.takes_bare_string() {
+            json!({
+                "type": "object",
+                "properties": { "input": self.input_schema },
+                "required": ["input"],
+                "additionalProperties": false,
+            })
+        } else {
+            self.input_schema.clone()
+        }
+    }
+
+    /// The first line of the description, for listings.
+    pub fn summary(&self) -> &str {
+        self.description.lines().next().unwrap_or("").trim()
+    }
+}
+
+fn default_string_schema(description: &str) -> Value {
+    json!({ "type": "string", "description": description })
+}
+
+/// The JSON Schema of `T` in the form LLM APIs accept: no `$schema`, no `title`,
+/// sub-schemas inlined.
+pub fn schema_for<T: schemars::JsonSchema>() -> Value {
+    let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
+        s.meta_schema = None;
+        s.inline_subschemas = true;
+    });
+    let schema = settings.into_generator().into_root_schema_for::<T>();
+    let mut value = schema.to_value();
+    if let Some(map) = value.as_object_mut() {
+        map.remove("title");
+    }
+    value
+}

@@ -1,0 +1,352 @@
+//! Unit tests of the call path: merging, validation, sets, nodes, events.
+
+use std::sync::{Arc, Mutex};
+
+use async_trait::async_trait;
+use expect_test::{Expect, expect};
+use serde_json::{Map, Value, json};
+
+use crate::*;
+
+/// Echoes its validated arguments back as JSON text.
+fn echo(spec: ToolSpec) -> ToolHandle {
+    ToolHandle::new(FunctionTool::from_sync(spec, |args| {
+        Ok(ToolOutput::text(args.to_string()))
+    }))
+    .unwrap()
+}
+
+fn object_tool() -> ToolHandle {
+    echo(
+        ToolSpec::new("pair", "Takes a and b.").with_input_schema(json!({
+            "type": "object",
+            "properties": {
+                "a": {"type": "integer"},
+                "b": {"type": "string", "maxLength": 3},
+            },
+            "required": ["a"],
+            "additionalProperties": false,
+        })),
+    )
+}
+
+fn block_on<F: std::future::Future>(f: F) -> F::Output {
+    tokio::runtime::Builder::new_current_thread()
+        .enable_time()
+        .build()
+        .unwrap()
+        .block_on(f)
+}
+
+#[track_caller]
+fn check_call(tool: &ToolHandle, args: Value, options: ExecuteOptions<'_>, expect: Expect) {
+    let got = match block_on(tool.execute(args, options)) {
+        Ok(out) => format!("ok: {}", out.text),
+        Err(e) => format!("err: {e}"),
+    };
+    expect.assert_eq(&got);
+}
+
+#[test]
+fn bare_string_tool_takes_string_or_input_object() {
+    let tool = echo(ToolSpec::new("shout", "Shouts."));
+    let o = ExecuteOptions::default();
+    check_call(&tool, json!("hi"), o, expect![[r#"ok: "hi""#]]);
+    check_call(&tool, json!({"input": "hi"}), o, expect![[r#"ok: "hi""#]]);
+    check_call(
+        &tool,
+        json!(5),
+        o,
+        expect![[r#"err: invalid arguments for `shout`: at /: expected a string or {"input": string}, got a number"#]],
+    );
+    check_call(
+        &tool,
+        json!({"input": "hi", "extra": 1}),
+        o,
+        expect!["err: invalid arguments for `shout`: at /extra: this tool takes a single `input` string; unexpected key `extra`"],
+    );
+    check_call(
+        &tool,
+        json!({"input": 7}),
+        o,
+        expect![[r#"err: invalid arguments for `shout`: at /: 7 is not of type "string""#]],
+    );
+    check_call(
+        &tool,
+        json!({}),
+        o,
+        expect![[r#"err: invalid arguments for `shout`: at /: expected a string or {"input": string}, got an object without `input`"#]],
+    );
+}
+
+#[test]
+fn every_violation_is_listed_with_its_pointer() {
+    let tool = object_tool();
+    check_call(
+        &tool,
+        json!({"a": "x", "b": "long", "c": true}),
+        ExecuteOptions::default(),
+        expect![[r#"err: invalid arguments for `pair`: at /a: "x" is not of type "integer"; at /b: "long" is longer than 3 characters; at /: Additional properties are not allowed ('c' was unexpected)"#]],
+    );
+    check_call(
+        &tool,
+        Value::Null,
+        ExecuteOptions::default(),
+        expect![[r#"err: invalid arguments for `pair`: at /: "a" is a required property"#]],
+    );
+}
+
+#[test]
+fn injected_arguments_win_unless_told_otherwise() {
+    let tool = object_tool();
+    let mut injected = Map::new();
+    injected.insert("a".into(), json!(2));
+    let args = json!({"a": 1, "b": "x"});
+    check_call(
+        &tool,
+        args.clone(),
+        ExecuteOptions::default().injected(&injected),
+        expect![[r#"ok: {"a":2,"b":"x"}"#]],
+    );
+    check_call(
+        &tool,
+        args,
+        ExecuteOptions::default()
+            .injected(&injected)
+            .prefer_injected(false),
+        expect![[r#"ok: {"a":1,"b":"x"}"#]],
+    );
+    // Injected values fill what the model left out, and are validated like the rest.
+    check_call(
+        &tool,
+        json!({"b": "y"}),
+        ExecuteOptions::default()
+            .injected(&injected)
+            .prefer_injected(false),
+        expect![[r#"ok: {"a":2,"b":"y"}"#]],
+    );
+    injected.insert("b".into(), json!("toolong"));
+    check_call(
+        &tool,
+        json!({"a": 1}),
+        ExecuteOptions::default().injected(&injected),
+        expect![[r#"err: invalid arguments for `pair`: at /b: "toolong" is longer than 3 characters"#]],
+    );
+}
+
+#[derive(serde::Deserialize, schemars::JsonSchema)]
+struct AddArgs {
+    /// The left operand.
+    a: i64,
+    /// The right operand.
+    b: i64,
+}
+
+struct Add;
+
+#[derive(Debug)]
+struct Overflow;
+
+impl From<Overflow> for ToolError {
+    fn from(_: Overflow) -> Self {
+        ToolError::failed("the sum overflows i64")
+    }
+}
+
+impl Tool for Add {
+    type Args = AddArgs;
+    type Output = i64;
+    type Error = Overflow;
+
+    fn name(&self) -> &str {
+        "add"
+    }
+    fn description(&self) -> &str {
+        "Adds two integers.\nSecond line."
+    }
+    fn effect_tags(&self) -> &[&str] {
+        &["pure"]
+    }
+    async fn call(&self, args: AddArgs, _cx: &CallContext) -> Result<i64, Overflow> {
+        args.a.checked_add(args.b).ok_or(Overflow)
+    }
+}
+
+#[test]
+fn typed_tool_derives_its_schema_and_maps_its_error() {
+    let tool = ToolHandle::new(Add).unwrap();
+    let spec = tool.spec();
+    assert_eq!(spec.summary(), "Adds two integers.");
+    assert_eq!(spec.effect_tags, ["pure"]);
+    expect![[r#"{"properties":{"a":{"description":"The left operand.","format":"int64","type":"integer"},"b":{"description":"The right operand.","format":"int64","type":"integer"}},"required":["a","b"],"type":"object"}"#]]
+        .assert_eq(&spec.input_schema.to_string());
+    let o = ExecuteOptions::default();
+    check_call(&tool, json!({"a": 2, "b": 3}), o, expect!["ok: 5"]);
+    check_call(
+        &tool,
+        json!({"a": i64::MAX, "b": 1}),
+        o,
+        expect!["err: the sum overflows i64"],
+    );
+    let out = block_on(tool.execute(json!({"a": 1, "b": 1}), o)).unwrap();
+    assert_eq!(out.structured, Some(json!(2)));
+}
+
+#[test]
+fn invalid_schema_is_a_config_error() {
+    let err = ToolHandle::new(FunctionTool::from_sync(
+        ToolSpec::new("bad", "").with_input_schema(json!({"type": 12})),
+        |_| Ok(ToolOutput::default()),
+    ))
+    .unwrap_err();
+    assert!(matches!(err, ToolError::Config { .. }), "{err}");
+    assert!(!err.is_model_facing());
+}
+
+/// Records every call it runs, then runs the tool in-process.
+#[derive(Default)]
+struct Recording(Mutex<Vec<(String, Value, String)>>);
+
+#[async_trait]
+impl Runner for Recording {
+    async fn run(
+        &self,
+        tool: &ToolHandle,
+        args: Value,
+        cx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let id = format!("{}|{:?}", cx.call_id(), cx.event_context());
+        self.0
+            .lock()
+            .unwrap()
+            .push((tool.name().to_owned(), args.clone(), id));
+        tool.run_prepared(args, cx).await
+    }
+}
+
+#[test]
+fn runner_receives_merged_validated_arguments_and_context() {
+    let tool = object_tool();
+    let runner = Recording::default();
+    let ctx = json!({"agent": "a1"});
+    let out = block_on(
+        tool.execute(
+            json!({"a": 1}),
+            ExecuteOptions::default()
+                .runner(&runner)
+                .call_id("model-7")
+                .event_context(&ctx),
+        ),
+    )
+    .unwrap();
+    assert_eq!(out.text, r#"{"a":1}"#);
+    let calls = runner.0.lock().unwrap();
+    assert_eq!(
+        *calls,
+        [(
+            "pair".to_owned(),
+            json!({"a": 1}),
+            r#"model-7|Some(Object {"agent": String("a1")})"#.to_owned()
+        )]
+    );
+    // Invalid arguments never reach the runner.
+    drop(calls);
+    let err = block_on(tool.execute(json!({}), ExecuteOptions::default().runner(&runner)));
+    assert!(err.is_err());
+    assert_eq!(runner.0.lock().unwrap().len(), 1);
+}
+
+#[test]
+fn toolset_dedupes_last_wins_and_resolves_aliases() {
+    let first = echo(ToolSpec::new("x", "first"));
+    let second = echo(ToolSpec::new("x", "second"));
+    let y = echo(ToolSpec::new("y", "y"));
+    let set = ToolSet::from_tools([first, y.clone()]).merge(ToolSet::from_tools([second]));
+    assert_eq!(set.names(), ["x", "y"]);
+    assert_eq!(set.get("x").unwrap().spec().description, "second");
+
+    struct P(ToolHandle);
+    impl ToolProvider for P {
+        fn tools(&self) -> Result<Vec<ToolHandle>, ToolError> {
+            Ok(vec![self.0.clone()])
+        }
+        fn resolve(&self, _: &[&str]) -> Result<Vec<ToolHandle>, ToolError> {
+            self.tools()
+        }
+        fn aliases(&self) -> &[(&'static str, &'static str)] {
+            &[("why", "y")]
+        }
+    }
+    let set = ToolSet::from_providers(&[&P(y)]).unwrap();
+    assert_eq!(set.canonical_name("why"), "y");
+    let out = block_on(set.execute("why", json!("q"), None)).unwrap();
+    assert_eq!(out.text, r#""q""#);
+    let err = block_on(set.execute("zzz", json!("q"), None)).unwrap_err();
+    assert_eq!(err.to_string(), "unknown tool `zzz`; known tools: why, y");
+    assert!(err.is_model_facing());
+}
+
+#[test]
+fn node_binds_arguments_and_takes_state() {
+    let node = object_tool()
+        .as_node()
+        .with_args(json!({"a": 1, "b": "n"}))
+        .inject("b", json!("i"));
+    let out = block_on(node.run(None)).unwrap();
+    assert_eq!(out.text, r#"{"a":1,"b":"i"}"#);
+    let mut state = Map::new();
+    state.insert("a".into(), json!(9));
+    let out = block_on(node.run_with(&state, None)).unwrap();
+    assert_eq!(out.text, r#"{"a":9,"b":"i"}"#);
+    assert_eq!(node.tool().name(), "pair");
+}
+
+#[test]
+fn event_bus_delivers_to_all_and_survives_a_panicking_subscriber() {
+    let bus = EventBus::new();
+    assert!(!bus.has_subscribers());
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let s1 = seen.clone();
+    let a = bus.subscribe(move |e| s1.lock().unwrap().push(format!("a:{}", e.kind.as_str())));
+    bus.subscribe(|_| panic!("subscriber bug"));
+    let s2 = seen.clone();
+    bus.subscribe(move |e| s2.lock().unwrap().push(format!("c:{}", e.tool)));
+    bus.emit(&ExecutionEvent::new(EventKind::Started, "t", "c1"));
+    assert!(bus.unsubscribe(a));
+    assert!(!bus.unsubscribe(a));
+    bus.emit(&ExecutionEvent::new(EventKind::Failed, "u", "c2"));
+    assert_eq!(
+        *seen.lock().unwrap(),
+        ["a:execution.started", "c:t", "c:u"]
+    );
+}
+
+#[test]
+fn config_settings_decode_or_name_the_tool() {
+    #[derive(serde::Deserialize, Default, Debug, PartialEq)]
+    struct S {
+        limit: u32,
+    }
+    let cfg = ToolConfig::new("/ws").with_settings("t", json!({"limit": 3}));
+    assert_eq!(cfg.settings::<S>("t").unwrap(), S { limit: 3 });
+    assert_eq!(cfg.settings::<S>("other").unwrap(), S::default());
+    let bad = ToolConfig::new("/ws").with_settings("t", json!({"limit": "x"}));
+    let err = bad.settings::<S>("t").unwrap_err();
+    assert!(err.to_string().starts_with("invalid configuration for `t`: "), "{err}");
+}
+
+#[test]
+fn object_form_of_a_bare_string_schema() {
+    let spec = ToolSpec::new("c", "calc");
+    assert_eq!(
+        spec.parameters(),
+        json!({
+            "type": "object",
+            "properties": {"input": {"type": "string", "description": "Tool input string"}},
+            "required": ["input"],
+            "additionalProperties": false,
+        })
+    );
+    let obj = object_tool();
+    assert_eq!(obj.spec().parameters(), obj.spec().input_schema);
+}

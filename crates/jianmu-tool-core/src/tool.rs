@@ -1,0 +1,364 @@
+//! The `Tool` trait for authors, its object-safe twin `DynTool`, and `ToolHandle`, the
+//! shared, validated form every registry and runner works with.
+
+use std::future::Future;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use async_trait::async_trait;
+use serde::de::DeserializeOwned;
+use serde_json::{Map, Value};
+use tracing::Instrument;
+
+use crate::args::ArgsValidator;
+use crate::{IntoToolOutput, Runner, ToolError, ToolNode, ToolOutput, ToolSpec, Violation};
+
+/// A tool with typed arguments, the trait to implement by hand.
+///
+/// The input schema defaults to the JSON Schema of `Args`; every call is validated
+/// against it before `call` runs, so `call` only sees well-formed arguments.
+///
+/// ```
+/// use jianmu_tool_core::{CallContext, Tool, ToolError, ToolHandle};
+///
+/// #[derive(serde::Deserialize, schemars::JsonSchema)]
+/// struct Args {
+///     /// Who to greet.
+///     name: String,
+/// }
+///
+/// struct Greet;
+///
+/// impl Tool for Greet {
+///     type Args = Args;
+///     type Output = String;
+///     type Error = ToolError;
+///
+///     fn name(&self) -> &str {
+///         "greet"
+///     }
+///     fn description(&self) -> &str {
+///         "Greets someone by name."
+///     }
+///     async fn call(&self, args: Args, _cx: &CallContext) -> Result<String, ToolError> {
+///         Ok(format!("hello, {}", args.name))
+///     }
+/// }
+///
+/// # fn main() -> Result<(), ToolError> {
+/// let tool = ToolHandle::new(Greet)?;
+/// assert_eq!(tool.spec().input_schema["required"][0], "name");
+/// # Ok(())
+/// # }
+/// ```
+pub trait Tool: Send + Sync + 'static {
+    /// The arguments, deserialized from the model's JSON.
+    type Args: DeserializeOwned + schemars::JsonSchema + Send + 'static;
+    /// What a successful call returns.
+    type Output: IntoToolOutput + Send;
+    /// What a failed call returns.
+    type Error: Into<ToolError> + Send;
+
+    /// The unique name a model calls the tool by.
+    fn name(&self) -> &str;
+
+    /// What the tool does, written for the model.
+    fn description(&self) -> &str;
+
+    /// JSON Schema of the arguments; by default derived from `Args`.
+    fn input_schema(&self) -> Value {
+        crate::schema_for::<Self::Args>()
+    }
+
+    /// JSON Schema of the output; by default a string.
+    fn output_schema(&self) -> Value {
+        ToolSpec::new("", "").output_schema
+    }
+
+    /// Whether calls may run concurrently with other calls; by default true.
+    fn parallel_safe(&self) -> bool {
+        true
+    }
+
+    /// Side effects, such as `filesystem:write`; by default none.
+    fn effect_tags(&self) -> &[&str] {
+        &[]
+    }
+
+    /// Runs the tool on validated arguments.
+    fn call(
+        &self,
+        args: Self::Args,
+        cx: &CallContext,
+    ) -> impl Future<Output = Result<Self::Output, Self::Error>> + Send;
+}
+
+/// The object-safe form of a tool, stored as `Arc<dyn DynTool>` by registries.
+/// Every [`Tool`] is a `DynTool`; [`crate::FunctionTool`] implements it directly.
+#[async_trait]
+pub trait DynTool: Send + Sync + 'static {
+    /// The tool's spec; called once when the tool is wrapped in a [`ToolHandle`].
+    fn spec(&self) -> ToolSpec;
+
+    /// Runs the tool on arguments that already passed validation.
+    ///
+    /// # Errors
+    /// Whatever the tool reports; see [`ToolError`].
+    async fn call_json(&self, args: Value, cx: &CallContext) -> Result<ToolOutput, ToolError>;
+}
+
+#[async_trait]
+impl<T: Tool> DynTool for T {
+    fn spec(&self) -> ToolSpec {
+        ToolSpec::new(self.name(), self.description())
+            .with_input_schema(self.input_schema())
+            .with_output_schema(self.output_schema())
+            .with_parallel_safe(self.parallel_safe())
+            .with_effect_tags(self.effect_tags().iter().copied())
+    }
+
+    async fn call_json(&self, args: Value, cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let args: T::Args = serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments {
+            tool: self.name().to_owned(),
+            violations: vec![Violation {
+                pointer: String::new(),
+                message: e.to_string(),
+            }],
+        })?;
+        match self.call(args, cx).await {
+            Ok(output) => output.into_tool_output(),
+            Err(e) => Err(e.into()),
+        }
+    }
+}
+
+/// Identity and caller context of one call, passed down to runners and events.
+#[derive(Debug, Clone)]
+pub struct CallContext {
+    call_id: Arc<str>,
+    event_context: Option<Arc<Value>>,
+}
+
+impl CallContext {
+    /// A context with a fresh, process-unique call id.
+    pub fn new() -> Self {
+        static NEXT: AtomicU64 = AtomicU64::new(1);
+        let n = NEXT.fetch_add(1, Ordering::Relaxed);
+        Self {
+            call_id: format!("call-{n}").into(),
+            event_context: None,
+        }
+    }
+
+    /// Uses `id` (for example the model's tool-call id) as the call id.
+    #[must_use]
+    pub fn with_call_id(mut self, id: impl Into<Arc<str>>) -> Self {
+        self.call_id = id.into();
+        self
+    }
+
+    /// Attaches the caller's context, copied into every event of the call.
+    #[must_use]
+    pub fn with_event_context(mut self, context: Value) -> Self {
+        self.event_context = Some(Arc::new(context));
+        self
+    }
+
+    /// The call id.
+    pub fn call_id(&self) -> &str {
+        &self.call_id
+    }
+
+    /// The caller's context, if any.
+    pub fn event_context(&self) -> Option<&Value> {
+        self.event_context.as_deref()
+    }
+}
+
+impl Default for CallContext {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// Options of [`ToolHandle::execute`], as the seed's `execute()` keywords.
+#[derive(Clone, Copy)]
+pub struct ExecuteOptions<'a> {
+    /// Arguments supplied by the runtime rather than the model.
+    pub injected: Option<&'a Map<String, Value>>,
+    /// When true (the default), injected values override the model's.
+    pub prefer_injected: bool,
+    /// Run through this runner (a sandbox) instead of in-process.
+    pub runner: Option<&'a dyn Runner>,
+    /// The caller's context for events.
+    pub event_context: Option<&'a Value>,
+    /// The call id; a fresh one when absent.
+    pub call_id: Option<&'a str>,
+}
+
+impl Default for ExecuteOptions<'_> {
+    fn default() -> Self {
+        Self {
+            injected: None,
+            prefer_injected: true,
+            runner: None,
+            event_context: None,
+            call_id: None,
+        }
+    }
+}
+
+impl std::fmt::Debug for ExecuteOptions<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExecuteOptions")
+            .field("injected", &self.injected)
+            .field("prefer_injected", &self.prefer_injected)
+            .field("runner", &self.runner.map(|_| "dyn Runner"))
+            .field("event_context", &self.event_context)
+            .field("call_id", &self.call_id)
+            .finish()
+    }
+}
+
+impl<'a> ExecuteOptions<'a> {
+    /// Sets the runner.
+    #[must_use]
+    pub fn runner(mut self, runner: &'a dyn Runner) -> Self {
+        self.runner = Some(runner);
+        self
+    }
+
+    /// Sets the injected arguments.
+    #[must_use]
+    pub fn injected(mut self, injected: &'a Map<String, Value>) -> Self {
+        self.injected = Some(injected);
+        self
+    }
+
+    /// Sets which side wins when both give a key.
+    #[must_use]
+    pub fn prefer_injected(mut self, prefer: bool) -> Self {
+        self.prefer_injected = prefer;
+        self
+    }
+
+    /// Sets the caller's event context.
+    #[must_use]
+    pub fn event_context(mut self, context: &'a Value) -> Self {
+        self.event_context = Some(context);
+        self
+    }
+
+    /// Sets the call id.
+    #[must_use]
+    pub fn call_id(mut self, id: &'a str) -> Self {
+        self.call_id = Some(id);
+        self
+    }
+}
+
+/// A tool ready to call: its spec and compiled input schema, shared and cheap to clone.
+#[derive(Clone)]
+pub struct ToolHandle {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    spec: ToolSpec,
+    validator: ArgsValidator,
+    tool: Box<dyn DynTool>,
+}
+
+impl std::fmt::Debug for ToolHandle {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolHandle")
+            .field("name", &self.inner.spec.name)
+            .finish_non_exhaustive()
+    }
+}
+
+impl ToolHandle {
+    /// Wraps a tool, compiling its input schema once.
+    ///
+    /// # Errors
+    /// [`ToolError::Config`] when the input schema is not a valid JSON Schema.
+    pub fn new(tool: impl DynTool) -> Result<Self, ToolError> {
+        let spec = tool.spec();
+        let validator = ArgsValidator::new(&spec)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                spec,
+                validator,
+                tool: Box::new(tool),
+            }),
+        })
+    }
+
+    /// The tool's spec.
+    pub fn spec(&self) -> &ToolSpec {
+        &self.inner.spec
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.inner.spec.name
+    }
+
+    /// Merges injected arguments and validates the result against the input schema;
+    /// the first half of [`ToolHandle::execute`], for runners that need it alone.
+    ///
+    /// # Errors
+    /// [`ToolError::InvalidArguments`] listing every violation with its JSON pointer.
+    pub fn prepare_args(
+        &self,
+        args: Value,
+        injected: Option<&Map<String, Value>>,
+        prefer_injected: bool,
+    ) -> Result<Value, ToolError> {
+        self.inner
+            .validator
+            .prepare(self.name(), args, injected, prefer_injected)
+    }
+
+    /// The call path: merge injected arguments, validate them, then run through
+    /// `options.runner` if given, else in-process.
+    ///
+    /// # Errors
+    /// Invalid arguments, the tool's own failures, and runner failures; see
+    /// [`ToolError::is_model_facing`] for which the model should see.
+    pub async fn execute(
+        &self,
+        args: Value,
+        options: ExecuteOptions<'_>,
+    ) -> Result<ToolOutput, ToolError> {
+        let args = self.prepare_args(args, options.injected, options.prefer_injected)?;
+        let mut cx = CallContext::new();
+        if let Some(id) = options.call_id {
+            cx = cx.with_call_id(id);
+        }
+        if let Some(context) = options.event_context {
+            cx = cx.with_event_context(context.clone());
+        }
+        match options.runner {
+            Some(runner) => runner.run(self, args, &cx).await,
+            None => {
+                let span = tracing::debug_span!("tool", name = self.name(), call_id = cx.call_id());
+                self.run_prepared(args, &cx).instrument(span).await
+            }
+        }
+    }
+
+    /// Runs the tool body on arguments that went through [`ToolHandle::prepare_args`].
+    /// Sandboxes call this; everyone else calls [`ToolHandle::execute`].
+    ///
+    /// # Errors
+    /// Whatever the tool reports.
+    pub async fn run_prepared(&self, args: Value, cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        self.inner.tool.call_json(args, cx).await
+    }
+
+    /// Binds this tool to fixed arguments, as one step of an explicit workflow.
+    pub fn as_node(&self) -> ToolNode {
+        ToolNode::new(self.clone())
+    }
+}
