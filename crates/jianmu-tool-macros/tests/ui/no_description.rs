@@ -1,0 +1,6 @@
+#[jianmu_tool_macros::tool]
+fn undocumented() -> i32 {
+    1
+}
+
+fn main() {}

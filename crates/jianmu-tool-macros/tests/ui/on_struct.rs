@@ -1,0 +1,5 @@
+/// Not a function.
+#[jianmu_tool_macros::tool]
+struct NotAFunction;
+
+fn main() {}
