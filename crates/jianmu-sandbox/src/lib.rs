@@ -1,1 +1,37 @@
-//! placeholder
+//! Where Jianmu tools run.
+//!
+//! - [`ToolRunner`] wraps a [`Sandbox`] like a layer: it emits `execution.started`,
+//!   `execution.completed` and `execution.failed` on an [`EventBus`], opens a `tracing`
+//!   span per call, and applies the per-call timeout. Dropping its future cancels the
+//!   call and emits `execution.failed` with the reason `cancelled`.
+//! - [`LocalSandbox`] runs tools in-process.
+//! - [`process`] is the one place in the workspace that starts processes.
+//!
+//! ```
+//! use std::time::Duration;
+//! use jianmu_sandbox::ToolRunner;
+//! use jianmu_tool_core::{FunctionTool, ToolHandle, ToolSet, ToolSpec};
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), jianmu_tool_core::ToolError> {
+//! let runner = ToolRunner::local().with_timeout(Duration::from_secs(30));
+//! runner.events().subscribe(|e| eprintln!("{} {}", e.kind.as_str(), e.tool));
+//! let echo = FunctionTool::from_sync(ToolSpec::new("echo", "Echoes."), |v| Ok(v.to_string().into()));
+//! let tools = ToolSet::from_tools([ToolHandle::new(echo)?]);
+//! let out = tools.execute("echo", "hi".into(), Some(&runner)).await?;
+//! assert_eq!(out.text, "\"hi\"");
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod local;
+pub mod process;
+mod runner;
+
+pub use jianmu_tool_core::{EventBus, EventKind, ExecutionEvent};
+pub use local::LocalSandbox;
+pub use runner::{Sandbox, ToolRunner};
+
+#[cfg(test)]
+mod tests;

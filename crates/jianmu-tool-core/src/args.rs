@@ -92,7 +92,7 @@ impl ArgsValidator {
             .iter_errors(args)
             .map(|e| Violation {
                 pointer: e.instance_path().to_string(),
-                message: e.to_string(),
+                message: clip(e.to_string()),
             })
             .collect();
         Err(ToolError::InvalidArguments {
@@ -166,4 +166,16 @@ fn kind_of(v: &Value) -> &'static str {
         Value::Array(_) => "an array",
         Value::Object(_) => "an object",
     }
+}
+
+/// Violation messages quote the offending value; a huge value must not make a huge
+/// error, so messages are cut.
+fn clip(mut message: String) -> String {
+    const MAX: usize = 300;
+    if message.len() > MAX {
+        let cut = (0..=MAX).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
+        message.truncate(cut);
+        message.push_str("...");
+    }
+    message
 }

@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use async_trait::async_trait;
+use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
 use tracing::Instrument;
@@ -349,12 +350,28 @@ impl ToolHandle {
     }
 
     /// Runs the tool body on arguments that went through [`ToolHandle::prepare_args`].
-    /// Sandboxes call this; everyone else calls [`ToolHandle::execute`].
+    /// Sandboxes call this; everyone else calls [`ToolHandle::execute`]. A panic in the
+    /// body is caught and becomes [`ToolError::Runner`]: a bug in one tool never takes
+    /// the process down.
     ///
     /// # Errors
     /// Whatever the tool reports.
     pub async fn run_prepared(&self, args: Value, cx: &CallContext) -> Result<ToolOutput, ToolError> {
-        self.inner.tool.call_json(args, cx).await
+        let body = std::panic::AssertUnwindSafe(self.inner.tool.call_json(args, cx));
+        match body.catch_unwind().await {
+            Ok(result) => result,
+            Err(panic) => {
+                let what = panic
+                    .downcast_ref::<&str>()
+                    .map(|s| (*s).to_owned())
+                    .or_else(|| panic.downcast_ref::<String>().cloned())
+                    .unwrap_or_else(|| "unknown panic".to_owned());
+                Err(ToolError::runner(
+                    self.name(),
+                    format!("the tool panicked: {what}"),
+                ))
+            }
+        }
     }
 
     /// Binds this tool to fixed arguments, as one step of an explicit workflow.

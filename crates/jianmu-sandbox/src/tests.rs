@@ -1,0 +1,157 @@
+//! ToolRunner: events around every call, timeouts, cancellation, panics.
+
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolError, ToolHandle, ToolSet, ToolSpec};
+use serde_json::json;
+
+use crate::ToolRunner;
+
+fn tools() -> ToolSet {
+    let echo = FunctionTool::from_sync(ToolSpec::new("echo", "Echoes."), |v| {
+        Ok(v.as_str().unwrap_or_default().into())
+    });
+    let fail = FunctionTool::from_sync(ToolSpec::new("fail", "Fails."), |_| {
+        Err(ToolError::failed("no luck"))
+    });
+    let slow = FunctionTool::new(ToolSpec::new("slow", "Sleeps."), |_| async {
+        tokio::time::sleep(Duration::from_secs(3600)).await;
+        Ok("woke".into())
+    });
+    let boom = FunctionTool::from_sync(ToolSpec::new("boom", "Panics."), |_| {
+        panic!("kaboom")
+    });
+    ToolSet::from_tools(
+        [echo, fail, slow, boom].map(|t| ToolHandle::new(t).unwrap()),
+    )
+}
+
+fn recorder(runner: &ToolRunner) -> Arc<Mutex<Vec<String>>> {
+    let log = Arc::new(Mutex::new(Vec::new()));
+    let sink = log.clone();
+    runner.events().subscribe(move |e| {
+        sink.lock().unwrap().push(format!(
+            "{} {} {} ctx={} err={}",
+            e.kind.as_str(),
+            e.tool,
+            e.call_id,
+            e.context.map_or("-".into(), |c| c.to_string()),
+            e.error.unwrap_or("-"),
+        ));
+    });
+    log
+}
+
+#[tokio::test]
+async fn events_surround_success_and_failure() {
+    let runner = ToolRunner::local();
+    let log = recorder(&runner);
+    let set = tools();
+    let ctx = json!({"turn": 3});
+    let out = set
+        .execute_with(
+            "echo",
+            json!("hi"),
+            ExecuteOptions::default()
+                .runner(&runner)
+                .call_id("c1")
+                .event_context(&ctx),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.text, "hi");
+    let err = set
+        .execute_with(
+            "fail",
+            json!("x"),
+            ExecuteOptions::default().runner(&runner).call_id("c2"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "no luck");
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            r#"execution.started echo c1 ctx={"turn":3} err=-"#,
+            r#"execution.completed echo c1 ctx={"turn":3} err=-"#,
+            "execution.started fail c2 ctx=- err=-",
+            "execution.failed fail c2 ctx=- err=no luck",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn invalid_arguments_never_reach_the_runner() {
+    let runner = ToolRunner::local();
+    let log = recorder(&runner);
+    let err = tools()
+        .execute("echo", json!(42), Some(&runner))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::InvalidArguments { .. }), "{err}");
+    assert!(log.lock().unwrap().is_empty());
+}
+
+#[tokio::test(start_paused = true)]
+async fn timeout_stops_the_call_and_says_so() {
+    let runner = ToolRunner::local().with_timeout(Duration::from_millis(1500));
+    let log = recorder(&runner);
+    let err = tools()
+        .execute_with(
+            "slow",
+            json!("x"),
+            ExecuteOptions::default().runner(&runner).call_id("c3"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(err.to_string(), "`slow` timed out after 1.500 s");
+    assert!(err.is_model_facing());
+    assert_eq!(
+        log.lock().unwrap().last().unwrap(),
+        "execution.failed slow c3 ctx=- err=`slow` timed out after 1.500 s"
+    );
+}
+
+#[tokio::test(start_paused = true)]
+async fn dropping_the_call_cancels_it_with_an_event() {
+    let runner = ToolRunner::local();
+    let log = recorder(&runner);
+    let set = tools();
+    let call = set.execute_with(
+        "slow",
+        json!("x"),
+        ExecuteOptions::default().runner(&runner).call_id("c4"),
+    );
+    let raced = tokio::time::timeout(Duration::from_secs(1), call).await;
+    assert!(raced.is_err());
+    assert_eq!(
+        *log.lock().unwrap(),
+        [
+            "execution.started slow c4 ctx=- err=-",
+            "execution.failed slow c4 ctx=- err=cancelled",
+        ]
+    );
+}
+
+#[tokio::test]
+async fn a_panicking_tool_is_an_error_not_a_crash() {
+    let runner = ToolRunner::local();
+    let err = tools()
+        .execute("boom", json!("x"), Some(&runner))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::Runner { .. }));
+    let source = std::error::Error::source(&err).unwrap().to_string();
+    assert_eq!(source, "the tool panicked: kaboom");
+    // The same without a runner.
+    let err = tools().execute("boom", json!("x"), None).await.unwrap_err();
+    assert!(matches!(err, ToolError::Runner { .. }));
+}
+
+#[tokio::test]
+async fn process_commands_close_stdin() {
+    let out = crate::process::command("cat").output().await.unwrap();
+    assert!(out.status.success());
+    assert!(out.stdout.is_empty());
+}
