@@ -384,7 +384,8 @@ fn round_to_f64(q: BigUint, shift: i64, inexact: bool) -> Option<f64> {
     let keep_from = (top - 52).max(-1074);
     let extra = keep_from - shift;
     let mantissa = if extra <= 0 {
-        q.to_u64()? << (-extra) as u32
+        // Every bit fits: the value is exact.
+        q.to_u64()?
     } else {
         let extra = extra as u64;
         let kept = (&q >> extra).to_u64()?;
@@ -423,7 +424,19 @@ pub(crate) fn float_repr(f: f64) -> String {
     if f.is_infinite() {
         return if f > 0.0 { "inf" } else { "-inf" }.into();
     }
-    let sci = format!("{:e}", f.abs());
+    // `{:e}` gives the shortest digits that round-trip, but between two equally short
+    // candidates it may not take the one nearest the exact value, as Python does.
+    // Formatting again at that length rounds exactly (ties to even); that result is
+    // Python's whenever it still round-trips (it may not next to a power of two, where
+    // the gap below is half the gap above).
+    let shortest = format!("{:e}", f.abs());
+    let len = shortest.split('e').next().map_or(1, |m| m.replace('.', "").len());
+    let nearest = format!("{:.*e}", len - 1, f.abs());
+    let sci = if nearest.parse::<f64>() == Ok(f.abs()) {
+        nearest
+    } else {
+        shortest
+    };
     let (mantissa, exp) = sci.split_once('e').unwrap_or((&sci, "0"));
     let exp: i64 = exp.parse().unwrap_or(0);
     let digits: String = mantissa.chars().filter(|c| *c != '.').collect();

@@ -62,6 +62,10 @@ fn python_semantics() {
     check("2**0.5", "1.4142135623730951");
     check("(-8)**3.0", "-512.0");
     check("1//0.3", "3.0");
+    check("((5166099901794)**3)**-2", "5.260453649022537e-77");
+    check("(-2)**-3", "-0.125");
+    check("1244283845561997.25*1", "1244283845561997.2");
+    check("((16.)**2)**(-3)", "5.960464477539063e-08");
 }
 
 #[test]
@@ -197,3 +201,4 @@ async fn tool_takes_a_string_or_input_object() {
     assert!(err.is_model_facing());
     assert_eq!(err.to_string(), "ZeroDivisionError: division by zero");
 }
+
