@@ -1,1 +1,280 @@
-fn main() {}
+//! The `jianmu` command: list, describe and call the compiled-in tools.
+//!
+//! Exit codes: 0 success; 1 the tool reported an error (bad arguments, refused input,
+//! timeout, runner failure); 2 a usage error (bad flags, unknown tool, bad config).
+
+use std::io::{Read as _, Write as _};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow};
+use clap::{Parser, Subcommand};
+use jianmu_provider::BuiltinToolProvider;
+use jianmu_sandbox::ToolRunner;
+use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle, ToolProvider, ToolSpec};
+use serde_json::Value;
+
+mod config;
+
+use config::{Config, SandboxKind};
+
+#[derive(Debug, Parser)]
+#[command(name = "jianmu", version, about = "Fast, confined built-in tools for LLM agents")]
+struct Cli {
+    /// Settings file (TOML); `./jianmu.toml` is read if present.
+    #[arg(long, global = true, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Workspace root every path is confined to [default: the current directory].
+    #[arg(long, global = true, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// Where calls run [default: local, or `[execution] tool_runner`].
+    #[arg(long, global = true, value_enum)]
+    sandbox: Option<SandboxKind>,
+    /// Per-call time limit in seconds [default: 120, or `[execution] timeout_secs`].
+    #[arg(long, global = true, value_name = "SECS")]
+    timeout: Option<f64>,
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// List every compiled-in tool: name, effect tags, parallel-safe, description.
+    Tools {
+        /// Print the full specs as JSON.
+        #[arg(long, conflicts_with = "markdown")]
+        json: bool,
+        /// Print the reference page `docs/tools.md` is made from.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Print one tool's spec as JSON.
+    Schema {
+        /// Tool name or alias.
+        name: String,
+    },
+    /// Call a tool and print its output.
+    Call {
+        /// Tool name or alias.
+        name: String,
+        /// Arguments as JSON (`-` reads them from stdin). A bare-string tool takes a
+        /// JSON string: '"2+2"'.
+        #[arg(default_value = "{}")]
+        args: String,
+    },
+}
+
+/// Why the command failed, and so its exit code.
+enum Failure {
+    Tool(ToolError),
+    Usage(anyhow::Error),
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(e: anyhow::Error) -> Self {
+        Failure::Usage(e)
+    }
+}
+
+fn main() -> ExitCode {
+    init_tracing();
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(Failure::Tool(e)) => {
+            eprintln!("Error: {}", chain(&e));
+            ExitCode::from(1)
+        }
+        Err(Failure::Usage(e)) => {
+            eprintln!("jianmu: {e:#}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+fn init_tracing() {
+    // Quiet unless asked: stdout belongs to tool output, logs go to stderr.
+    if let Ok(filter) = std::env::var("JIANMU_LOG") {
+        let _ = tracing_subscriber::fmt()
+            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+            .with_writer(std::io::stderr)
+            .try_init();
+    }
+}
+
+/// The error with its causes, `a: b: c`.
+fn chain(e: &dyn std::error::Error) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
+fn run(cli: Cli) -> Result<(), Failure> {
+    let config = Config::load(cli.config.as_deref())?;
+    let workspace = match cli.workspace.or(config.workspace.clone()) {
+        Some(dir) => dir,
+        None => std::env::current_dir().context("cannot read the current directory")?,
+    };
+    let workspace = workspace
+        .canonicalize()
+        .with_context(|| format!("workspace {} is not an existing directory", workspace.display()))?;
+    if !workspace.is_dir() {
+        return Err(anyhow!("workspace {} is not a directory", workspace.display()).into());
+    }
+    let mut tool_config = ToolConfig::new(workspace);
+    for (tool, settings) in &config.tools {
+        tool_config = tool_config.with_settings(tool.clone(), settings.clone());
+    }
+    let provider = BuiltinToolProvider::new(tool_config);
+
+    match cli.command {
+        Command::Tools { json, markdown } => {
+            let tools = provider.tools().map_err(usage)?;
+            let specs: Vec<&ToolSpec> = tools.iter().map(ToolHandle::spec).collect();
+            let text = if json {
+                serde_json::to_string_pretty(&specs).map_err(anyhow::Error::from)? + "\n"
+            } else if markdown {
+                render_markdown(&specs)
+            } else {
+                render_table(&specs)
+            };
+            print(&text)
+        }
+        Command::Schema { name } => {
+            let tool = provider.build(&name).map_err(usage)?;
+            print(&(serde_json::to_string_pretty(tool.spec()).map_err(anyhow::Error::from)? + "\n"))
+        }
+        Command::Call { name, args } => {
+            let sandbox = cli
+                .sandbox
+                .or(config.execution.tool_runner)
+                .unwrap_or(SandboxKind::Local);
+            let timeout = cli.timeout.or(config.execution.timeout_secs).unwrap_or(120.0);
+            let timeout = Duration::try_from_secs_f64(timeout)
+                .ok()
+                .filter(|t| !t.is_zero())
+                .ok_or_else(|| anyhow!("--timeout must be a positive number of seconds"))?;
+            let runner = match sandbox {
+                SandboxKind::Local => ToolRunner::local().with_timeout(timeout),
+                SandboxKind::Docker => {
+                    return Err(anyhow!(
+                        "sandbox `docker` is not compiled into this build of jianmu"
+                    )
+                    .into());
+                }
+            };
+            let tool = provider.build(&name).map_err(usage)?;
+            let args = read_args(&args)?;
+            let rt = tokio::runtime::Builder::new_current_thread()
+                .enable_all()
+                .build()
+                .context("cannot start the async runtime")?;
+            let output = rt
+                .block_on(tool.execute(
+                    args,
+                    jianmu_tool_core::ExecuteOptions::default().runner(&runner),
+                ))
+                .map_err(Failure::Tool)?;
+            let mut text = output.text;
+            if !text.ends_with('\n') {
+                text.push('\n');
+            }
+            print(&text)
+        }
+    }
+}
+
+/// Unknown and not-compiled tools are the caller's mistake, not the tool's.
+fn usage(e: ToolError) -> Failure {
+    match e {
+        ToolError::UnknownTool { .. } | ToolError::NotCompiled { .. } | ToolError::Config { .. } => {
+            Failure::Usage(anyhow!(chain(&e)))
+        }
+        other => Failure::Tool(other),
+    }
+}
+
+fn read_args(raw: &str) -> Result<Value, Failure> {
+    let text = if raw == "-" {
+        let mut buf = String::new();
+        std::io::stdin()
+            .read_to_string(&mut buf)
+            .context("cannot read the arguments from stdin")?;
+        buf
+    } else {
+        raw.to_owned()
+    };
+    serde_json::from_str(&text).map_err(|e| {
+        Failure::Tool(ToolError::failed(format!(
+            "the arguments are not valid JSON ({e}); a bare-string tool takes a quoted string, e.g. '\"2+2\"'"
+        )))
+    })
+}
+
+fn print(text: &str) -> Result<(), Failure> {
+    let mut out = std::io::stdout().lock();
+    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
+        // A closed pipe (`jianmu tools | head -1`) is not an error worth a message.
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
+            Err(anyhow::Error::from(e).context("cannot write to stdout").into())
+        }
+        _ => Ok(()),
+    }
+}
+
+fn effects(spec: &ToolSpec) -> String {
+    if spec.effect_tags.is_empty() {
+        "-".into()
+    } else {
+        spec.effect_tags.join(",")
+    }
+}
+
+fn render_table(specs: &[&ToolSpec]) -> String {
+    let name_w = specs.iter().map(|s| s.name.len()).max().unwrap_or(0).max(4);
+    let eff_w = specs.iter().map(|s| effects(s).len()).max().unwrap_or(0).max(7);
+    let mut out = format!("{:name_w$}  {:eff_w$}  PARALLEL  DESCRIPTION\n", "NAME", "EFFECTS");
+    for s in specs {
+        let parallel = if s.parallel_safe { "yes" } else { "no" };
+        out.push_str(&format!(
+            "{:name_w$}  {:eff_w$}  {parallel:8}  {}\n",
+            s.name,
+            effects(s),
+            s.summary()
+        ));
+    }
+    out
+}
+
+fn render_markdown(specs: &[&ToolSpec]) -> String {
+    let mut out = String::from(
+        "# Tools\n\nGenerated by `cargo xtask docs` from the live specs of every built-in tool; \
+         a test fails when this page is stale.\n\n| Tool | Effects | Parallel-safe | Feature |\n|---|---|---|---|\n",
+    );
+    for s in specs {
+        let feature = jianmu_provider::feature_for(&s.name).unwrap_or("-");
+        out.push_str(&format!(
+            "| [`{0}`](#{0}) | {1} | {2} | `{feature}` |\n",
+            s.name,
+            effects(s),
+            if s.parallel_safe { "yes" } else { "no" }
+        ));
+    }
+    for s in specs {
+        let pretty = |v: &Value| serde_json::to_string_pretty(v).unwrap_or_default();
+        out.push_str(&format!(
+            "\n## {}\n\n{}\n\nInput schema:\n\n```json\n{}\n```\n\nOutput schema:\n\n```json\n{}\n```\n",
+            s.name,
+            s.description,
+            pretty(&s.input_schema),
+            pretty(&s.output_schema),
+        ));
+    }
+    out
+}

@@ -217,9 +217,10 @@ impl Tool for Calculator {
     }
 
     fn description(&self) -> &str {
-        "Performs basic math calculations with Python's arithmetic: numbers, + - * / // % **, \
-         parentheses and unary signs, e.g. '2**100' or '(3+4)*5/2'. Integers are exact; \
-         / is true division; // and % floor like Python."
+        "Performs basic math calculations with Python's arithmetic, e.g. '2**100' or '(3+4)*5/2'.\n\
+         Accepts numbers, + - * / // % **, parentheses and unary signs. Integers are exact \
+         (up to about 9,800 digits); / is true division; // and % round toward negative \
+         infinity, as in Python."
     }
 
     fn input_schema(&self) -> Value {

@@ -1,0 +1,170 @@
+//! The `jianmu` command end to end: the real binary, its stdout, stderr and exit codes.
+
+use std::path::Path;
+use std::process::Output;
+
+use serde_json::Value;
+
+fn jianmu(args: &[&str], dir: &Path) -> Output {
+    jianmu_sandbox::process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .args(args)
+        .current_dir(dir)
+        .env_remove("JIANMU_LOG")
+        .output()
+        .expect("the jianmu binary runs")
+}
+
+#[track_caller]
+fn check(args: &[&str], code: i32, stdout: &str, stderr: &str) {
+    let dir = tempfile::tempdir().unwrap();
+    let out = jianmu(args, dir.path());
+    let (o, e) = (
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr),
+    );
+    assert_eq!(
+        (out.status.code(), o.as_ref(), e.as_ref()),
+        (Some(code), stdout, stderr),
+        "jianmu {args:?}"
+    );
+}
+
+/// The tools each feature set must list.
+fn expected_tools() -> Vec<&'static str> {
+    #[allow(unused_mut)]
+    let mut names = Vec::new();
+    #[cfg(feature = "calculator")]
+    names.push("calculator");
+    names
+}
+
+#[test]
+fn tools_lists_exactly_the_compiled_in_tools() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = jianmu(&["tools", "--json"], dir.path());
+    assert!(out.status.success());
+    let specs: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let names: Vec<&str> = specs.iter().map(|s| s["name"].as_str().unwrap()).collect();
+    assert_eq!(names, expected_tools());
+    for spec in &specs {
+        for key in ["description", "input_schema", "output_schema", "parallel_safe", "effect_tags"] {
+            assert!(spec.get(key).is_some(), "{key} missing in {spec}");
+        }
+    }
+    let table = jianmu(&["tools"], dir.path());
+    let table = String::from_utf8(table.stdout).unwrap();
+    let mut lines = table.lines();
+    assert!(lines.next().unwrap().starts_with("NAME"));
+    let listed: Vec<&str> = lines.map(|l| l.split_whitespace().next().unwrap()).collect();
+    assert_eq!(listed, expected_tools());
+}
+
+#[test]
+fn usage_errors_exit_2() {
+    check(
+        &["call", "no_such_tool", "{}"],
+        2,
+        "",
+        &format!(
+            "jianmu: unknown tool `no_such_tool`; known tools: {}\n",
+            expected_tools().join(", ")
+        ),
+    );
+    check(
+        &["schema", "read_file"],
+        2,
+        "",
+        "jianmu: tool `read_file` is not compiled in; enable the `fs` Cargo feature of jianmu-provider\n",
+    );
+    let out = jianmu(&["frobnicate"], Path::new("."));
+    assert_eq!(out.status.code(), Some(2));
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("jianmu.toml"), "[execution]\ntool_runner = \"kvm\"\n").unwrap();
+    let out = jianmu(&["tools"], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.starts_with("jianmu: invalid jianmu.toml"), "{err}");
+    check(
+        &["--workspace", "/definitely/not/here", "tools"],
+        2,
+        "",
+        "jianmu: workspace /definitely/not/here is not an existing directory: No such file or directory (os error 2)\n",
+    );
+}
+
+#[cfg(feature = "calculator")]
+mod calculator {
+    use super::*;
+
+    #[test]
+    fn call_prints_the_answer() {
+        check(&["call", "calculator", "\"2**100\""], 0, "1267650600228229401496703205376\n", "");
+        check(&["call", "calculator", r#"{"input": "7/2"}"#], 0, "3.5\n", "");
+    }
+
+    #[test]
+    fn tool_errors_exit_1_with_one_line_on_stderr() {
+        check(
+            &["call", "calculator", "\"1/0\""],
+            1,
+            "",
+            "Error: ZeroDivisionError: division by zero\n",
+        );
+        check(
+            &["call", "calculator", "{\"input\": 3}"],
+            1,
+            "",
+            "Error: invalid arguments for `calculator`: at /: 3 is not of type \"string\"\n",
+        );
+        check(
+            &["call", "calculator", "2+2"],
+            1,
+            "",
+            "Error: the arguments are not valid JSON (trailing characters at line 1 column 2); a bare-string tool takes a quoted string, e.g. '\"2+2\"'\n",
+        );
+    }
+
+    #[test]
+    fn schema_prints_the_spec_and_accepts_aliases() {
+        let out = jianmu(&["schema", "calculator"], Path::new("."));
+        assert!(out.status.success());
+        let spec: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(spec["name"], "calculator");
+        assert_eq!(spec["input_schema"]["type"], "string");
+        assert_eq!(spec["parallel_safe"], true);
+    }
+
+    #[test]
+    fn config_file_and_flags() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("jianmu.toml"),
+            "[execution]\ntool_runner = \"docker\"\n",
+        )
+        .unwrap();
+        // The file asks for docker; this build has none, and says so rather than
+        // silently running locally.
+        let out = jianmu(&["call", "calculator", "\"1+1\""], dir.path());
+        assert_eq!(out.status.code(), Some(2));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "jianmu: sandbox `docker` is not compiled into this build of jianmu\n"
+        );
+        // The flag overrides the file.
+        let out = jianmu(&["call", "calculator", "\"1+1\"", "--sandbox", "local"], dir.path());
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "2\n");
+    }
+
+    #[test]
+    fn docs_tools_md_is_fresh() {
+        let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = jianmu(&["tools", "--markdown"], &root);
+        assert!(out.status.success());
+        let live = String::from_utf8(out.stdout).unwrap();
+        let committed = std::fs::read_to_string(root.join("docs/tools.md")).unwrap_or_default();
+        // Only the full build lists every tool, so only it owns the page.
+        if cfg!(feature = "full") {
+            assert!(live == committed, "docs/tools.md is stale: run `cargo xtask docs`");
+        }
+    }
+}
