@@ -1,1 +1,271 @@
-fn main() {}
+//! Project automation: `cargo xtask test-all`, `cargo xtask bench`, `cargo xtask docs`.
+//!
+//! `test-all` is the one entry point CI calls; it runs every check a change must pass.
+// xtask drives cargo and python as a build tool; it is not shipped, and the ban on
+// spawning outside jianmu-sandbox is about the tools.
+#![allow(clippy::disallowed_methods)]
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use std::time::Instant;
+
+use anyhow::{Context, bail};
+
+mod bench;
+
+const USAGE: &str = "usage: cargo xtask <test-all | bench | docs>
+
+  test-all  fmt, clippy, the feature matrix, tests, docs, cargo deny
+  bench     benchmarks, printed as ratios against reference implementations
+  docs      regenerate docs/tools.md from the live tool specs";
+
+/// Crates whose features select tools; both expose the same tool features.
+const FEATURE_CRATES: [&str; 2] = ["jianmu-provider", "jianmu-cli"];
+
+/// Heavy dependencies a build may link only when the feature that needs them is on.
+const HEAVY: &[(&str, &str)] = &[
+    ("reqwest", "http"),
+    ("hyper", "http"),
+    ("bollard", "docker"),
+    ("rhai", "script"),
+    ("grep-searcher", "code"),
+    ("grep-regex", "code"),
+    ("ignore", "code"),
+];
+
+fn main() {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let result = match args.first().map(String::as_str) {
+        Some("test-all") => test_all(),
+        Some("bench") => bench::run(&args[1..]),
+        Some("docs") => docs(),
+        _ => {
+            eprintln!("{USAGE}");
+            std::process::exit(2);
+        }
+    };
+    if let Err(e) = result {
+        eprintln!("xtask: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+/// The workspace root (the parent of this crate).
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("xtask lives in the workspace root")
+        .to_owned()
+}
+
+fn cargo() -> Command {
+    let mut cmd = Command::new(std::env::var("CARGO").unwrap_or_else(|_| "cargo".into()));
+    cmd.current_dir(root());
+    cmd
+}
+
+/// Runs `cmd`, failing with its command line when it fails.
+fn run(mut cmd: Command) -> anyhow::Result<()> {
+    let shown = format!("{cmd:?}").replace('"', "");
+    eprintln!("$ {shown}");
+    let status = cmd
+        .status()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !status.success() {
+        bail!("failed ({status}): {shown}");
+    }
+    Ok(())
+}
+
+fn output(mut cmd: Command) -> anyhow::Result<String> {
+    let shown = format!("{cmd:?}").replace('"', "");
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot start {shown}"))?;
+    if !out.status.success() {
+        bail!(
+            "failed ({}): {shown}\n{}",
+            out.status,
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    Ok(String::from_utf8(out.stdout)?)
+}
+
+fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()> {
+    eprintln!("\n==> {name}");
+    let start = Instant::now();
+    f().with_context(|| format!("step `{name}` failed"))?;
+    eprintln!("==> {name}: ok in {:.1?}", start.elapsed());
+    Ok(())
+}
+
+fn test_all() -> anyhow::Result<()> {
+    let start = Instant::now();
+    step("fmt", || {
+        let mut c = cargo();
+        c.args(["fmt", "--all", "--check"]);
+        run(c)
+    })?;
+    step("clippy (all features, all targets)", || {
+        let mut c = cargo();
+        c.args([
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--all-features",
+            "--locked",
+        ]);
+        c.args(["--", "-D", "warnings"]);
+        run(c)
+    })?;
+    step("feature matrix", feature_matrix)?;
+    step("tests", || {
+        let mut c = cargo();
+        c.args([
+            "nextest",
+            "run",
+            "--workspace",
+            "--all-features",
+            "--locked",
+        ]);
+        c.args(["--no-fail-fast", "--status-level", "fail"]);
+        run(c)?;
+        let mut c = cargo();
+        c.args(["test", "--doc", "--workspace", "--all-features", "--locked"]);
+        run(c)
+    })?;
+    step("docs", || {
+        let mut c = cargo();
+        c.args([
+            "doc",
+            "--workspace",
+            "--all-features",
+            "--no-deps",
+            "--locked",
+        ]);
+        c.env("RUSTDOCFLAGS", "-D warnings");
+        run(c)
+    })?;
+    step("cargo deny (licenses, bans, sources)", || {
+        let mut c = cargo();
+        c.args(["fetch", "--locked"]);
+        run(c)?;
+        let mut c = cargo();
+        c.args(["deny", "--offline", "check", "licenses", "bans", "sources"]);
+        run(c)
+    })?;
+    eprintln!("\ntest-all: everything passed in {:.0?}", start.elapsed());
+    Ok(())
+}
+
+/// The tool features of the provider, read from its manifest.
+fn tool_features() -> anyhow::Result<Vec<String>> {
+    let manifest = std::fs::read_to_string(root().join("crates/jianmu-provider/Cargo.toml"))?;
+    let section = manifest
+        .split("[features]")
+        .nth(1)
+        .context("jianmu-provider has no [features]")?;
+    let section = section.split("\n[").next().unwrap_or(section);
+    let mut features: Vec<String> = section
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(k, _)| k.trim().to_owned()))
+        .filter(|k| !k.is_empty() && !k.starts_with('#') && k != "default" && k != "full")
+        .collect();
+    features.sort();
+    Ok(features)
+}
+
+/// No tool features, each tool feature alone, and `full`: each must pass clippy and
+/// the tests of the crates that select tools, and link only what its features need.
+fn feature_matrix() -> anyhow::Result<()> {
+    let features = tool_features()?;
+    let mut sets: Vec<Vec<String>> = vec![vec![]];
+    sets.extend(features.iter().map(|f| vec![f.clone()]));
+    sets.push(vec!["full".into()]);
+    for set in sets {
+        let label = if set.is_empty() {
+            "no tool features".to_owned()
+        } else {
+            set.join(",")
+        };
+        eprintln!("\n--> features: {label}");
+        let flags: Vec<String> = FEATURE_CRATES
+            .iter()
+            .flat_map(|krate| set.iter().map(move |f| format!("{krate}/{f}")))
+            .collect();
+        let with_features = |sub: &[&str]| {
+            let mut c = cargo();
+            c.args(sub);
+            for krate in FEATURE_CRATES {
+                c.args(["-p", krate]);
+            }
+            c.args(["--no-default-features", "--locked"]);
+            if !flags.is_empty() {
+                c.args(["--features", &flags.join(",")]);
+            }
+            c
+        };
+        let mut c = with_features(&["clippy", "--all-targets"]);
+        c.args(["--", "-D", "warnings"]);
+        run(c)?;
+        let mut c = with_features(&["nextest", "run"]);
+        c.args(["--status-level", "fail"]);
+        run(c)?;
+        check_linkage(&set)?;
+    }
+    Ok(())
+}
+
+/// `jianmu` built with `set` must not link heavy crates of features outside it.
+fn check_linkage(set: &[String]) -> anyhow::Result<()> {
+    let mut c = cargo();
+    c.args([
+        "tree",
+        "-p",
+        "jianmu-cli",
+        "--no-default-features",
+        "--locked",
+    ]);
+    c.args(["-e", "normal", "--prefix", "none", "--format", "{p}"]);
+    if !set.is_empty() {
+        c.args(["--features", &set.join(",")]);
+    }
+    let tree = output(c)?;
+    let linked: Vec<&str> = tree
+        .lines()
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    let full = set.iter().any(|f| f == "full");
+    for (krate, feature) in HEAVY {
+        if !full && !set.iter().any(|f| f == feature) && linked.contains(krate) {
+            bail!(
+                "features [{}] link `{krate}`, which only `{feature}` may bring in",
+                set.join(",")
+            );
+        }
+    }
+    eprintln!(
+        "linkage ok: {} crates, none of the heavy ones outside the enabled features",
+        linked.len()
+    );
+    Ok(())
+}
+
+fn docs() -> anyhow::Result<()> {
+    let mut c = cargo();
+    c.args([
+        "run",
+        "--quiet",
+        "--locked",
+        "-p",
+        "jianmu-cli",
+        "--all-features",
+    ]);
+    c.args(["--", "tools", "--markdown"]);
+    let page = output(c)?;
+    let path = root().join("docs/tools.md");
+    std::fs::write(&path, page).with_context(|| format!("cannot write {}", path.display()))?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}

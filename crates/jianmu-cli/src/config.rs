@@ -65,7 +65,10 @@ impl Config {
         }
         if let Some(t) = config.execution.timeout_secs {
             if !(t.is_finite() && t > 0.0) {
-                bail!("invalid {}: execution.timeout_secs must be a positive number of seconds", path.display());
+                bail!(
+                    "invalid {}: execution.timeout_secs must be a positive number of seconds",
+                    path.display()
+                );
             }
         }
         Ok(config)

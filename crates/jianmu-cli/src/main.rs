@@ -20,7 +20,11 @@ mod config;
 use config::{Config, SandboxKind};
 
 #[derive(Debug, Parser)]
-#[command(name = "jianmu", version, about = "Fast, confined built-in tools for LLM agents")]
+#[command(
+    name = "jianmu",
+    version,
+    about = "Fast, confined built-in tools for LLM agents"
+)]
 struct Cli {
     /// Settings file (TOML); `./jianmu.toml` is read if present.
     #[arg(long, global = true, value_name = "FILE")]
@@ -121,9 +125,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Some(dir) => dir,
         None => std::env::current_dir().context("cannot read the current directory")?,
     };
-    let workspace = workspace
-        .canonicalize()
-        .with_context(|| format!("workspace {} is not an existing directory", workspace.display()))?;
+    let workspace = workspace.canonicalize().with_context(|| {
+        format!(
+            "workspace {} is not an existing directory",
+            workspace.display()
+        )
+    })?;
     if !workspace.is_dir() {
         return Err(anyhow!("workspace {} is not a directory", workspace.display()).into());
     }
@@ -155,7 +162,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 .sandbox
                 .or(config.execution.tool_runner)
                 .unwrap_or(SandboxKind::Local);
-            let timeout = cli.timeout.or(config.execution.timeout_secs).unwrap_or(120.0);
+            let timeout = cli
+                .timeout
+                .or(config.execution.timeout_secs)
+                .unwrap_or(120.0);
             let timeout = Duration::try_from_secs_f64(timeout)
                 .ok()
                 .filter(|t| !t.is_zero())
@@ -193,9 +203,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
 /// Unknown and not-compiled tools are the caller's mistake, not the tool's.
 fn usage(e: ToolError) -> Failure {
     match e {
-        ToolError::UnknownTool { .. } | ToolError::NotCompiled { .. } | ToolError::Config { .. } => {
-            Failure::Usage(anyhow!(chain(&e)))
-        }
+        ToolError::UnknownTool { .. }
+        | ToolError::NotCompiled { .. }
+        | ToolError::Config { .. } => Failure::Usage(anyhow!(chain(&e))),
         other => Failure::Tool(other),
     }
 }
@@ -221,9 +231,9 @@ fn print(text: &str) -> Result<(), Failure> {
     let mut out = std::io::stdout().lock();
     match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
         // A closed pipe (`jianmu tools | head -1`) is not an error worth a message.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => {
-            Err(anyhow::Error::from(e).context("cannot write to stdout").into())
-        }
+        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::from(e)
+            .context("cannot write to stdout")
+            .into()),
         _ => Ok(()),
     }
 }
@@ -238,8 +248,16 @@ fn effects(spec: &ToolSpec) -> String {
 
 fn render_table(specs: &[&ToolSpec]) -> String {
     let name_w = specs.iter().map(|s| s.name.len()).max().unwrap_or(0).max(4);
-    let eff_w = specs.iter().map(|s| effects(s).len()).max().unwrap_or(0).max(7);
-    let mut out = format!("{:name_w$}  {:eff_w$}  PARALLEL  DESCRIPTION\n", "NAME", "EFFECTS");
+    let eff_w = specs
+        .iter()
+        .map(|s| effects(s).len())
+        .max()
+        .unwrap_or(0)
+        .max(7);
+    let mut out = format!(
+        "{:name_w$}  {:eff_w$}  PARALLEL  DESCRIPTION\n",
+        "NAME", "EFFECTS"
+    );
     for s in specs {
         let parallel = if s.parallel_safe { "yes" } else { "no" };
         out.push_str(&format!(

@@ -46,10 +46,20 @@ fn every_builtin_names_a_feature_and_aliases_point_at_builtins() {
 #[test]
 fn missing_tools_name_their_feature_and_unknown_ones_list_the_known() {
     let provider = BuiltinToolProvider::new(ToolConfig::new("."));
-    for (name, feature) in [("read_file", "fs"), ("web_search", "search"), ("python_eval", "script")] {
+    for (name, feature) in [
+        ("read_file", "fs"),
+        ("web_search", "search"),
+        ("python_eval", "script"),
+    ] {
         match provider.resolve_named_tools(&[name]) {
-            Err(ToolError::NotCompiled { name: n, feature: f }) => {
-                assert_eq!((f.as_str(), n.as_str()), (feature, canonical_tool_name(name)));
+            Err(ToolError::NotCompiled {
+                name: n,
+                feature: f,
+            }) => {
+                assert_eq!(
+                    (f.as_str(), n.as_str()),
+                    (feature, canonical_tool_name(name))
+                );
             }
             Ok(_) if !cfg!(feature = "full") => panic!("{name} resolved without its feature"),
             other => assert!(other.is_ok(), "{other:?}"),
@@ -57,7 +67,10 @@ fn missing_tools_name_their_feature_and_unknown_ones_list_the_known() {
     }
     let err = provider.resolve_named_tools(&["nope"]).unwrap_err();
     let known = expected().join(", ");
-    assert_eq!(err.to_string(), format!("unknown tool `nope`; known tools: {known}"));
+    assert_eq!(
+        err.to_string(),
+        format!("unknown tool `nope`; known tools: {known}")
+    );
 }
 
 #[cfg(feature = "calculator")]

@@ -142,14 +142,12 @@ impl Runner for ToolRunner {
         let work = self.sandbox.run_tool(tool, args, cx).instrument(span);
         let result = match self.timeout {
             None => work.await,
-            Some(limit) => tokio::time::timeout(limit, work)
-                .await
-                .unwrap_or_else(|_| {
-                    Err(ToolError::Timeout {
-                        tool: tool.name().to_owned(),
-                        after: limit,
-                    })
-                }),
+            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                Err(ToolError::Timeout {
+                    tool: tool.name().to_owned(),
+                    after: limit,
+                })
+            }),
         };
         pending.done = true;
         match &result {

@@ -19,12 +19,8 @@ fn tools() -> ToolSet {
         tokio::time::sleep(Duration::from_secs(3600)).await;
         Ok("woke".into())
     });
-    let boom = FunctionTool::from_sync(ToolSpec::new("boom", "Panics."), |_| {
-        panic!("kaboom")
-    });
-    ToolSet::from_tools(
-        [echo, fail, slow, boom].map(|t| ToolHandle::new(t).unwrap()),
-    )
+    let boom = FunctionTool::from_sync(ToolSpec::new("boom", "Panics."), |_| panic!("kaboom"));
+    ToolSet::from_tools([echo, fail, slow, boom].map(|t| ToolHandle::new(t).unwrap()))
 }
 
 fn recorder(runner: &ToolRunner) -> Arc<Mutex<Vec<String>>> {

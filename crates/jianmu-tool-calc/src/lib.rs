@@ -156,7 +156,10 @@ pub fn evaluate(expr: &str) -> Result<String, CalcError> {
 fn refused(expr: &str, at: usize, bad: char) -> CalcError {
     const SHOWN: usize = 200;
     let shown = if expr.len() > SHOWN {
-        let cut = (0..=SHOWN).rev().find(|i| expr.is_char_boundary(*i)).unwrap_or(0);
+        let cut = (0..=SHOWN)
+            .rev()
+            .find(|i| expr.is_char_boundary(*i))
+            .unwrap_or(0);
         format!("{}...", &expr[..cut])
     } else {
         expr.to_owned()

@@ -51,9 +51,8 @@ impl Num {
     fn to_f64(&self) -> Result<f64, CalcError> {
         match self {
             Num::Small(v) => Ok(small_to_f64(*v)),
-            Num::Big(b) => big_to_f64(b).ok_or_else(|| {
-                CalcError::overflow("int too large to convert to float")
-            }),
+            Num::Big(b) => big_to_f64(b)
+                .ok_or_else(|| CalcError::overflow("int too large to convert to float")),
             Num::Float(f) => Ok(*f),
         }
     }
@@ -178,8 +177,12 @@ fn big_op(op: BinOp, x: BigInt, y: BigInt) -> Result<Num, CalcError> {
 
 fn big_pow(x: &BigInt, y: &BigInt) -> Result<Num, CalcError> {
     if y.is_negative() {
-        return float_op(BinOp::Pow, Num::Big(x.clone()).to_f64()?, Num::Big(y.clone()).to_f64()?)
-            .map(Num::Float);
+        return float_op(
+            BinOp::Pow,
+            Num::Big(x.clone()).to_f64()?,
+            Num::Big(y.clone()).to_f64()?,
+        )
+        .map(Num::Float);
     }
     // Bases whose powers never grow.
     if x.is_zero() {
@@ -193,7 +196,10 @@ fn big_pow(x: &BigInt, y: &BigInt) -> Result<Num, CalcError> {
     }
     // |x| >= 2, so the result has at least (bits(x) - 1) * y + 1 bits: refuse before
     // computing anything that would pass the limit.
-    let exp = y.to_u64().filter(|e| *e <= MAX_INT_BITS).ok_or_else(too_big)?;
+    let exp = y
+        .to_u64()
+        .filter(|e| *e <= MAX_INT_BITS)
+        .ok_or_else(too_big)?;
     if (x.bits() - 1).saturating_mul(exp) >= MAX_INT_BITS {
         return Err(too_big());
     }
@@ -430,7 +436,10 @@ pub(crate) fn float_repr(f: f64) -> String {
     // Python's whenever it still round-trips (it may not next to a power of two, where
     // the gap below is half the gap above).
     let shortest = format!("{:e}", f.abs());
-    let len = shortest.split('e').next().map_or(1, |m| m.replace('.', "").len());
+    let len = shortest
+        .split('e')
+        .next()
+        .map_or(1, |m| m.replace('.', "").len());
     let nearest = format!("{:.*e}", len - 1, f.abs());
     let sci = if nearest.parse::<f64>() == Ok(f.abs()) {
         nearest

@@ -129,10 +129,9 @@ impl<'a> Parser<'a> {
     fn unexpected(&self) -> CalcError {
         match self.tok {
             Tok::End => CalcError::syntax("unexpected end of expression"),
-            Tok::Close => CalcError::syntax(format!(
-                "unmatched ')' at position {}",
-                self.tok_start
-            )),
+            Tok::Close => {
+                CalcError::syntax(format!("unmatched ')' at position {}", self.tok_start))
+            }
             Tok::Num(n) => CalcError::syntax(format!(
                 "unexpected number '{n}' at position {}: an operator is missing",
                 self.tok_start
@@ -141,10 +140,9 @@ impl<'a> Parser<'a> {
                 "unexpected '(' at position {}: an operator is missing",
                 self.tok_start
             )),
-            Tok::Op(o) => CalcError::syntax(format!(
-                "unexpected '{o}' at position {}",
-                self.tok_start
-            )),
+            Tok::Op(o) => {
+                CalcError::syntax(format!("unexpected '{o}' at position {}", self.tok_start))
+            }
         }
     }
 
@@ -153,7 +151,8 @@ impl<'a> Parser<'a> {
         while let Tok::Op(o @ ("+" | "-")) = self.tok {
             self.advance()?;
             self.term()?;
-            self.out.push(Op::Bin(if o == "+" { BinOp::Add } else { BinOp::Sub }));
+            self.out
+                .push(Op::Bin(if o == "+" { BinOp::Add } else { BinOp::Sub }));
         }
         Ok(())
     }
@@ -220,9 +219,9 @@ impl<'a> Parser<'a> {
                 self.depth -= 1;
                 if self.tok != Tok::Close {
                     return Err(match self.tok {
-                        Tok::End => CalcError::syntax(format!(
-                            "'(' at position {at} was never closed"
-                        )),
+                        Tok::End => {
+                            CalcError::syntax(format!("'(' at position {at} was never closed"))
+                        }
                         _ => self.unexpected(),
                     });
                 }

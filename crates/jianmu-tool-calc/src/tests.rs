@@ -71,16 +71,37 @@ fn python_semantics() {
 #[test]
 fn python_errors() {
     check("1/0", "error: ZeroDivisionError: division by zero");
-    check("1//0", "error: ZeroDivisionError: integer division or modulo by zero");
+    check(
+        "1//0",
+        "error: ZeroDivisionError: integer division or modulo by zero",
+    );
     check("1%0", "error: ZeroDivisionError: integer modulo by zero");
     check("1.0/0", "error: ZeroDivisionError: float division by zero");
-    check("1.0//0", "error: ZeroDivisionError: float floor division by zero");
+    check(
+        "1.0//0",
+        "error: ZeroDivisionError: float floor division by zero",
+    );
     check("1.0%0", "error: ZeroDivisionError: float modulo");
-    check("0**-1", "error: ZeroDivisionError: 0.0 cannot be raised to a negative power");
-    check("10.0**400", "error: OverflowError: (34, 'Numerical result out of range')");
-    check("2**1024*1.0", "error: OverflowError: int too large to convert to float");
-    check("10**400/3**-1", "error: OverflowError: int too large to convert to float");
-    check("10**400/3", "error: OverflowError: integer division result too large for a float");
+    check(
+        "0**-1",
+        "error: ZeroDivisionError: 0.0 cannot be raised to a negative power",
+    );
+    check(
+        "10.0**400",
+        "error: OverflowError: (34, 'Numerical result out of range')",
+    );
+    check(
+        "2**1024*1.0",
+        "error: OverflowError: int too large to convert to float",
+    );
+    check(
+        "10**400/3**-1",
+        "error: OverflowError: int too large to convert to float",
+    );
+    check(
+        "10**400/3",
+        "error: OverflowError: integer division result too large for a float",
+    );
     check(
         "(-8)**0.5",
         "error: ValueError: a negative number raised to a fractional power has a complex result, which this calculator does not compute",
@@ -115,15 +136,30 @@ fn refused_characters_use_the_seed_message() {
 fn syntax_errors_say_where() {
     check("", "error: SyntaxError: empty expression");
     check("   ", "error: SyntaxError: empty expression");
-    check("(1+2", "error: SyntaxError: '(' at position 0 was never closed");
+    check(
+        "(1+2",
+        "error: SyntaxError: '(' at position 0 was never closed",
+    );
     check("1+2)", "error: SyntaxError: unmatched ')' at position 3");
     check("1+", "error: SyntaxError: unexpected end of expression");
-    check("2 3", "error: SyntaxError: unexpected number '3' at position 2: an operator is missing");
-    check("2(3)", "error: SyntaxError: unexpected '(' at position 1: an operator is missing");
-    check("1.2.3", "error: SyntaxError: unexpected number '.3' at position 3: an operator is missing");
+    check(
+        "2 3",
+        "error: SyntaxError: unexpected number '3' at position 2: an operator is missing",
+    );
+    check(
+        "2(3)",
+        "error: SyntaxError: unexpected '(' at position 1: an operator is missing",
+    );
+    check(
+        "1.2.3",
+        "error: SyntaxError: unexpected number '.3' at position 3: an operator is missing",
+    );
     check("2* *3", "error: SyntaxError: unexpected '*' at position 3");
     check("*3", "error: SyntaxError: unexpected '*' at position 0");
-    check(".", "error: SyntaxError: a lone '.' at position 0 is not a number");
+    check(
+        ".",
+        "error: SyntaxError: a lone '.' at position 0 is not a number",
+    );
     check(
         "007",
         "error: SyntaxError: leading zeros in decimal integer literals are not permitted (at position 0)",
@@ -140,30 +176,66 @@ fn hostile_inputs_fail_fast() {
     let deep = format!("{}1{}", "(".repeat(100_000), ")".repeat(100_000));
     let megabyte = "1+".repeat(512 * 1024) + "1";
     let deep_ok = format!("{}1{}", "(".repeat(MAX_DEPTH), ")".repeat(MAX_DEPTH));
-    let too_deep = format!("{}1{}", "(".repeat(MAX_DEPTH + 1), ")".repeat(MAX_DEPTH + 1));
+    let too_deep = format!(
+        "{}1{}",
+        "(".repeat(MAX_DEPTH + 1),
+        ")".repeat(MAX_DEPTH + 1)
+    );
     let tower = vec!["2"; 300].join("**");
     let signs = format!("{}1", "-".repeat(MAX_INPUT_LEN - 1));
     let cases: Vec<(&str, &str)> = vec![
-        (&deep, "error: limit exceeded: the expression is 200001 bytes long; the limit is 10000"),
-        (&megabyte, "error: limit exceeded: the expression is 1048577 bytes long; the limit is 10000"),
+        (
+            &deep,
+            "error: limit exceeded: the expression is 200001 bytes long; the limit is 10000",
+        ),
+        (
+            &megabyte,
+            "error: limit exceeded: the expression is 1048577 bytes long; the limit is 10000",
+        ),
         (&deep_ok, "1"),
-        (&too_deep, "error: limit exceeded: too many nested parentheses or powers: the limit is 200"),
-        (&tower, "error: limit exceeded: too many nested parentheses or powers: the limit is 200"),
+        (
+            &too_deep,
+            "error: limit exceeded: too many nested parentheses or powers: the limit is 200",
+        ),
+        (
+            &tower,
+            "error: limit exceeded: too many nested parentheses or powers: the limit is 200",
+        ),
         (&signs, "-1"),
-        ("2**99999999", "error: limit exceeded: integer result too large: exact integers are limited to 32768 bits (about 9864 decimal digits)"),
-        ("9**9**9", "error: limit exceeded: integer result too large: exact integers are limited to 32768 bits (about 9864 decimal digits)"),
-        ("(2**30000)*(2**30000)", "error: limit exceeded: integer result too large: exact integers are limited to 32768 bits (about 9864 decimal digits)"),
-        ("2**99999999999999999999999", "error: limit exceeded: integer result too large: exact integers are limited to 32768 bits (about 9864 decimal digits)"),
+        (
+            "2**99999999",
+            "error: limit exceeded: integer result too large: exact integers are limited to 32768 bits (about 9864 decimal digits)",
+        ),
+        (
+            "9**9**9",
+            "error: limit exceeded: integer result too large: exact integers are limited to 32768 bits (about 9864 decimal digits)",
+        ),
+        (
+            "(2**30000)*(2**30000)",
+            "error: limit exceeded: integer result too large: exact integers are limited to 32768 bits (about 9864 decimal digits)",
+        ),
+        (
+            "2**99999999999999999999999",
+            "error: limit exceeded: integer result too large: exact integers are limited to 32768 bits (about 9864 decimal digits)",
+        ),
         ("1**99999999999999999999999", "1"),
         ("(-1)**99999999999999999999999", "-1"),
         ("0**99999999999999999999999", "0"),
-        ("2.0**99999999", "error: OverflowError: (34, 'Numerical result out of range')"),
+        (
+            "2.0**99999999",
+            "error: OverflowError: (34, 'Numerical result out of range')",
+        ),
     ];
     for (input, expect) in cases {
         let start = Instant::now();
         check(input, expect);
         // Not a benchmark: a generous bound that only a pathological path would break.
-        assert!(start.elapsed().as_secs() < 2, "{:.40}... took {:?}", input, start.elapsed());
+        assert!(
+            start.elapsed().as_secs() < 2,
+            "{:.40}... took {:?}",
+            input,
+            start.elapsed()
+        );
     }
 }
 
@@ -195,10 +267,12 @@ async fn tool_takes_a_string_or_input_object() {
     let o = ExecuteOptions::default();
     let out = tool.execute(serde_json::json!("6*7"), o).await.unwrap();
     assert_eq!(out.text, "42");
-    let out = tool.execute(serde_json::json!({"input": "2**10"}), o).await.unwrap();
+    let out = tool
+        .execute(serde_json::json!({"input": "2**10"}), o)
+        .await
+        .unwrap();
     assert_eq!(out.text, "1024");
     let err = tool.execute(serde_json::json!("1/0"), o).await.unwrap_err();
     assert!(err.is_model_facing());
     assert_eq!(err.to_string(), "ZeroDivisionError: division by zero");
 }
-

@@ -46,9 +46,7 @@ impl ArgsValidator {
     ) -> Result<Value, ToolError> {
         let args = self.normalize(tool, args)?;
         let args = match injected {
-            Some(injected) if !injected.is_empty() => {
-                merge(tool, args, injected, prefer_injected)?
-            }
+            Some(injected) if !injected.is_empty() => merge(tool, args, injected, prefer_injected)?,
             _ => args,
         };
         let args = if self.bare_string {
@@ -112,10 +110,7 @@ fn merge(
         return Err(invalid(
             tool,
             "",
-            format!(
-                "injected arguments need an object, got {}",
-                kind_of(&args)
-            ),
+            format!("injected arguments need an object, got {}", kind_of(&args)),
         ));
     };
     for (key, value) in injected {
@@ -173,7 +168,10 @@ fn kind_of(v: &Value) -> &'static str {
 fn clip(mut message: String) -> String {
     const MAX: usize = 300;
     if message.len() > MAX {
-        let cut = (0..=MAX).rev().find(|i| message.is_char_boundary(*i)).unwrap_or(0);
+        let cut = (0..=MAX)
+            .rev()
+            .find(|i| message.is_char_boundary(*i))
+            .unwrap_or(0);
         message.truncate(cut);
         message.push_str("...");
     }

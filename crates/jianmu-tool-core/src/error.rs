@@ -47,7 +47,9 @@ pub enum ToolError {
         known: Vec<String>,
     },
     /// The tool exists but its crate was not compiled into this build.
-    #[error("tool `{name}` is not compiled in; enable the `{feature}` Cargo feature of jianmu-provider")]
+    #[error(
+        "tool `{name}` is not compiled in; enable the `{feature}` Cargo feature of jianmu-provider"
+    )]
     NotCompiled {
         /// The canonical name of the tool.
         name: String,

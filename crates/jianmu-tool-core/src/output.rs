@@ -96,8 +96,9 @@ pub struct Json<T>(pub T);
 
 impl<T: Serialize> IntoToolOutput for Json<T> {
     fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
-        let value = serde_json::to_value(&self.0)
-            .map_err(|e| ToolError::failed(format!("the result could not be encoded as JSON: {e}")))?;
+        let value = serde_json::to_value(&self.0).map_err(|e| {
+            ToolError::failed(format!("the result could not be encoded as JSON: {e}"))
+        })?;
         Ok(ToolOutput::text(value.to_string()).with_structured(value))
     }
 }

@@ -57,13 +57,17 @@ fn bare_string_tool_takes_string_or_input_object() {
         &tool,
         json!(5),
         o,
-        expect![[r#"err: invalid arguments for `shout`: at /: expected a string or {"input": string}, got a number"#]],
+        expect![[
+            r#"err: invalid arguments for `shout`: at /: expected a string or {"input": string}, got a number"#
+        ]],
     );
     check_call(
         &tool,
         json!({"input": "hi", "extra": 1}),
         o,
-        expect!["err: invalid arguments for `shout`: at /extra: this tool takes a single `input` string; unexpected key `extra`"],
+        expect![
+            "err: invalid arguments for `shout`: at /extra: this tool takes a single `input` string; unexpected key `extra`"
+        ],
     );
     check_call(
         &tool,
@@ -75,7 +79,9 @@ fn bare_string_tool_takes_string_or_input_object() {
         &tool,
         json!({}),
         o,
-        expect![[r#"err: invalid arguments for `shout`: at /: expected a string or {"input": string}, got an object without `input`"#]],
+        expect![[
+            r#"err: invalid arguments for `shout`: at /: expected a string or {"input": string}, got an object without `input`"#
+        ]],
     );
 }
 
@@ -86,7 +92,9 @@ fn every_violation_is_listed_with_its_pointer() {
         &tool,
         json!({"a": "x", "b": "long", "c": true}),
         ExecuteOptions::default(),
-        expect![[r#"err: invalid arguments for `pair`: at /a: "x" is not of type "integer"; at /b: "long" is longer than 3 characters; at /: Additional properties are not allowed ('c' was unexpected)"#]],
+        expect![[
+            r#"err: invalid arguments for `pair`: at /a: "x" is not of type "integer"; at /b: "long" is longer than 3 characters; at /: Additional properties are not allowed ('c' was unexpected)"#
+        ]],
     );
     check_call(
         &tool,
@@ -130,7 +138,9 @@ fn injected_arguments_win_unless_told_otherwise() {
         &tool,
         json!({"a": 1}),
         ExecuteOptions::default().injected(&injected),
-        expect![[r#"err: invalid arguments for `pair`: at /b: "toolong" is longer than 3 characters"#]],
+        expect![[
+            r#"err: invalid arguments for `pair`: at /b: "toolong" is longer than 3 characters"#
+        ]],
     );
 }
 
@@ -315,10 +325,7 @@ fn event_bus_delivers_to_all_and_survives_a_panicking_subscriber() {
     assert!(bus.unsubscribe(a));
     assert!(!bus.unsubscribe(a));
     bus.emit(&ExecutionEvent::new(EventKind::Failed, "u", "c2"));
-    assert_eq!(
-        *seen.lock().unwrap(),
-        ["a:execution.started", "c:t", "c:u"]
-    );
+    assert_eq!(*seen.lock().unwrap(), ["a:execution.started", "c:t", "c:u"]);
 }
 
 #[test]
@@ -332,7 +339,11 @@ fn config_settings_decode_or_name_the_tool() {
     assert_eq!(cfg.settings::<S>("other").unwrap(), S::default());
     let bad = ToolConfig::new("/ws").with_settings("t", json!({"limit": "x"}));
     let err = bad.settings::<S>("t").unwrap_err();
-    assert!(err.to_string().starts_with("invalid configuration for `t`: "), "{err}");
+    assert!(
+        err.to_string()
+            .starts_with("invalid configuration for `t`: "),
+        "{err}"
+    );
 }
 
 #[test]

@@ -119,13 +119,14 @@ impl<T: Tool> DynTool for T {
     }
 
     async fn call_json(&self, args: Value, cx: &CallContext) -> Result<ToolOutput, ToolError> {
-        let args: T::Args = serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments {
-            tool: self.name().to_owned(),
-            violations: vec![Violation {
-                pointer: String::new(),
-                message: e.to_string(),
-            }],
-        })?;
+        let args: T::Args =
+            serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments {
+                tool: self.name().to_owned(),
+                violations: vec![Violation {
+                    pointer: String::new(),
+                    message: e.to_string(),
+                }],
+            })?;
         match self.call(args, cx).await {
             Ok(output) => output.into_tool_output(),
             Err(e) => Err(e.into()),
@@ -356,7 +357,11 @@ impl ToolHandle {
     ///
     /// # Errors
     /// Whatever the tool reports.
-    pub async fn run_prepared(&self, args: Value, cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    pub async fn run_prepared(
+        &self,
+        args: Value,
+        cx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
         let body = std::panic::AssertUnwindSafe(self.inner.tool.call_json(args, cx));
         match body.catch_unwind().await {
             Ok(result) => result,

@@ -141,9 +141,8 @@ fn collect_args(func: &mut ItemFn) -> syn::Result<Vec<Arg>> {
 
 fn expand(attr: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
     let options = parse_options(attr)?;
-    let mut func: ItemFn = syn::parse2(item).map_err(|e| {
-        syn::Error::new(e.span(), "#[tool] goes on a function (fn or async fn)")
-    })?;
+    let mut func: ItemFn = syn::parse2(item)
+        .map_err(|e| syn::Error::new(e.span(), "#[tool] goes on a function (fn or async fn)"))?;
     if !func.sig.generics.params.is_empty() || func.sig.generics.where_clause.is_some() {
         return Err(syn::Error::new(
             func.sig.generics.span(),
@@ -151,7 +150,10 @@ fn expand(attr: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
         ));
     }
     if let Some(v) = &func.sig.variadic {
-        return Err(syn::Error::new(v.span(), "#[tool] functions cannot be variadic"));
+        return Err(syn::Error::new(
+            v.span(),
+            "#[tool] functions cannot be variadic",
+        ));
     }
     let args = collect_args(&mut func)?;
 

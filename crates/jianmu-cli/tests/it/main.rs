@@ -47,7 +47,13 @@ fn tools_lists_exactly_the_compiled_in_tools() {
     let names: Vec<&str> = specs.iter().map(|s| s["name"].as_str().unwrap()).collect();
     assert_eq!(names, expected_tools());
     for spec in &specs {
-        for key in ["description", "input_schema", "output_schema", "parallel_safe", "effect_tags"] {
+        for key in [
+            "description",
+            "input_schema",
+            "output_schema",
+            "parallel_safe",
+            "effect_tags",
+        ] {
             assert!(spec.get(key).is_some(), "{key} missing in {spec}");
         }
     }
@@ -55,7 +61,9 @@ fn tools_lists_exactly_the_compiled_in_tools() {
     let table = String::from_utf8(table.stdout).unwrap();
     let mut lines = table.lines();
     assert!(lines.next().unwrap().starts_with("NAME"));
-    let listed: Vec<&str> = lines.map(|l| l.split_whitespace().next().unwrap()).collect();
+    let listed: Vec<&str> = lines
+        .map(|l| l.split_whitespace().next().unwrap())
+        .collect();
     assert_eq!(listed, expected_tools());
 }
 
@@ -79,7 +87,11 @@ fn usage_errors_exit_2() {
     let out = jianmu(&["frobnicate"], Path::new("."));
     assert_eq!(out.status.code(), Some(2));
     let dir = tempfile::tempdir().unwrap();
-    std::fs::write(dir.path().join("jianmu.toml"), "[execution]\ntool_runner = \"kvm\"\n").unwrap();
+    std::fs::write(
+        dir.path().join("jianmu.toml"),
+        "[execution]\ntool_runner = \"kvm\"\n",
+    )
+    .unwrap();
     let out = jianmu(&["tools"], dir.path());
     assert_eq!(out.status.code(), Some(2));
     let err = String::from_utf8_lossy(&out.stderr);
@@ -98,8 +110,18 @@ mod calculator {
 
     #[test]
     fn call_prints_the_answer() {
-        check(&["call", "calculator", "\"2**100\""], 0, "1267650600228229401496703205376\n", "");
-        check(&["call", "calculator", r#"{"input": "7/2"}"#], 0, "3.5\n", "");
+        check(
+            &["call", "calculator", "\"2**100\""],
+            0,
+            "1267650600228229401496703205376\n",
+            "",
+        );
+        check(
+            &["call", "calculator", r#"{"input": "7/2"}"#],
+            0,
+            "3.5\n",
+            "",
+        );
     }
 
     #[test]
@@ -151,7 +173,10 @@ mod calculator {
             "jianmu: sandbox `docker` is not compiled into this build of jianmu\n"
         );
         // The flag overrides the file.
-        let out = jianmu(&["call", "calculator", "\"1+1\"", "--sandbox", "local"], dir.path());
+        let out = jianmu(
+            &["call", "calculator", "\"1+1\"", "--sandbox", "local"],
+            dir.path(),
+        );
         assert_eq!(String::from_utf8_lossy(&out.stdout), "2\n");
     }
 
@@ -164,7 +189,10 @@ mod calculator {
         let committed = std::fs::read_to_string(root.join("docs/tools.md")).unwrap_or_default();
         // Only the full build lists every tool, so only it owns the page.
         if cfg!(feature = "full") {
-            assert!(live == committed, "docs/tools.md is stale: run `cargo xtask docs`");
+            assert!(
+                live == committed,
+                "docs/tools.md is stale: run `cargo xtask docs`"
+            );
         }
     }
 }

@@ -72,7 +72,10 @@ fn expr(rng: &mut Rng, depth: u32, out: &mut String) {
 }
 
 fn env_u64(name: &str, default: u64) -> u64 {
-    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
 }
 
 const PYTHON: &str = r#"
@@ -155,5 +158,8 @@ fn agrees_with_python_eval() {
         mismatches[..mismatches.len().min(20)].join("\n")
     );
     // The generator must exercise both paths, or the test proves little.
-    assert!(values * 5 > count * 3 && errors * 50 > count, "values {values}, errors {errors}, complex {complex}");
+    assert!(
+        values * 5 > count * 3 && errors * 50 > count,
+        "values {values}, errors {errors}, complex {complex}"
+    );
 }

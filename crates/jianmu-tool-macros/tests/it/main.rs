@@ -50,7 +50,10 @@ async fn call(tool: jianmu_tool_core::FunctionTool, args: serde_json::Value) -> 
 async fn sync_fn_with_doc_comments() {
     let spec = add_tool().spec().clone();
     assert_eq!(spec.name, "add");
-    assert_eq!(spec.description, "Adds two integers.\n\nBoth must fit in i64.");
+    assert_eq!(
+        spec.description,
+        "Adds two integers.\n\nBoth must fit in i64."
+    );
     assert!(spec.parallel_safe);
     assert!(spec.effect_tags.is_empty());
     assert_eq!(
@@ -98,7 +101,11 @@ async fn err_becomes_a_tool_failure() {
 async fn no_arguments() {
     assert_eq!(call(nothing_tool(), json!({})).await, "done");
     assert_eq!(call(nothing_tool(), json!(null)).await, "done");
-    assert!(call(nothing_tool(), json!({"x": 1})).await.starts_with("error: invalid arguments"));
+    assert!(
+        call(nothing_tool(), json!({"x": 1}))
+            .await
+            .starts_with("error: invalid arguments")
+    );
 }
 
 #[test]

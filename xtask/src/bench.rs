@@ -1,0 +1,152 @@
+//! `cargo xtask bench`: runs the criterion benchmarks, then the reference
+//! implementations in the same run, and prints ratios against the goals.
+
+use std::process::Command;
+
+use anyhow::{Context, bail};
+
+use crate::{cargo, output, root, run as run_cmd};
+
+/// The expression both calculators evaluate: 10 operators.
+const CALC_EXPR: &str = "(12+34)*5-67//8+9%4**2/3-1.5*2";
+
+struct Row {
+    what: &'static str,
+    ours_ns: f64,
+    reference: &'static str,
+    reference_ns: Option<f64>,
+    goal: &'static str,
+}
+
+pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let mut c = cargo();
+    c.args([
+        "bench",
+        "--locked",
+        "-p",
+        "jianmu-sandbox",
+        "-p",
+        "jianmu-tool-calc",
+    ]);
+    c.args(["--bench", "dispatch", "--bench", "calc"]);
+    c.args(["--", "--noplot"]);
+    if quick {
+        c.args(["--warm-up-time", "1", "--measurement-time", "2"]);
+    }
+    run_cmd(c)?;
+
+    let python = python_available();
+    let seed_dispatch = python
+        .then(|| python_seconds(&["xtask/bench/seed_dispatch.py", "50000"]))
+        .transpose()?
+        .map(|s| s * 1e9);
+    let py_eval = python
+        .then(|| {
+            let stmt = format!(
+                "import timeit; print(min(timeit.repeat('eval(s)', setup='s={CALC_EXPR:?}', number=100000, repeat=5)) / 100000)"
+            );
+            python_seconds(&["-c", &stmt])
+        })
+        .transpose()?
+        .map(|s| s * 1e9);
+
+    let rows = [
+        Row {
+            what: "no-op call via ToolSet + ToolRunner + events",
+            ours_ns: median_ns("dispatch/toolset_runner_events")?,
+            reference: "seed call path in asyncio (Python)",
+            reference_ns: seed_dispatch,
+            goal: "<= 2 us",
+        },
+        Row {
+            what: "no-op call via ToolSet, no runner",
+            ours_ns: median_ns("dispatch/toolset_direct")?,
+            reference: "-",
+            reference_ns: None,
+            goal: "-",
+        },
+        Row {
+            what: "calculator: parse + evaluate, 10 operators",
+            ours_ns: median_ns("calculator/evaluate_10_ops")?,
+            reference: "Python eval() of the same string",
+            reference_ns: py_eval,
+            goal: "<= 3 us",
+        },
+        Row {
+            what: "calculator tool call via ToolSet + ToolRunner",
+            ours_ns: median_ns("calculator/tool_call_10_ops")?,
+            reference: "-",
+            reference_ns: None,
+            goal: "-",
+        },
+    ];
+    println!(
+        "\n{:<48} {:>10}  {:<36} {:>10} {:>8}  goal",
+        "benchmark", "ours", "reference", "ref", "speedup"
+    );
+    for r in rows {
+        let (ref_text, ratio) = match r.reference_ns {
+            Some(ns) => (human(ns), format!("{:.1}x", ns / r.ours_ns)),
+            None => ("-".into(), "-".into()),
+        };
+        println!(
+            "{:<48} {:>10}  {:<36} {:>10} {:>8}  {}",
+            r.what,
+            human(r.ours_ns),
+            r.reference,
+            ref_text,
+            ratio,
+            r.goal
+        );
+    }
+    if !python {
+        println!("(python3 not found: reference columns left empty)");
+    }
+    Ok(())
+}
+
+fn human(ns: f64) -> String {
+    if ns < 1_000.0 {
+        format!("{ns:.0} ns")
+    } else if ns < 1_000_000.0 {
+        format!("{:.2} us", ns / 1e3)
+    } else {
+        format!("{:.2} ms", ns / 1e6)
+    }
+}
+
+/// The median of a criterion benchmark, from its saved estimates.
+fn median_ns(id: &str) -> anyhow::Result<f64> {
+    let path = root()
+        .join("target/criterion")
+        .join(id)
+        .join("new/estimates.json");
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("no criterion results at {}", path.display()))?;
+    let json: serde_json::Value = serde_json::from_str(&text)?;
+    json["median"]["point_estimate"]
+        .as_f64()
+        .with_context(|| format!("no median in {}", path.display()))
+}
+
+fn python_available() -> bool {
+    Command::new("python3")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| o.status.success())
+}
+
+fn python_seconds(args: &[&str]) -> anyhow::Result<f64> {
+    let mut c = Command::new("python3");
+    c.args(args).current_dir(root());
+    let text = output(c)?;
+    let value: f64 = text
+        .trim()
+        .parse()
+        .with_context(|| format!("python printed {text:?}"))?;
+    if !(value > 0.0) {
+        bail!("python reported {value}");
+    }
+    Ok(value)
+}
