@@ -1,1 +1,5 @@
+//! Workspace-level tests: the layers working together, and the tidy checks that keep
+//! the repository honest.
 
+mod call_path;
+mod tidy;

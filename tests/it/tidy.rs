@@ -1,0 +1,171 @@
+//! Tidy checks over the source tree: conventions a compiler cannot enforce.
+
+use std::path::{Path, PathBuf};
+
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+fn files(dir: &Path, ext: &str, out: &mut Vec<PathBuf>) {
+    for entry in std::fs::read_dir(dir).unwrap() {
+        let path = entry.unwrap().path();
+        let name = path.file_name().unwrap().to_string_lossy();
+        if path.is_dir() {
+            if name != "target" && !name.starts_with('.') {
+                files(&path, ext, out);
+            }
+        } else if name.ends_with(ext) {
+            out.push(path);
+        }
+    }
+}
+
+fn rust_files() -> Vec<PathBuf> {
+    let mut out = Vec::new();
+    for dir in ["crates", "xtask", "tests"] {
+        files(&root().join(dir), ".rs", &mut out);
+    }
+    assert!(
+        out.len() > 20,
+        "the walk found too few files: {}",
+        out.len()
+    );
+    out
+}
+
+fn rel(path: &Path) -> String {
+    path.strip_prefix(root())
+        .unwrap()
+        .to_string_lossy()
+        .into_owned()
+}
+
+#[test]
+fn every_source_file_says_what_it_is_for() {
+    let missing: Vec<String> = rust_files()
+        .into_iter()
+        // trybuild inputs are deliberately broken programs, not modules.
+        .filter(|p| !rel(p).contains("/tests/ui/"))
+        .filter(|p| !std::fs::read_to_string(p).unwrap().starts_with("//!"))
+        .map(|p| rel(&p))
+        .collect();
+    assert!(
+        missing.is_empty(),
+        "files without a leading `//!` line: {missing:?}"
+    );
+}
+
+/// Spelt in two halves so this file does not match itself.
+const SPAWN: &str = concat!("Command", "::new(");
+
+#[test]
+fn only_the_sandbox_spawns_processes() {
+    let allowed = ["crates/jianmu-sandbox/src/process.rs", "xtask/"];
+    let offenders: Vec<String> = rust_files()
+        .into_iter()
+        .filter(|p| !allowed.iter().any(|a| rel(p).starts_with(a)))
+        .filter(|p| {
+            let text = std::fs::read_to_string(p).unwrap();
+            text.lines()
+                .any(|l| l.contains(SPAWN) && !l.trim_start().starts_with("//"))
+        })
+        .map(|p| rel(&p))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "spawn through jianmu_sandbox::process: {offenders:?}"
+    );
+}
+
+fn manifests() -> Vec<(String, String)> {
+    let mut out = Vec::new();
+    files(&root().join("crates"), "Cargo.toml", &mut out);
+    out.push(root().join("xtask/Cargo.toml"));
+    out.push(root().join("tests/Cargo.toml"));
+    out.into_iter()
+        .map(|p| (rel(&p), std::fs::read_to_string(&p).unwrap()))
+        .collect()
+}
+
+#[test]
+fn every_crate_uses_the_workspace_lints_and_its_folder_name() {
+    for (path, text) in manifests() {
+        assert!(
+            text.contains("[lints]\nworkspace = true"),
+            "{path} lacks [lints] workspace = true"
+        );
+        if let Some(folder) = path
+            .strip_prefix("crates/")
+            .and_then(|p| p.split('/').next())
+        {
+            assert!(
+                text.contains(&format!("name = \"{folder}\"")),
+                "{path}: package name must equal its folder"
+            );
+        }
+    }
+}
+
+#[test]
+fn tool_crates_never_depend_on_each_other() {
+    for (path, text) in manifests() {
+        let Some(krate) = path
+            .strip_prefix("crates/jianmu-tool-")
+            .and_then(|p| p.split('/').next())
+        else {
+            continue;
+        };
+        for line in text.lines() {
+            let dep = line.split(['=', ' ', '.']).next().unwrap_or("");
+            if let Some(other) = dep.strip_prefix("jianmu-tool-") {
+                assert!(
+                    ["core", "macros"].contains(&other) || other == krate,
+                    "{path} depends on jianmu-tool-{other}: only the provider may link tool crates"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn provider_feature_table_lists_every_feature() {
+    let manifest =
+        std::fs::read_to_string(root().join("crates/jianmu-provider/Cargo.toml")).unwrap();
+    let lib = std::fs::read_to_string(root().join("crates/jianmu-provider/src/lib.rs")).unwrap();
+    let features = manifest.split("[features]").nth(1).unwrap();
+    let features = features.split("\n[").next().unwrap();
+    for line in features.lines() {
+        let Some((name, _)) = line.split_once('=') else {
+            continue;
+        };
+        let name = name.trim();
+        if name == "default" {
+            continue;
+        }
+        assert!(
+            lib.contains(&format!("//! | `{name}` |")),
+            "the feature table in jianmu-provider's lib.rs lacks `{name}`"
+        );
+        let cli = std::fs::read_to_string(root().join("crates/jianmu-cli/Cargo.toml")).unwrap();
+        assert!(
+            cli.contains(&format!("\n{name} = ")),
+            "jianmu-cli lacks the `{name}` feature"
+        );
+        let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+        assert!(
+            readme.contains(&format!("| `{name}` |")),
+            "README's feature table lacks `{name}`"
+        );
+    }
+}
+
+#[test]
+fn ci_runs_the_command_the_readme_documents() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();
+    assert!(readme.contains("cargo xtask test-all"));
+    assert!(
+        ci.lines()
+            .any(|l| l.trim_start().starts_with("cargo xtask test-all"))
+    );
+}
