@@ -145,7 +145,7 @@ fn python_seconds(args: &[&str]) -> anyhow::Result<f64> {
         .trim()
         .parse()
         .with_context(|| format!("python printed {text:?}"))?;
-    if !(value > 0.0) {
+    if !value.is_finite() || value <= 0.0 {
         bail!("python reported {value}");
     }
     Ok(value)

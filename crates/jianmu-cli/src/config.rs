@@ -57,19 +57,19 @@ impl Config {
         };
         let mut config: Config =
             toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
-        if let Some(ws) = &config.workspace {
-            if ws.is_relative() {
-                let base = path.parent().unwrap_or(Path::new("."));
-                config.workspace = Some(base.join(ws));
-            }
+        if let Some(ws) = &config.workspace
+            && ws.is_relative()
+        {
+            let base = path.parent().unwrap_or(Path::new("."));
+            config.workspace = Some(base.join(ws));
         }
-        if let Some(t) = config.execution.timeout_secs {
-            if !(t.is_finite() && t > 0.0) {
-                bail!(
-                    "invalid {}: execution.timeout_secs must be a positive number of seconds",
-                    path.display()
-                );
-            }
+        if let Some(t) = config.execution.timeout_secs
+            && !(t.is_finite() && t > 0.0)
+        {
+            bail!(
+                "invalid {}: execution.timeout_secs must be a positive number of seconds",
+                path.display()
+            );
         }
         Ok(config)
     }

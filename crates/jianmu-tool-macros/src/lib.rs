@@ -176,7 +176,7 @@ fn expand(attr: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
     let parallel_safe = options
         .parallel_safe
         .as_ref()
-        .map_or(true, syn::LitBool::value);
+        .is_none_or(syn::LitBool::value);
     let effects = &options.effects;
     let builder = format_ident!("{}_tool", fn_ident);
 

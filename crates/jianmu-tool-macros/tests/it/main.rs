@@ -25,7 +25,7 @@ async fn greet_fn(name: String, times: Option<u32>) -> String {
 /// Fails on odd numbers.
 #[tool]
 fn even(n: u64) -> Result<String, String> {
-    if n % 2 == 0 {
+    if n.is_multiple_of(2) {
         Ok(format!("{n} is even"))
     } else {
         Err(format!("{n} is odd"))
