@@ -183,8 +183,10 @@ impl Default for CallContext {
     }
 }
 
-/// Options of [`ToolHandle::execute`], as the seed's `execute()` keywords.
+/// Options of [`ToolHandle::execute`], as the seed's `execute()` keywords. Start from
+/// `ExecuteOptions::default()` and chain the setters.
 #[derive(Clone, Copy)]
+#[non_exhaustive]
 pub struct ExecuteOptions<'a> {
     /// Arguments supplied by the runtime rather than the model.
     pub injected: Option<&'a Map<String, Value>>,
