@@ -1,0 +1,178 @@
+//! Atomic writes: a temporary file beside the target, `fsync`, `rename`. A failure at
+//! any step removes the temporary file and leaves the old file as it was.
+
+use std::io::{self, Write};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+
+use crate::{Workspace, WorkspaceError, check_regular, show};
+
+/// How [`Workspace::write_atomic`] writes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct WriteOptions {
+    /// Keep the old content and add the new after it.
+    pub append: bool,
+    /// Create missing parent directories.
+    pub create_dirs: bool,
+}
+
+impl Default for WriteOptions {
+    fn default() -> Self {
+        Self {
+            append: false,
+            create_dirs: true,
+        }
+    }
+}
+
+impl WriteOptions {
+    /// Sets `append`.
+    #[must_use]
+    pub fn append(mut self, append: bool) -> Self {
+        self.append = append;
+        self
+    }
+
+    /// Sets `create_dirs`.
+    #[must_use]
+    pub fn create_dirs(mut self, create_dirs: bool) -> Self {
+        self.create_dirs = create_dirs;
+        self
+    }
+}
+
+impl Workspace {
+    /// Writes `content` to `rel` atomically and returns the file's new size. If `rel`
+    /// is a symlink, the file it points to (beneath the root) is written.
+    ///
+    /// # Errors
+    /// A refused path, a missing parent without `create_dirs`, a target that is not a
+    /// regular file or is hard-linked, or an I/O failure (the old file is then intact
+    /// and no temporary file is left).
+    pub fn write_atomic(
+        &self,
+        rel: &Path,
+        content: &[u8],
+        options: &WriteOptions,
+    ) -> Result<u64, WorkspaceError> {
+        let target = self.write_target(rel, options.create_dirs)?;
+        let (parent, name) = split(&target).ok_or_else(|| WorkspaceError::NotAFile {
+            path: show(rel),
+            kind: "a directory",
+        })?;
+        // All further work is relative to the parent's handle, so the parent cannot be
+        // swapped out from under the write.
+        let pdir = self.open_dir(parent).map_err(|e| match e {
+            WorkspaceError::NotFound { .. } => WorkspaceError::NotFound {
+                path: format!("{} (its folder; set create_dirs to make it)", show(rel)),
+            },
+            other => other,
+        })?;
+        let existing = match pdir.symlink_metadata(name) {
+            Ok(meta) => {
+                check_regular(rel, &meta)?;
+                Some(meta)
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => None,
+            Err(e) => return Err(WorkspaceError::from_io(rel, e)),
+        };
+        let tmp = temp_name(name);
+        let result = write_temp(
+            &pdir,
+            &tmp,
+            name,
+            existing.as_ref(),
+            content,
+            options.append,
+        )
+        .and_then(|size| {
+            pdir.rename(&tmp, &pdir, name)?;
+            sync_dir(&pdir)?;
+            Ok(size)
+        });
+        result.map_err(|e| {
+            let _ = pdir.remove_file(&tmp);
+            WorkspaceError::from_io(rel, e)
+        })
+    }
+
+    /// The path to write: `rel` itself, or where the symlink `rel` points (beneath the
+    /// root). Creates the parent directories when asked.
+    fn write_target(&self, rel: &Path, create_dirs: bool) -> Result<PathBuf, WorkspaceError> {
+        let (parent, _) = split(rel).ok_or_else(|| WorkspaceError::NotAFile {
+            path: show(rel),
+            kind: "a directory",
+        })?;
+        if create_dirs && !parent.as_os_str().is_empty() {
+            if let Err(e) = self.dir.create_dir_all(parent) {
+                // Opening the parent tells why more precisely (a symlink out, a file
+                // in the way) than the bare creation error does.
+                return Err(match self.open_dir(parent) {
+                    Err(precise) => precise,
+                    Ok(_) => WorkspaceError::from_io(rel, e),
+                });
+            }
+        }
+        match self.symlink_metadata(rel) {
+            Ok(meta) if meta.file_type().is_symlink() => self.canonical(rel),
+            _ => Ok(rel.to_owned()),
+        }
+    }
+}
+
+fn split(rel: &Path) -> Option<(&Path, &Path)> {
+    let name = rel.file_name()?;
+    Some((rel.parent().unwrap_or(Path::new("")), Path::new(name)))
+}
+
+fn temp_name(name: &Path) -> PathBuf {
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    PathBuf::from(format!(
+        ".{}.{}-{n}.jianmu-tmp",
+        name.to_string_lossy(),
+        std::process::id()
+    ))
+}
+
+fn write_temp(
+    pdir: &Dir,
+    tmp: &Path,
+    name: &Path,
+    existing: Option<&cap_std::fs::Metadata>,
+    content: &[u8],
+    append: bool,
+) -> io::Result<u64> {
+    let mut options = OpenOptions::new();
+    options.write(true).create_new(true);
+    if let Some(meta) = existing {
+        options.mode(cap_std::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777);
+    }
+    let file = pdir.open_with(tmp, &options)?;
+    let mut out = io::BufWriter::new(file);
+    if append && existing.is_some() {
+        let mut read = OpenOptions::new();
+        read.read(true).custom_flags(crate::O_NONBLOCK);
+        let mut old = pdir.open_with(name, &read)?;
+        io::copy(&mut old, &mut out)?;
+    }
+    out.write_all(content)?;
+    let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
+    if let Some(meta) = existing {
+        // The umask narrowed the mode at creation; restore the old bits exactly.
+        file.set_permissions(meta.permissions())?;
+    }
+    file.sync_all()?;
+    Ok(file.metadata()?.len())
+}
+
+/// Makes the rename durable. The directory handle itself may be open for path
+/// lookups only, so open the directory again for reading to sync it.
+fn sync_dir(dir: &Dir) -> io::Result<()> {
+    let mut options = OpenOptions::new();
+    options.read(true);
+    dir.open_with(".", &options)?.sync_all()
+}
