@@ -146,6 +146,18 @@ impl WorkspaceError {
     }
 }
 
+impl From<WorkspaceError> for jianmu_tool_core::ToolError {
+    /// A workspace error is something the model should read: it names the path and
+    /// the rule (with the OS reason, for plain I/O failures).
+    fn from(e: WorkspaceError) -> Self {
+        let message = match &e {
+            WorkspaceError::Io { source, .. } => format!("{e}: {source}"),
+            _ => e.to_string(),
+        };
+        jianmu_tool_core::ToolError::failed(message)
+    }
+}
+
 /// How paths display in messages: workspace-relative, `.` for the root.
 pub fn show(path: &Path) -> String {
     if path.as_os_str().is_empty() {

@@ -1,0 +1,144 @@
+//! File tools: `read_file`, `write_file` and `list_dir` (the seed's `file.py`).
+//!
+//! Every path is confined to the workspace by [`jianmu_workspace::Workspace`]: relative
+//! paths resolve against the workspace root, absolute ones must lie inside it, and no
+//! symlink leads out. On top of that each tool applies the seed's checks: an optional
+//! extension allow-list (`read_file`, `write_file`; the final suffix, compared
+//! case-insensitively), existence and type checks, and size limits (`max_file_size`,
+//! `max_content_size`, 1 MiB by default).
+//!
+//! Settings come from [`jianmu_tool_core::ToolConfig`] (`[tools.read_file]` in
+//! `jianmu.toml`):
+//!
+//! ```toml
+//! [tools.read_file]
+//! max_file_size = 1048576
+//! allowed_extensions = [".rs", ".md"]
+//!
+//! [tools.write_file]
+//! max_content_size = 1048576
+//! allowed_extensions = [".md"]
+//! ```
+#![deny(missing_docs)]
+
+use std::path::Path;
+use std::sync::Arc;
+
+use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
+use jianmu_workspace::{Workspace, show};
+use serde::Deserialize;
+
+mod list;
+mod read;
+mod write;
+
+pub use list::{ListArgs, ListDir, ListSettings};
+pub use read::{ReadArgs, ReadFile, ReadSettings};
+pub use write::{WriteArgs, WriteFile, WriteSettings};
+
+/// One mebibyte, the seed's default size limit.
+pub const MIB: u64 = 1024 * 1024;
+
+/// Opens the configured workspace, or says why it cannot be used.
+fn workspace(config: &ToolConfig, tool: &str) -> Result<Arc<Workspace>, ToolError> {
+    Workspace::open(config.workspace())
+        .map(Arc::new)
+        .map_err(|e| ToolError::Config {
+            tool: tool.to_owned(),
+            message: format!("workspace {}: {e}", config.workspace().display()),
+        })
+}
+
+/// An allow-list of extensions such as `[".rs", "md"]`: normalised to a leading dot
+/// and lower case; `None` allows everything.
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(transparent)]
+pub struct Extensions(Option<Vec<String>>);
+
+impl Extensions {
+    /// An allow-list of these extensions.
+    pub fn only<I: IntoIterator<Item = S>, S: Into<String>>(exts: I) -> Self {
+        Self(Some(exts.into_iter().map(Into::into).collect()))
+    }
+
+    fn normalised(&self) -> Option<Vec<String>> {
+        self.0.as_ref().map(|list| {
+            list.iter()
+                .map(|e| format!(".{}", e.trim_start_matches('.').to_lowercase()))
+                .collect()
+        })
+    }
+
+    /// Checks the final suffix of `rel` (and of `real`, where a symlink points).
+    fn check(&self, rel: &Path, real: Option<&Path>) -> Result<(), ToolError> {
+        let Some(allowed) = self.normalised() else {
+            return Ok(());
+        };
+        for path in std::iter::once(rel).chain(real) {
+            let suffix = suffix(path);
+            if !allowed.contains(&suffix) {
+                let shown = if suffix.is_empty() {
+                    "none".to_owned()
+                } else {
+                    format!("`{suffix}`")
+                };
+                return Err(ToolError::failed(format!(
+                    "refused `{}`: extension {shown} is not allowed (allowed: {})",
+                    show(path),
+                    allowed.join(", ")
+                )));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// The final suffix, lower-cased, with its dot: `a.TXT` → `.txt`, `a.txt.` → `.`,
+/// `Makefile` → empty.
+fn suffix(path: &Path) -> String {
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy())
+        .unwrap_or_default();
+    match name.rfind('.') {
+        Some(i) if i > 0 => name[i..].to_lowercase(),
+        _ => String::new(),
+    }
+}
+
+/// Runs blocking file work off the async threads, as the seed does with
+/// `run_in_executor`.
+async fn blocking<T, F>(tool: &str, f: F) -> Result<T, ToolError>
+where
+    F: FnOnce() -> Result<T, ToolError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| ToolError::runner(tool, e))?
+}
+
+fn build_read(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(ReadFile::new(
+        workspace(config, "read_file")?,
+        config.settings("read_file")?,
+    ))
+}
+
+fn build_write(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(WriteFile::new(
+        workspace(config, "write_file")?,
+        config.settings("write_file")?,
+    ))
+}
+
+fn build_list(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(ListDir::new(
+        workspace(config, "list_dir")?,
+        config.settings("list_dir")?,
+    ))
+}
+
+jianmu_tool_core::register_tool!("read_file", build_read);
+jianmu_tool_core::register_tool!("write_file", build_write);
+jianmu_tool_core::register_tool!("list_dir", build_list);

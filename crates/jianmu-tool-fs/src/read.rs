@@ -1,0 +1,292 @@
+//! `read_file`: a text file's content, whole or a window of lines.
+
+use std::io::{BufRead, BufReader, Read};
+use std::path::Path;
+use std::sync::Arc;
+
+use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_workspace::{Workspace, WorkspaceError, show};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{Extensions, MIB, blocking};
+
+/// Settings of `read_file`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReadSettings {
+    /// Largest file read whole, and the most bytes a window returns.
+    pub max_file_size: u64,
+    /// Extensions that may be read; all when absent.
+    pub allowed_extensions: Extensions,
+}
+
+impl Default for ReadSettings {
+    fn default() -> Self {
+        Self {
+            max_file_size: MIB,
+            allowed_extensions: Extensions::default(),
+        }
+    }
+}
+
+/// Arguments of `read_file`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ReadArgs {
+    /// The file, relative to the workspace root (or absolute inside it).
+    pub path: String,
+    /// First line to return, counting from 1. Give `offset` or `limit` to read a
+    /// window of a large file.
+    #[schemars(range(min = 1))]
+    pub offset: Option<u64>,
+    /// Most lines to return.
+    #[schemars(range(min = 1))]
+    pub limit: Option<u64>,
+}
+
+/// The `read_file` tool.
+#[derive(Debug, Clone)]
+pub struct ReadFile {
+    ws: Arc<Workspace>,
+    settings: ReadSettings,
+}
+
+impl ReadFile {
+    /// A `read_file` confined to `ws`.
+    pub fn new(ws: Arc<Workspace>, settings: ReadSettings) -> Self {
+        Self { ws, settings }
+    }
+
+    /// The synchronous body, also used by the benchmarks.
+    ///
+    /// # Errors
+    /// A refused path or extension, a file too large to read whole, text that is not
+    /// UTF-8.
+    pub fn read(&self, args: &ReadArgs) -> Result<ToolOutput, ToolError> {
+        let rel = self.ws.relative(&args.path)?;
+        let real = self.ws.canonical(&rel)?;
+        self.settings.allowed_extensions.check(&rel, Some(&real))?;
+        let (file, meta) = self.ws.open_file(&rel)?;
+        let size = meta.len();
+        let limit = self.settings.max_file_size;
+        let mut reader = BufReader::with_capacity(64 * 1024, file);
+        let head = reader
+            .fill_buf()
+            .map_err(|e| WorkspaceError::from_io(&rel, e))?;
+        if memchr::memchr(0, &head[..head.len().min(8192)]).is_some() {
+            return Ok(ToolOutput::text(format!(
+                "`{}` is a binary file ({size} bytes); its content is not shown",
+                show(&rel)
+            ))
+            .with_structured(json!({"path": show(&rel), "binary": true, "size": size})));
+        }
+        if args.offset.is_none() && args.limit.is_none() {
+            if size > limit {
+                return Err(ToolError::failed(format!(
+                    "refused `{}`: it is {size} bytes, over the limit of {limit} bytes; read it in windows with `offset` and `limit`",
+                    show(&rel)
+                )));
+            }
+            let mut bytes = Vec::with_capacity(size as usize);
+            reader
+                .take(limit + 1)
+                .read_to_end(&mut bytes)
+                .map_err(|e| WorkspaceError::from_io(&rel, e))?;
+            if bytes.len() as u64 > limit {
+                return Err(WorkspaceError::TooLarge {
+                    path: show(&rel),
+                    size: bytes.len() as u64,
+                    limit,
+                }
+                .into());
+            }
+            return Ok(ToolOutput::text(utf8(&rel, bytes, 0)?));
+        }
+        let first = args.offset.unwrap_or(1).max(1);
+        let count = args.limit.unwrap_or(u64::MAX).max(1);
+        let window = window(&mut reader, first, count, limit)
+            .map_err(|e| WorkspaceError::from_io(&rel, e))?;
+        let last = first + window.lines.saturating_sub(1);
+        let mut text = utf8(&rel, window.bytes, window.start_byte)?;
+        let whole = first == 1 && window.lines == window.total;
+        if !whole {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            if window.lines == 0 {
+                text.push_str(&format!("(no lines: the file has {} lines)", window.total));
+            } else {
+                let cut = if window.cut {
+                    "; cut at the size limit"
+                } else {
+                    ""
+                };
+                text.push_str(&format!("(lines {first}-{last} of {}{cut})", window.total));
+            }
+        }
+        Ok(ToolOutput::text(text).with_structured(json!({
+            "path": show(&rel),
+            "first_line": first,
+            "lines": window.lines,
+            "total_lines": window.total,
+            "cut": window.cut,
+        })))
+    }
+}
+
+fn utf8(rel: &Path, bytes: Vec<u8>, base: u64) -> Result<String, ToolError> {
+    String::from_utf8(bytes).map_err(|e| {
+        let at = base + e.utf8_error().valid_up_to() as u64;
+        ToolError::failed(format!(
+            "`{}` is not UTF-8 text: invalid byte at offset {at}",
+            show(rel)
+        ))
+    })
+}
+
+struct Window {
+    bytes: Vec<u8>,
+    start_byte: u64,
+    lines: u64,
+    total: u64,
+    cut: bool,
+}
+
+/// Lines `first ..` (at most `count`, at most `max_bytes`), and the total line count.
+/// Streams the file: only the window is kept in memory.
+fn window<R: BufRead>(
+    r: &mut R,
+    first: u64,
+    count: u64,
+    max_bytes: u64,
+) -> std::io::Result<Window> {
+    let mut line = 1u64; // the line the next byte belongs to
+    let mut pos = 0u64;
+    let mut out = Window {
+        bytes: Vec::new(),
+        start_byte: 0,
+        lines: 0,
+        total: 0,
+        cut: false,
+    };
+    let mut in_line = false; // bytes seen since the last newline
+    let mut line_start = 0usize; // where the current line begins in `out.bytes`
+    loop {
+        let buf = r.fill_buf()?;
+        if buf.is_empty() {
+            break;
+        }
+        let len = buf.len();
+        let mut i = 0;
+        while i < len {
+            let nl = memchr::memchr(b'\n', &buf[i..]).map(|k| i + k);
+            let end = nl.map_or(len, |k| k + 1);
+            let taking = line >= first && out.lines < count && !out.cut;
+            if taking {
+                if !in_line {
+                    if out.bytes.is_empty() {
+                        out.start_byte = pos + i as u64;
+                    }
+                    line_start = out.bytes.len();
+                }
+                let piece = &buf[i..end];
+                if out.bytes.len() as u64 + piece.len() as u64 > max_bytes {
+                    // Whole lines only: drop the part of this line already kept.
+                    out.bytes.truncate(line_start);
+                    out.cut = true;
+                } else {
+                    out.bytes.extend_from_slice(piece);
+                }
+            }
+            match nl {
+                Some(_) => {
+                    if taking && !out.cut {
+                        out.lines += 1;
+                    }
+                    line += 1;
+                    in_line = false;
+                }
+                None => in_line = true,
+            }
+            i = end;
+            // Past the window: count the remaining lines without keeping them.
+            if line > first && (out.lines >= count || out.cut) {
+                let rest = &buf[i..];
+                line += memchr::memchr_iter(b'\n', rest).count() as u64;
+                in_line = rest.last().map_or(in_line, |b| *b != b'\n');
+                i = len;
+            }
+        }
+        pos += len as u64;
+        r.consume(len);
+    }
+    // A last line without a newline still counts.
+    if in_line {
+        if line >= first && out.lines < count && !out.cut {
+            out.lines += 1;
+        }
+        line += 1;
+    }
+    out.total = line - 1;
+    Ok(out)
+}
+
+impl Tool for ReadFile {
+    type Args = ReadArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "read_file"
+    }
+
+    fn description(&self) -> &str {
+        "Reads a text file in the workspace and returns its content.\n\
+         Files over the size limit (1 MiB by default) are read in windows of lines with \
+         `offset` (first line, from 1) and `limit` (number of lines); a window ends with a \
+         line such as `(lines 10-20 of 500)`. Binary files are reported with their size, \
+         not shown."
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["filesystem:read"]
+    }
+
+    async fn call(&self, args: ReadArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let this = self.clone();
+        blocking("read_file", move || this.read(&args)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::window;
+
+    #[track_caller]
+    fn check(text: &str, first: u64, count: u64, max: u64, expect: (&str, u64, u64, bool)) {
+        // A tiny buffer exercises lines that straddle reads.
+        let mut r = std::io::BufReader::with_capacity(3, text.as_bytes());
+        let w = window(&mut r, first, count, max).unwrap();
+        let got = (
+            std::str::from_utf8(&w.bytes).unwrap(),
+            w.lines,
+            w.total,
+            w.cut,
+        );
+        assert_eq!(got, expect, "{text:?} first {first} count {count}");
+    }
+
+    #[test]
+    fn windows() {
+        check("a\nb\nc\n", 1, 2, 100, ("a\nb\n", 2, 3, false));
+        check("a\nb\nc\n", 2, 5, 100, ("b\nc\n", 2, 3, false));
+        check("a\nb\nc", 3, 1, 100, ("c", 1, 3, false));
+        check("a\nb\nc", 4, 1, 100, ("", 0, 3, false));
+        check("", 1, 1, 100, ("", 0, 0, false));
+        check("\n\n", 2, 1, 100, ("\n", 1, 2, false));
+        check("long line\nx\n", 1, 2, 5, ("", 0, 2, true));
+        check("ab\ncd\nef\n", 1, 3, 6, ("ab\ncd\n", 2, 3, true));
+        check("ab\r\ncd", 1, 9, 100, ("ab\r\ncd", 2, 2, false));
+    }
+}

@@ -1,0 +1,132 @@
+//! `write_file`: write or append text, atomically.
+
+use std::sync::Arc;
+
+use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_workspace::{Workspace, WorkspaceError, WriteOptions, show};
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::{Extensions, MIB, blocking};
+
+/// Settings of `write_file`.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct WriteSettings {
+    /// Largest content accepted in one call, in bytes.
+    pub max_content_size: u64,
+    /// Extensions that may be written; all when absent.
+    pub allowed_extensions: Extensions,
+}
+
+impl Default for WriteSettings {
+    fn default() -> Self {
+        Self {
+            max_content_size: MIB,
+            allowed_extensions: Extensions::default(),
+        }
+    }
+}
+
+fn yes() -> bool {
+    true
+}
+
+/// Arguments of `write_file`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct WriteArgs {
+    /// The file, relative to the workspace root (or absolute inside it).
+    pub path: String,
+    /// The text to write.
+    pub content: String,
+    /// Add to the end of the file instead of replacing it.
+    #[serde(default)]
+    pub append: bool,
+    /// Create missing parent folders.
+    #[serde(default = "yes")]
+    #[schemars(default = "yes")]
+    pub create_dirs: bool,
+}
+
+/// The `write_file` tool.
+#[derive(Debug, Clone)]
+pub struct WriteFile {
+    ws: Arc<Workspace>,
+    settings: WriteSettings,
+}
+
+impl WriteFile {
+    /// A `write_file` confined to `ws`.
+    pub fn new(ws: Arc<Workspace>, settings: WriteSettings) -> Self {
+        Self { ws, settings }
+    }
+
+    /// The synchronous body.
+    ///
+    /// # Errors
+    /// A refused path or extension, content over the limit, a failed write (the old
+    /// file is then intact).
+    pub fn write(&self, args: &WriteArgs) -> Result<ToolOutput, ToolError> {
+        let rel = self.ws.relative(&args.path)?;
+        let size = args.content.len() as u64;
+        if size > self.settings.max_content_size {
+            return Err(ToolError::failed(format!(
+                "refused writing `{}`: the content is {size} bytes, over the limit of {} bytes",
+                show(&rel),
+                self.settings.max_content_size
+            )));
+        }
+        // Where a symlink points must be allowed too; a missing file is checked by name.
+        let real = match self.ws.canonical(&rel) {
+            Ok(real) => Some(real),
+            Err(WorkspaceError::NotFound { .. }) => None,
+            Err(e) => return Err(e.into()),
+        };
+        self.settings
+            .allowed_extensions
+            .check(&rel, real.as_deref())?;
+        let options = WriteOptions::default()
+            .append(args.append)
+            .create_dirs(args.create_dirs);
+        let file_size = self
+            .ws
+            .write_atomic(&rel, args.content.as_bytes(), &options)?;
+        Ok(
+            ToolOutput::text(format!("Wrote {} ({size} bytes)", show(&rel))).with_structured(
+                json!({
+                    "path": show(&rel),
+                    "bytes_written": size,
+                    "file_size": file_size,
+                    "appended": args.append,
+                }),
+            ),
+        )
+    }
+}
+
+impl Tool for WriteFile {
+    type Args = WriteArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "write_file"
+    }
+
+    fn description(&self) -> &str {
+        "Writes text to a file in the workspace, replacing it or (with `append`) adding to its end.\n\
+         Missing parent folders are created unless `create_dirs` is false. The write is \
+         atomic: readers see the old file or the new one, never a mix, and a failure \
+         leaves the old file intact. Answers `Wrote PATH (N bytes)`."
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["filesystem:write"]
+    }
+
+    async fn call(&self, args: WriteArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let this = self.clone();
+        blocking("write_file", move || this.write(&args)).await
+    }
+}

@@ -1,0 +1,282 @@
+//! read_file, write_file and list_dir through the real call path, on real files.
+
+use std::os::unix::fs::symlink;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_fs::{
+    Extensions, ListDir, ListSettings, ReadFile, ReadSettings, WriteFile, WriteSettings,
+};
+use jianmu_workspace::Workspace;
+use serde_json::{Value, json};
+
+struct Fx {
+    _tmp: tempfile::TempDir,
+    top: PathBuf,
+    ws: Arc<Workspace>,
+}
+
+impl Fx {
+    fn new() -> Self {
+        let tmp = tempfile::tempdir().unwrap();
+        let top = tmp.path().canonicalize().unwrap();
+        std::fs::create_dir_all(top.join("ws/src")).unwrap();
+        std::fs::create_dir_all(top.join("outside")).unwrap();
+        std::fs::write(top.join("outside/secret.txt"), "SECRET").unwrap();
+        let ws = Arc::new(Workspace::open(top.join("ws")).unwrap());
+        Fx { _tmp: tmp, top, ws }
+    }
+
+    fn path(&self, rel: &str) -> PathBuf {
+        self.top.join("ws").join(rel)
+    }
+
+    fn put(&self, rel: &str, content: impl AsRef<[u8]>) {
+        let p = self.path(rel);
+        std::fs::create_dir_all(p.parent().unwrap()).unwrap();
+        std::fs::write(p, content).unwrap();
+    }
+
+    fn read_tool(&self, settings: ReadSettings) -> ToolHandle {
+        ToolHandle::new(ReadFile::new(self.ws.clone(), settings)).unwrap()
+    }
+
+    fn write_tool(&self, settings: WriteSettings) -> ToolHandle {
+        ToolHandle::new(WriteFile::new(self.ws.clone(), settings)).unwrap()
+    }
+
+    fn list_tool(&self) -> ToolHandle {
+        ToolHandle::new(ListDir::new(self.ws.clone(), ListSettings::default())).unwrap()
+    }
+}
+
+async fn call(tool: &ToolHandle, args: Value) -> String {
+    match tool.execute(args, ExecuteOptions::default()).await {
+        Ok(out) => out.text,
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+#[track_caller]
+fn check(got: String, expect: &str) {
+    assert_eq!(got, expect);
+}
+
+fn settings_with(exts: &[&str]) -> ReadSettings {
+    let mut s = ReadSettings::default();
+    s.allowed_extensions = Extensions::only(exts.iter().copied());
+    s
+}
+
+#[tokio::test]
+async fn read_file_whole_window_binary_and_encoding() {
+    let fx = Fx::new();
+    fx.put("a.txt", "one\ntwo\nthree\n");
+    let lines: String = (1..=5000).map(|i| format!("line {i}\n")).collect();
+    fx.put("big.txt", &lines);
+    fx.put("bin.dat", b"\x7fELF\x00\x01\x02");
+    fx.put("latin1.txt", b"caf\xe9\n");
+    let read = fx.read_tool(ReadSettings::default());
+    check(
+        call(&read, json!({"path": "a.txt"})).await,
+        "one\ntwo\nthree\n",
+    );
+    check(
+        call(&read, json!({"path": "big.txt", "offset": 4999})).await,
+        "line 4999\nline 5000\n(lines 4999-5000 of 5000)",
+    );
+    check(
+        call(&read, json!({"path": "big.txt", "offset": 10, "limit": 2})).await,
+        "line 10\nline 11\n(lines 10-11 of 5000)",
+    );
+    check(
+        call(&read, json!({"path": "a.txt", "limit": 10})).await,
+        "one\ntwo\nthree\n",
+    );
+    check(
+        call(&read, json!({"path": "a.txt", "offset": 9})).await,
+        "(no lines: the file has 3 lines)",
+    );
+    check(
+        call(&read, json!({"path": "bin.dat"})).await,
+        "`bin.dat` is a binary file (7 bytes); its content is not shown",
+    );
+    check(
+        call(&read, json!({"path": "latin1.txt"})).await,
+        "error: `latin1.txt` is not UTF-8 text: invalid byte at offset 3",
+    );
+    check(
+        call(&read, json!({"path": "a.txt", "offset": 0})).await,
+        "error: invalid arguments for `read_file`: at /offset: 0 is less than the minimum of 1",
+    );
+    let mut small = ReadSettings::default();
+    small.max_file_size = 1000;
+    let read_small = fx.read_tool(small);
+    check(
+        call(&read_small, json!({"path": "big.txt"})).await,
+        "error: refused `big.txt`: it is 48893 bytes, over the limit of 1000 bytes; read it in windows with `offset` and `limit`",
+    );
+    let out = call(
+        &read_small,
+        json!({"path": "big.txt", "offset": 1, "limit": 1000}),
+    )
+    .await;
+    assert!(
+        out.ends_with("(lines 1-123 of 5000; cut at the size limit)"),
+        "{out}"
+    );
+}
+
+#[tokio::test]
+async fn read_file_refusals_name_the_rule() {
+    let fx = Fx::new();
+    fx.put("notes.TXT", "upper");
+    fx.put("trailing.txt.", "dot");
+    fx.put("key.pem", "private");
+    symlink("key.pem", fx.path("innocent.txt")).unwrap();
+    // Absolute symlink targets are refused even when they point inside: resolution
+    // happens beneath the root, where an absolute path cannot be followed.
+    symlink(fx.path("notes.TXT"), fx.path("absolute.txt")).unwrap();
+    symlink(fx.top.join("outside/secret.txt"), fx.path("escape.txt")).unwrap();
+    let read = fx.read_tool(settings_with(&["txt", ".MD"]));
+    check(call(&read, json!({"path": "notes.TXT"})).await, "upper");
+    check(
+        call(&read, json!({"path": "trailing.txt."})).await,
+        "error: refused `trailing.txt.`: extension `.` is not allowed (allowed: .txt, .md)",
+    );
+    check(
+        call(&read, json!({"path": "key.pem"})).await,
+        "error: refused `key.pem`: extension `.pem` is not allowed (allowed: .txt, .md)",
+    );
+    check(
+        call(&read, json!({"path": "innocent.txt"})).await,
+        "error: refused `key.pem`: extension `.pem` is not allowed (allowed: .txt, .md)",
+    );
+    check(
+        call(&read, json!({"path": "absolute.txt"})).await,
+        "error: refused `absolute.txt`: the path leads outside the workspace through a symbolic link",
+    );
+    let read = fx.read_tool(ReadSettings::default());
+    let outside = fx.top.join("outside/secret.txt");
+    let evil = format!("{}-evil/x.txt", fx.ws.root().display());
+    for (path, expect) in [
+        ("../../etc/passwd".to_owned(), "error: refused `../../etc/passwd`: the path is outside the workspace".to_owned()),
+        (outside.display().to_string(), format!("error: refused `{}`: the path is outside the workspace", outside.display())),
+        (evil.clone(), format!("error: refused `{evil}`: the path is outside the workspace")),
+        ("escape.txt".to_owned(), "error: refused `escape.txt`: the path leads outside the workspace through a symbolic link".to_owned()),
+        ("a\u{0}b".to_owned(), "error: refused the path: it contains a NUL byte".to_owned()),
+        ("missing.txt".to_owned(), "error: `missing.txt` does not exist".to_owned()),
+        ("src".to_owned(), "error: refused `src`: it is a directory, not a regular file".to_owned()),
+    ] {
+        check(call(&read, json!({"path": path})).await, &expect);
+    }
+}
+
+#[tokio::test]
+async fn read_file_on_a_fifo_returns_at_once() {
+    let fx = Fx::new();
+    let status = jianmu_sandbox::process::std_command("mkfifo")
+        .arg(fx.path("pipe"))
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let read = fx.read_tool(ReadSettings::default());
+    check(
+        call(&read, json!({"path": "pipe"})).await,
+        "error: refused `pipe`: it is a FIFO, not a regular file",
+    );
+}
+
+#[tokio::test]
+async fn write_file_writes_appends_and_refuses() {
+    let fx = Fx::new();
+    let write = fx.write_tool(WriteSettings::default());
+    check(
+        call(
+            &write,
+            json!({"path": "docs/new.md", "content": "# Title\n"}),
+        )
+        .await,
+        "Wrote docs/new.md (8 bytes)",
+    );
+    check(
+        call(
+            &write,
+            json!({"path": "docs/new.md", "content": "more\n", "append": true}),
+        )
+        .await,
+        "Wrote docs/new.md (5 bytes)",
+    );
+    assert_eq!(
+        std::fs::read_to_string(fx.path("docs/new.md")).unwrap(),
+        "# Title\nmore\n"
+    );
+    check(
+        call(
+            &write,
+            json!({"path": "deep/er/x.md", "content": "x", "create_dirs": false}),
+        )
+        .await,
+        "error: `deep/er/x.md (its folder; set create_dirs to make it)` does not exist",
+    );
+    check(
+        call(&write, json!({"path": "../evil.txt", "content": "x"})).await,
+        "error: refused `../evil.txt`: the path is outside the workspace",
+    );
+    symlink(fx.top.join("outside"), fx.path("out")).unwrap();
+    check(
+        call(&write, json!({"path": "out/planted.txt", "content": "x"})).await,
+        "error: refused `out/planted.txt`: the path leads outside the workspace through a symbolic link",
+    );
+    assert!(!fx.top.join("outside/planted.txt").exists());
+
+    let mut limited = WriteSettings::default();
+    limited.max_content_size = 4;
+    limited.allowed_extensions = Extensions::only([".md"]);
+    let write = fx.write_tool(limited);
+    check(
+        call(&write, json!({"path": "a.md", "content": "12345"})).await,
+        "error: refused writing `a.md`: the content is 5 bytes, over the limit of 4 bytes",
+    );
+    check(
+        call(&write, json!({"path": "a.sh", "content": "x"})).await,
+        "error: refused `a.sh`: extension `.sh` is not allowed (allowed: .md)",
+    );
+    check(
+        call(&write, json!({"path": "A.MD", "content": "ok"})).await,
+        "Wrote A.MD (2 bytes)",
+    );
+}
+
+#[tokio::test]
+async fn list_dir_table() {
+    let fx = Fx::new();
+    fx.put("b.txt", vec![b'x'; 1536]);
+    fx.put("a.bin", vec![b'x'; 3 * 1024 * 1024]);
+    fx.put(".hidden", "h");
+    fx.put("src/main.rs", "fn main() {}\n");
+    symlink("b.txt", fx.path("link")).unwrap();
+    let list = fx.list_tool();
+    check(
+        call(&list, json!({})).await,
+        "FILE         1 B  .hidden\nFILE      3.0 MB  a.bin\nFILE      1.5 KB  b.txt\nLINK           -  link\nDIR            -  src\n",
+    );
+    check(
+        call(&list, json!({"path": "src"})).await,
+        "FILE        13 B  main.rs\n",
+    );
+    std::fs::create_dir(fx.path("empty")).unwrap();
+    check(
+        call(&list, json!({"path": "empty"})).await,
+        "(`empty` is empty)\n",
+    );
+    check(
+        call(&list, json!({"path": "b.txt"})).await,
+        "error: `b.txt` is not a directory",
+    );
+    check(
+        call(&list, json!({"path": "/"})).await,
+        "error: refused `/`: the path is outside the workspace",
+    );
+}
