@@ -21,12 +21,10 @@
 //! ```
 #![deny(missing_docs)]
 
-use std::path::Path;
-use std::sync::Arc;
-
 use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
-use jianmu_workspace::{Workspace, show};
+use jianmu_workspace::show;
 use serde::Deserialize;
+use std::path::Path;
 
 mod list;
 mod read;
@@ -38,16 +36,6 @@ pub use write::{WriteArgs, WriteFile, WriteSettings};
 
 /// One mebibyte, the seed's default size limit.
 pub const MIB: u64 = 1024 * 1024;
-
-/// Opens the configured workspace, or says why it cannot be used.
-fn workspace(config: &ToolConfig, tool: &str) -> Result<Arc<Workspace>, ToolError> {
-    Workspace::open(config.workspace())
-        .map(Arc::new)
-        .map_err(|e| ToolError::Config {
-            tool: tool.to_owned(),
-            message: format!("workspace {}: {e}", config.workspace().display()),
-        })
-}
 
 /// An allow-list of extensions such as `[".rs", "md"]`: normalised to a leading dot
 /// and lower case; `None` allows everything.
@@ -106,35 +94,23 @@ fn suffix(path: &Path) -> String {
     }
 }
 
-/// Runs blocking file work off the async threads, as the seed does with
-/// `run_in_executor`.
-async fn blocking<T, F>(tool: &str, f: F) -> Result<T, ToolError>
-where
-    F: FnOnce() -> Result<T, ToolError> + Send + 'static,
-    T: Send + 'static,
-{
-    tokio::task::spawn_blocking(f)
-        .await
-        .map_err(|e| ToolError::runner(tool, e))?
-}
-
 fn build_read(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(ReadFile::new(
-        workspace(config, "read_file")?,
+        jianmu_workspace::for_tool(config, "read_file")?,
         config.settings("read_file")?,
     ))
 }
 
 fn build_write(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(WriteFile::new(
-        workspace(config, "write_file")?,
+        jianmu_workspace::for_tool(config, "write_file")?,
         config.settings("write_file")?,
     ))
 }
 
 fn build_list(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(ListDir::new(
-        workspace(config, "list_dir")?,
+        jianmu_workspace::for_tool(config, "list_dir")?,
         config.settings("list_dir")?,
     ))
 }

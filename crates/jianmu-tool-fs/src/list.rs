@@ -7,7 +7,7 @@ use jianmu_workspace::{Workspace, WorkspaceError, show};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::blocking;
+use jianmu_workspace::blocking;
 
 /// Settings of `list_dir`.
 #[derive(Debug, Clone, Deserialize)]

@@ -9,7 +9,9 @@ use jianmu_workspace::{Workspace, WorkspaceError, show};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::{Extensions, MIB, blocking};
+use jianmu_workspace::blocking;
+
+use crate::{Extensions, MIB};
 
 /// Settings of `read_file`.
 #[derive(Debug, Clone, Deserialize)]

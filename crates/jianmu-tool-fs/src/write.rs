@@ -7,7 +7,9 @@ use jianmu_workspace::{Workspace, WorkspaceError, WriteOptions, show};
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::{Extensions, MIB, blocking};
+use jianmu_workspace::blocking;
+
+use crate::{Extensions, MIB};
 
 /// Settings of `write_file`.
 #[derive(Debug, Clone, Deserialize)]

@@ -158,6 +158,36 @@ impl From<WorkspaceError> for jianmu_tool_core::ToolError {
     }
 }
 
+/// Opens the workspace of a tool's configuration, or says why the tool cannot use it.
+///
+/// # Errors
+/// [`jianmu_tool_core::ToolError::Config`] naming `tool`.
+pub fn for_tool(
+    config: &jianmu_tool_core::ToolConfig,
+    tool: &str,
+) -> Result<Arc<Workspace>, jianmu_tool_core::ToolError> {
+    Workspace::open(config.workspace())
+        .map(Arc::new)
+        .map_err(|e| jianmu_tool_core::ToolError::Config {
+            tool: tool.to_owned(),
+            message: format!("workspace {}: {e}", config.workspace().display()),
+        })
+}
+
+/// Runs blocking file work off the async threads (the seed's `run_in_executor`).
+///
+/// # Errors
+/// What `f` returns, or [`jianmu_tool_core::ToolError::Runner`] if it panicked.
+pub async fn blocking<T, F>(tool: &str, f: F) -> Result<T, jianmu_tool_core::ToolError>
+where
+    F: FnOnce() -> Result<T, jianmu_tool_core::ToolError> + Send + 'static,
+    T: Send + 'static,
+{
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| jianmu_tool_core::ToolError::runner(tool, e))?
+}
+
 /// How paths display in messages: workspace-relative, `.` for the root.
 pub fn show(path: &Path) -> String {
     if path.as_os_str().is_empty() {

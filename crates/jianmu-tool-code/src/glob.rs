@@ -1,0 +1,138 @@
+//! `glob_search`: paths matching a glob, like `fd --glob`.
+
+use std::sync::Arc;
+
+use globset::{GlobBuilder, GlobMatcher};
+use ignore::WalkState;
+use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_workspace::Workspace;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::walk::{self, cut_note};
+use jianmu_workspace::blocking;
+
+use crate::{Limit, dot};
+
+/// Arguments of `glob_search`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GlobArgs {
+    /// A glob such as `*.rs` (matched against file names) or `src/**/*.rs` (with a `/`:
+    /// matched against the path below `path`).
+    pub pattern: String,
+    /// The folder to search, relative to the workspace root.
+    #[serde(default = "dot")]
+    #[schemars(default = "dot")]
+    pub path: String,
+    /// Also search hidden files and folders (names starting with `.`).
+    #[serde(default)]
+    pub include_hidden: bool,
+    /// Most paths to return.
+    #[serde(default)]
+    pub limit: Limit,
+}
+
+/// The `glob_search` tool.
+#[derive(Debug, Clone)]
+pub struct GlobSearch {
+    ws: Arc<Workspace>,
+}
+
+impl GlobSearch {
+    /// A `glob_search` confined to `ws`.
+    pub fn new(ws: Arc<Workspace>) -> Self {
+        Self { ws }
+    }
+
+    /// The synchronous body.
+    ///
+    /// # Errors
+    /// A refused path, a path that is not a folder, a malformed glob.
+    pub fn search(&self, args: &GlobArgs) -> Result<ToolOutput, ToolError> {
+        let root = Arc::new(walk::root(&self.ws, &args.path)?);
+        let whole_path = args.pattern.contains('/');
+        let matcher: GlobMatcher = GlobBuilder::new(args.pattern.trim_start_matches("./"))
+            .literal_separator(true)
+            .build()
+            .map_err(|e| ToolError::failed(format!("invalid glob `{}`: {e}", args.pattern)))?
+            .compile_matcher();
+        let walk = walk::walker(&root, args.include_hidden).build_parallel();
+        let limit = args.limit.get();
+        let (paths, total) = walk::collect(walk, limit, |mut local| {
+            let matcher = matcher.clone();
+            let root = root.clone();
+            Box::new(move |entry| {
+                let Ok(entry) = entry else {
+                    return WalkState::Continue;
+                };
+                if entry.depth() == 0 {
+                    return WalkState::Continue;
+                }
+                let path = entry.path();
+                let hit = if whole_path {
+                    path.strip_prefix(&root.abs)
+                        .is_ok_and(|p| matcher.is_match(p))
+                } else {
+                    matcher.is_match(entry.file_name())
+                };
+                if hit {
+                    if let Some(mut shown) = walk::display(&root, path) {
+                        if entry.file_type().is_some_and(|t| t.is_dir()) {
+                            shown.push('/');
+                        }
+                        local.top.push(shown);
+                    }
+                }
+                WalkState::Continue
+            })
+        });
+        let mut text = String::new();
+        for p in &paths {
+            text.push_str(p);
+            text.push('\n');
+        }
+        if let Some(note) = cut_note(paths.len(), total, "paths") {
+            text.push_str(&note);
+            text.push('\n');
+        }
+        if total == 0 {
+            text.push_str(&format!(
+                "(no paths match `{}` under `{}`)\n",
+                args.pattern,
+                jianmu_workspace::show(&root.rel)
+            ));
+        }
+        Ok(ToolOutput::text(text).with_structured(json!({
+            "paths": paths,
+            "total": total,
+        })))
+    }
+}
+
+impl Tool for GlobSearch {
+    type Args = GlobArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "glob_search"
+    }
+
+    fn description(&self) -> &str {
+        "Finds files and folders whose names match a glob, like `fd --glob`: one \
+         workspace-relative path per line, sorted, folders ending in `/`.\n\
+         Respects .gitignore (inside git repositories) and .ignore, skips hidden entries \
+         unless `include_hidden`, does not follow symbolic links. A pattern with `/` \
+         matches the path below `path` (`src/**/*.rs`); `**` crosses folders, `*` does not."
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["filesystem:read"]
+    }
+
+    async fn call(&self, args: GlobArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let this = self.clone();
+        blocking("glob_search", move || this.search(&args)).await
+    }
+}

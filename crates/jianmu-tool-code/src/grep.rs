@@ -1,0 +1,211 @@
+//! `grep_search`: lines matching a query, like `rg -n --no-heading`.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use grep_regex::RegexMatcherBuilder;
+use grep_searcher::sinks::Lossy;
+use grep_searcher::{BinaryDetection, SearcherBuilder};
+use ignore::WalkState;
+use ignore::overrides::OverrideBuilder;
+use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_workspace::Workspace;
+use serde::Deserialize;
+use serde_json::json;
+
+use crate::walk::{self, cut_note};
+use jianmu_workspace::blocking;
+
+use crate::{Limit, dot};
+
+/// Lines longer than this many characters are cut, with a marker.
+pub const MAX_LINE_CHARS: usize = 500;
+
+fn yes() -> bool {
+    true
+}
+
+/// Arguments of `grep_search`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct GrepArgs {
+    /// The text to find (a regular expression when `regex` is true).
+    #[schemars(length(min = 1))]
+    pub query: String,
+    /// The folder to search, relative to the workspace root.
+    #[serde(default = "dot")]
+    #[schemars(default = "dot")]
+    pub path: String,
+    /// Treat `query` as a regular expression (Rust `regex` syntax) instead of plain text.
+    #[serde(default)]
+    pub regex: bool,
+    /// Match case exactly.
+    #[serde(default = "yes")]
+    #[schemars(default = "yes")]
+    pub case_sensitive: bool,
+    /// Only search files matching this glob, as `rg -g` (e.g. `*.rs`, `!*.lock`).
+    pub glob: Option<String>,
+    /// Also search hidden files and folders.
+    #[serde(default)]
+    pub include_hidden: bool,
+    /// Most matching lines to return.
+    #[serde(default)]
+    pub limit: Limit,
+}
+
+/// The `grep_search` tool.
+#[derive(Debug, Clone)]
+pub struct GrepSearch {
+    ws: Arc<Workspace>,
+}
+
+/// One hit, ordered as the output is: by path, then line.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
+struct Hit {
+    path: String,
+    line: u64,
+    text: String,
+}
+
+impl GrepSearch {
+    /// A `grep_search` confined to `ws`.
+    pub fn new(ws: Arc<Workspace>) -> Self {
+        Self { ws }
+    }
+
+    /// The synchronous body.
+    ///
+    /// # Errors
+    /// A refused path, a malformed regular expression or glob.
+    pub fn search(&self, args: &GrepArgs) -> Result<ToolOutput, ToolError> {
+        let root = Arc::new(walk::root(&self.ws, &args.path)?);
+        let pattern = if args.regex {
+            args.query.clone()
+        } else {
+            regex::escape(&args.query)
+        };
+        // The regex crate words syntax errors against the query as written.
+        regex::RegexBuilder::new(&pattern)
+            .size_limit(10 * (1 << 20))
+            .build()
+            .map_err(|e| ToolError::failed(format!("invalid regular expression: {e}")))?;
+        let matcher = RegexMatcherBuilder::new()
+            .case_insensitive(!args.case_sensitive)
+            .line_terminator(Some(b'\n'))
+            .size_limit(10 * (1 << 20))
+            .build(&pattern)
+            .map_err(|e| ToolError::failed(format!("invalid regular expression: {e}")))?;
+        let mut builder = walk::walker(&root, args.include_hidden);
+        if let Some(glob) = &args.glob {
+            let mut o = OverrideBuilder::new(&root.abs);
+            o.add(glob)
+                .map_err(|e| ToolError::failed(format!("invalid glob `{glob}`: {e}")))?;
+            builder.overrides(
+                o.build()
+                    .map_err(|e| ToolError::failed(format!("invalid glob `{glob}`: {e}")))?,
+            );
+        }
+        let limit = args.limit.get();
+        let ws = self.ws.clone();
+        let (hits, total) = walk::collect(builder.build_parallel(), limit, |mut local| {
+            let matcher = matcher.clone();
+            let root = root.clone();
+            let ws = ws.clone();
+            let mut searcher = SearcherBuilder::new()
+                .binary_detection(BinaryDetection::quit(b'\x00'))
+                .line_number(true)
+                .build();
+            Box::new(move |entry| {
+                let Ok(entry) = entry else {
+                    return WalkState::Continue;
+                };
+                // Like ripgrep: regular files only; symlinks are not followed.
+                if !entry.file_type().is_some_and(|t| t.is_file()) {
+                    return WalkState::Continue;
+                }
+                let Some(shown) = walk::display(&root, entry.path()) else {
+                    return WalkState::Continue;
+                };
+                // Open beneath the workspace root, never by the walker's path: a
+                // folder swapped for a symlink cannot lead the read outside.
+                let Ok((file, _)) = ws.open_file(Path::new(&shown)) else {
+                    return WalkState::Continue;
+                };
+                let file = file.into_std();
+                let _ = searcher.search_file(
+                    &matcher,
+                    &file,
+                    Lossy(|line, text| {
+                        local.top.push(Hit {
+                            path: shown.clone(),
+                            line,
+                            text: clip(text),
+                        });
+                        Ok(true)
+                    }),
+                );
+                WalkState::Continue
+            })
+        });
+        let mut text = String::new();
+        for h in &hits {
+            text.push_str(&format!("{}:{}:{}\n", h.path, h.line, h.text));
+        }
+        if let Some(note) = cut_note(hits.len(), total, "matches") {
+            text.push_str(&note);
+            text.push('\n');
+        }
+        if total == 0 {
+            text.push_str(&format!(
+                "(no matches for `{}` under `{}`)\n",
+                args.query,
+                jianmu_workspace::show(&root.rel)
+            ));
+        }
+        let matches: Vec<_> = hits
+            .iter()
+            .map(|h| json!({"path": h.path, "line": h.line, "text": h.text}))
+            .collect();
+        Ok(ToolOutput::text(text).with_structured(json!({"matches": matches, "total": total})))
+    }
+}
+
+/// The line without its terminator, cut at [`MAX_LINE_CHARS`] with a marker.
+fn clip(line: &str) -> String {
+    let line = line.strip_suffix('\n').unwrap_or(line);
+    let line = line.strip_suffix('\r').unwrap_or(line);
+    match line.char_indices().nth(MAX_LINE_CHARS) {
+        None => line.to_owned(),
+        Some((cut, _)) => {
+            let rest = line[cut..].chars().count();
+            format!("{}[... {rest} more characters]", &line[..cut])
+        }
+    }
+}
+
+impl Tool for GrepSearch {
+    type Args = GrepArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "grep_search"
+    }
+
+    fn description(&self) -> &str {
+        "Searches file contents for a text or regular expression, like `rg -n`: one \
+         `PATH:LINE:TEXT` line per matching line, workspace-relative, sorted.\n\
+         Respects .gitignore (inside git repositories) and .ignore, skips hidden and binary \
+         files, does not follow symbolic links; `glob` filters files as `rg -g`. Lines \
+         over 500 characters are cut with a marker."
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["filesystem:read"]
+    }
+
+    async fn call(&self, args: GrepArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let this = self.clone();
+        blocking("grep_search", move || this.search(&args)).await
+    }
+}

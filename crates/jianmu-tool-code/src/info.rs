@@ -1,0 +1,159 @@
+//! `file_info`: what a path is, how big, when it changed.
+
+use std::sync::Arc;
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_workspace::{Workspace, WorkspaceError, show};
+use serde::Deserialize;
+use serde_json::json;
+
+use jianmu_workspace::blocking;
+
+/// Arguments of `file_info`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct InfoArgs {
+    /// The file or folder, relative to the workspace root (or absolute inside it).
+    pub path: String,
+}
+
+/// The `file_info` tool.
+#[derive(Debug, Clone)]
+pub struct FileInfo {
+    ws: Arc<Workspace>,
+}
+
+impl FileInfo {
+    /// A `file_info` confined to `ws`.
+    pub fn new(ws: Arc<Workspace>) -> Self {
+        Self { ws }
+    }
+
+    /// The synchronous body.
+    ///
+    /// # Errors
+    /// A refused or missing path.
+    pub fn info(&self, args: &InfoArgs) -> Result<ToolOutput, ToolError> {
+        let rel = self.ws.relative(&args.path)?;
+        let meta = self.ws.symlink_metadata(&rel)?;
+        let t = meta.file_type();
+        let kind = if t.is_symlink() {
+            "symlink"
+        } else if t.is_dir() {
+            "directory"
+        } else if t.is_file() {
+            "file"
+        } else {
+            jianmu_workspace::kind_of(&meta).trim_start_matches("a ")
+        };
+        let modified = meta.modified().ok().map(|m| rfc3339(m.into_std()));
+        let name = rel
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        let extension = match name.rfind('.') {
+            Some(i) if i > 0 && t.is_file() => name[i..].to_owned(),
+            _ => String::new(),
+        };
+        let target = if t.is_symlink() {
+            Some(
+                self.ws
+                    .dir()
+                    .read_link_contents(&rel)
+                    .map_err(|e| WorkspaceError::from_io(&rel, e))?
+                    .to_string_lossy()
+                    .into_owned(),
+            )
+        } else {
+            None
+        };
+        let mut text = format!("path: {}\ntype: {kind}\n", show(&rel));
+        if let Some(target) = &target {
+            text.push_str(&format!("target: {target}\n"));
+        }
+        text.push_str(&format!("size: {} bytes\n", meta.len()));
+        if let Some(m) = &modified {
+            text.push_str(&format!("modified: {m}\n"));
+        }
+        text.push_str(&format!(
+            "extension: {}\n",
+            if extension.is_empty() {
+                "none"
+            } else {
+                &extension
+            }
+        ));
+        Ok(ToolOutput::text(text).with_structured(json!({
+            "path": show(&rel),
+            "type": kind,
+            "size": meta.len(),
+            "modified": modified,
+            "extension": extension,
+            "target": target,
+        })))
+    }
+}
+
+/// `2026-11-30T09:45:12Z`, from days since the epoch by the civil calendar.
+fn rfc3339(t: SystemTime) -> String {
+    let secs = match t.duration_since(UNIX_EPOCH) {
+        Ok(d) => d.as_secs() as i64,
+        Err(e) => -(e.duration().as_secs() as i64),
+    };
+    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
+    // Howard Hinnant's days-to-civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z.rem_euclid(146_097);
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + i64::from(month <= 2);
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60
+    )
+}
+
+impl Tool for FileInfo {
+    type Args = InfoArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "file_info"
+    }
+
+    fn description(&self) -> &str {
+        "Describes a file or folder of the workspace: type (file, directory, symlink), size in \
+         bytes, last modification time (UTC, RFC 3339) and extension.\n\
+         A symbolic link is described itself, with its target."
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["filesystem:read"]
+    }
+
+    async fn call(&self, args: InfoArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let this = self.clone();
+        blocking("file_info", move || this.info(&args)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::{Duration, UNIX_EPOCH};
+
+    #[test]
+    fn rfc3339_dates() {
+        let at = |s| super::rfc3339(UNIX_EPOCH + Duration::from_secs(s));
+        assert_eq!(at(0), "1970-01-01T00:00:00Z");
+        assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
+        assert_eq!(at(1_796_031_912), "2026-11-30T09:45:12Z");
+    }
+}

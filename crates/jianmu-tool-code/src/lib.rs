@@ -1,0 +1,81 @@
+//! Coding tools: `glob_search`, `grep_search`, `file_info` and `str_replace` (the
+//! seed's `coding.py`), built on ripgrep's crates (`ignore`, `grep-searcher`,
+//! `grep-regex`, `globset`).
+//!
+//! Searches behave like `rg` and `fd` run from the workspace root: `.gitignore` inside
+//! git repositories and `.ignore` are respected, hidden entries are skipped unless
+//! asked, binary files are skipped, symlinks are not followed, and output is
+//! workspace-relative and sorted (`PATH:LINE:TEXT` for `grep_search`, one path per
+//! line for `glob_search`), with a last line in parentheses when `limit` cut the list.
+//! Every file is opened beneath the workspace root through
+//! [`jianmu_workspace::Workspace`], so nothing outside it is read or written.
+#![deny(missing_docs)]
+
+use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
+use serde::Deserialize;
+
+mod glob;
+mod grep;
+mod info;
+mod replace;
+mod walk;
+
+pub use glob::{GlobArgs, GlobSearch};
+pub use grep::{GrepArgs, GrepSearch, MAX_LINE_CHARS};
+pub use info::{FileInfo, InfoArgs};
+pub use replace::{ReplaceArgs, ReplaceSettings, StrReplace};
+
+/// How many results a search returns: 200 by default, at most 10,000.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
+#[serde(transparent)]
+pub struct Limit(#[schemars(range(min = 1, max = 10_000))] u32);
+
+impl Default for Limit {
+    fn default() -> Self {
+        Self(200)
+    }
+}
+
+impl Limit {
+    /// The limit as a count.
+    pub fn get(self) -> usize {
+        self.0 as usize
+    }
+}
+
+fn dot() -> String {
+    ".".into()
+}
+
+fn build_glob(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(GlobSearch::new(jianmu_workspace::for_tool(
+        config,
+        "glob_search",
+    )?))
+}
+
+fn build_grep(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(GrepSearch::new(jianmu_workspace::for_tool(
+        config,
+        "grep_search",
+    )?))
+}
+
+fn build_info(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(FileInfo::new(jianmu_workspace::for_tool(
+        config,
+        "file_info",
+    )?))
+}
+
+fn build_replace(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(StrReplace::new(
+        jianmu_workspace::for_tool(config, "str_replace")?,
+        config.settings("str_replace")?,
+    ))
+}
+
+jianmu_tool_core::register_tool!("glob_search", build_glob);
+jianmu_tool_core::register_tool!("grep_search", build_grep);
+jianmu_tool_core::register_tool!("file_info", build_info);
+jianmu_tool_core::register_tool!("str_replace", build_replace);
