@@ -9,6 +9,8 @@
 //! | Name | Description | Default? |
 //! |---|---|---|
 //! | `calculator` | `calculator` (crate `jianmu-tool-calc`) | No |
+//! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace` (crate `jianmu-tool-code`) | No |
+//! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
 //! | `full` | every tool above | No |
 //!
 //! # Example
@@ -45,6 +47,10 @@ use jianmu_tool_core::{
 // vanish with it: name each one here.
 #[cfg(feature = "calculator")]
 use jianmu_tool_calc as _;
+#[cfg(feature = "code")]
+use jianmu_tool_code as _;
+#[cfg(feature = "fs")]
+use jianmu_tool_fs as _;
 
 /// Alias → canonical name, as the seed defines them.
 pub const ALIASES: &[(&str, &str)] = &[

@@ -36,6 +36,11 @@ fn expected_tools() -> Vec<&'static str> {
     let mut names = Vec::new();
     #[cfg(feature = "calculator")]
     names.push("calculator");
+    #[cfg(feature = "code")]
+    names.extend(["file_info", "glob_search", "grep_search", "str_replace"]);
+    #[cfg(feature = "fs")]
+    names.extend(["list_dir", "read_file", "write_file"]);
+    names.sort_unstable();
     names
 }
 
@@ -80,10 +85,10 @@ fn usage_errors_exit_2() {
         ),
     );
     check(
-        &["schema", "read_file"],
+        &["schema", "python_eval"],
         2,
         "",
-        "jianmu: tool `read_file` is not compiled in; enable the `fs` Cargo feature of jianmu-provider\n",
+        "jianmu: tool `python_repl` is not compiled in; enable the `script` Cargo feature of jianmu-provider\n",
     );
     let out = jianmu(&["frobnicate"], Path::new("."));
     assert_eq!(out.status.code(), Some(2));
@@ -195,5 +200,63 @@ mod calculator {
                 "docs/tools.md is stale: run `cargo xtask docs`"
             );
         }
+    }
+}
+
+#[cfg(all(feature = "fs", feature = "code"))]
+mod files {
+    use super::*;
+
+    #[test]
+    fn write_read_search_replace_in_a_workspace() {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = ws.path().to_str().unwrap();
+        let run = |args: &[&str]| {
+            let mut all = args.to_vec();
+            all.extend(["--workspace", dir]);
+            let out = jianmu(&all, Path::new("/"));
+            (
+                out.status.code().unwrap(),
+                String::from_utf8_lossy(&out.stdout).into_owned(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        let ok = |s: &str| (0, s.to_owned(), String::new());
+        assert_eq!(
+            run(&[
+                "call",
+                "write_file",
+                r#"{"path": "src/a.rs", "content": "fn alpha() {}\n"}"#
+            ]),
+            ok("Wrote src/a.rs (14 bytes)\n")
+        );
+        assert_eq!(
+            run(&["call", "file_read", r#"{"path": "src/a.rs"}"#]),
+            ok("fn alpha() {}\n")
+        );
+        assert_eq!(
+            run(&["call", "grep_search", r#"{"query": "alpha"}"#]),
+            ok("src/a.rs:1:fn alpha() {}\n")
+        );
+        assert_eq!(
+            run(&[
+                "call",
+                "str_replace",
+                r#"{"path": "src/a.rs", "old": "alpha", "new": "beta"}"#
+            ]),
+            ok("Replaced 1 occurrence in src/a.rs\n")
+        );
+        assert_eq!(
+            run(&["call", "glob_search", r#"{"pattern": "*.rs"}"#]),
+            ok("src/a.rs\n")
+        );
+        assert_eq!(
+            run(&["call", "read_file", r#"{"path": "../../etc/passwd"}"#]),
+            (
+                1,
+                String::new(),
+                "Error: refused `../../etc/passwd`: the path is outside the workspace\n".to_owned()
+            )
+        );
     }
 }
