@@ -28,8 +28,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "jianmu-sandbox",
         "-p",
         "jianmu-tool-calc",
+        "-p",
+        "jianmu-tool-fs",
     ]);
-    c.args(["--bench", "dispatch", "--bench", "calc"]);
+    c.args(["--bench", "dispatch", "--bench", "calc", "--bench", "read"]);
     c.args(["--", "--noplot"]);
     if quick {
         c.args(["--warm-up-time", "1", "--measurement-time", "2"]);
@@ -47,6 +49,15 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
                 "import timeit; print(min(timeit.repeat('eval(s)', setup='s={CALC_EXPR:?}', number=100000, repeat=5)) / 100000)"
             );
             python_seconds(&["-c", &stmt])
+        })
+        .transpose()?
+        .map(|s| s * 1e9);
+
+    let py_read = python
+        .then(|| {
+            let stmt = "import pathlib, timeit; p = pathlib.Path('target/bench-data/read-700k.txt'); \
+                print(min(timeit.repeat(lambda: p.read_text().splitlines()[9000:11000], number=200, repeat=5)) / 200)";
+            python_seconds(&["-c", stmt])
         })
         .transpose()?
         .map(|s| s * 1e9);
@@ -72,6 +83,13 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             reference: "Python eval() of the same string",
             reference_ns: py_eval,
             goal: "<= 3 us",
+        },
+        Row {
+            what: "read_file: 2,000-line window of a 700 KB file",
+            ours_ns: median_ns("read_file/window_2000_of_700k")?,
+            reference: "Python read_text().splitlines()[a:b]",
+            reference_ns: py_read,
+            goal: ">= 5x faster",
         },
         Row {
             what: "calculator tool call via ToolSet + ToolRunner",
@@ -103,7 +121,10 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if !python {
         println!("(python3 not found: reference columns left empty)");
     }
-    Ok(())
+    if args.iter().any(|a| a == "--no-search") {
+        return Ok(());
+    }
+    crate::search_bench::run(quick)
 }
 
 fn human(ns: f64) -> String {

@@ -12,11 +12,13 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 mod bench;
+mod search_bench;
 
 const USAGE: &str = "usage: cargo xtask <test-all | bench | docs>
 
   test-all  fmt, clippy, the feature matrix, tests, docs, cargo deny
   bench     benchmarks, printed as ratios against reference implementations
+            [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree
   docs      regenerate docs/tools.md from the live tool specs";
 
 /// Crates whose features select tools; both expose the same tool features.
