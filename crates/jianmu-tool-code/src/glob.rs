@@ -76,13 +76,11 @@ impl GlobSearch {
                 } else {
                     matcher.is_match(entry.file_name())
                 };
-                if hit {
-                    if let Some(mut shown) = walk::display(&root, path) {
-                        if entry.file_type().is_some_and(|t| t.is_dir()) {
-                            shown.push('/');
-                        }
-                        local.top.push(shown);
+                if hit && let Some(mut shown) = walk::display(&root, path) {
+                    if entry.file_type().is_some_and(|t| t.is_dir()) {
+                        shown.push('/');
                     }
+                    local.top.push(shown);
                 }
                 WalkState::Continue
             })

@@ -106,15 +106,16 @@ impl Workspace {
             path: show(rel),
             kind: "a directory",
         })?;
-        if create_dirs && !parent.as_os_str().is_empty() {
-            if let Err(e) = self.dir.create_dir_all(parent) {
-                // Opening the parent tells why more precisely (a symlink out, a file
-                // in the way) than the bare creation error does.
-                return Err(match self.open_dir(parent) {
-                    Err(precise) => precise,
-                    Ok(_) => WorkspaceError::from_io(rel, e),
-                });
-            }
+        if create_dirs
+            && !parent.as_os_str().is_empty()
+            && let Err(e) = self.dir.create_dir_all(parent)
+        {
+            // Opening the parent tells why more precisely (a symlink out, a file in
+            // the way) than the bare creation error does.
+            return Err(match self.open_dir(parent) {
+                Err(precise) => precise,
+                Ok(_) => WorkspaceError::from_io(rel, e),
+            });
         }
         match self.symlink_metadata(rel) {
             Ok(meta) if meta.file_type().is_symlink() => self.canonical(rel),

@@ -64,9 +64,10 @@ fn check(got: String, expect: &str) {
 }
 
 fn settings_with(exts: &[&str]) -> ReadSettings {
-    let mut s = ReadSettings::default();
-    s.allowed_extensions = Extensions::only(exts.iter().copied());
-    s
+    ReadSettings {
+        allowed_extensions: Extensions::only(exts.iter().copied()),
+        ..ReadSettings::default()
+    }
 }
 
 #[tokio::test]
@@ -110,9 +111,10 @@ async fn read_file_whole_window_binary_and_encoding() {
         call(&read, json!({"path": "a.txt", "offset": 0})).await,
         "error: invalid arguments for `read_file`: at /offset: 0 is less than the minimum of 1",
     );
-    let mut small = ReadSettings::default();
-    small.max_file_size = 1000;
-    let read_small = fx.read_tool(small);
+    let read_small = fx.read_tool(ReadSettings {
+        max_file_size: 1000,
+        ..ReadSettings::default()
+    });
     check(
         call(&read_small, json!({"path": "big.txt"})).await,
         "error: refused `big.txt`: it is 48893 bytes, over the limit of 1000 bytes; read it in windows with `offset` and `limit`",
@@ -231,10 +233,10 @@ async fn write_file_writes_appends_and_refuses() {
     );
     assert!(!fx.top.join("outside/planted.txt").exists());
 
-    let mut limited = WriteSettings::default();
-    limited.max_content_size = 4;
-    limited.allowed_extensions = Extensions::only([".md"]);
-    let write = fx.write_tool(limited);
+    let write = fx.write_tool(WriteSettings {
+        max_content_size: 4,
+        allowed_extensions: Extensions::only([".md"]),
+    });
     check(
         call(&write, json!({"path": "a.md", "content": "12345"})).await,
         "error: refused writing `a.md`: the content is 5 bytes, over the limit of 4 bytes",
