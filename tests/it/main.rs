@@ -2,4 +2,5 @@
 //! the repository honest.
 
 mod call_path;
+mod export;
 mod tidy;

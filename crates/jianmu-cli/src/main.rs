@@ -12,7 +12,7 @@ use anyhow::{Context, anyhow};
 use clap::{Parser, Subcommand};
 use jianmu_provider::BuiltinToolProvider;
 use jianmu_sandbox::ToolRunner;
-use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle, ToolProvider, ToolSpec};
+use jianmu_tool_core::{SchemaFormat, ToolConfig, ToolError, ToolHandle, ToolProvider, ToolSpec};
 use serde_json::Value;
 
 mod config;
@@ -49,6 +49,10 @@ enum Command {
         /// Print the full specs as JSON.
         #[arg(long, conflicts_with = "markdown")]
         json: bool,
+        /// With --json: the shape to print (jianmu, openai, openai-strict, anthropic,
+        /// gemini, mcp).
+        #[arg(long, requires = "json", default_value = "jianmu")]
+        format: SchemaFormat,
         /// Print the reference page `docs/tools.md` is made from.
         #[arg(long)]
         markdown: bool,
@@ -57,6 +61,9 @@ enum Command {
     Schema {
         /// Tool name or alias.
         name: String,
+        /// The shape to print (jianmu, openai, openai-strict, anthropic, gemini, mcp).
+        #[arg(long, default_value = "jianmu")]
+        format: SchemaFormat,
     },
     /// Call a tool and print its output.
     Call {
@@ -141,11 +148,16 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let provider = BuiltinToolProvider::new(tool_config);
 
     match cli.command {
-        Command::Tools { json, markdown } => {
+        Command::Tools {
+            json,
+            format,
+            markdown,
+        } => {
             let tools = provider.tools().map_err(usage)?;
             let specs: Vec<&ToolSpec> = tools.iter().map(ToolHandle::spec).collect();
             let text = if json {
-                serde_json::to_string_pretty(&specs).map_err(anyhow::Error::from)? + "\n"
+                let exported: Vec<Value> = specs.iter().map(|s| s.export(format)).collect();
+                serde_json::to_string_pretty(&exported).map_err(anyhow::Error::from)? + "\n"
             } else if markdown {
                 render_markdown(&specs)
             } else {
@@ -153,9 +165,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
             };
             print(&text)
         }
-        Command::Schema { name } => {
+        Command::Schema { name, format } => {
             let tool = provider.build(&name).map_err(usage)?;
-            print(&(serde_json::to_string_pretty(tool.spec()).map_err(anyhow::Error::from)? + "\n"))
+            let exported = tool.spec().export(format);
+            print(&(serde_json::to_string_pretty(&exported).map_err(anyhow::Error::from)? + "\n"))
         }
         Command::Call { name, args } => {
             let sandbox = cli

@@ -12,6 +12,9 @@ pub const INPUT_KEY: &str = "input";
 pub(crate) struct ArgsValidator {
     validator: jsonschema::Validator,
     bare_string: bool,
+    /// Top-level properties that are optional and do not accept `null`: a `null` for
+    /// one of them means "absent" (what strict-mode clients send) and is dropped.
+    null_means_absent: Vec<String>,
 }
 
 impl std::fmt::Debug for ArgsValidator {
@@ -32,6 +35,7 @@ impl ArgsValidator {
         Ok(Self {
             validator,
             bare_string: spec.takes_bare_string(),
+            null_means_absent: optional_non_null(&spec.input_schema),
         })
     }
 
@@ -49,11 +53,18 @@ impl ArgsValidator {
             Some(injected) if !injected.is_empty() => merge(tool, args, injected, prefer_injected)?,
             _ => args,
         };
-        let args = if self.bare_string {
+        let mut args = if self.bare_string {
             unwrap_input(tool, args)?
         } else {
             args
         };
+        if let Value::Object(map) = &mut args {
+            for key in &self.null_means_absent {
+                if map.get(key) == Some(&Value::Null) {
+                    map.remove(key);
+                }
+            }
+        }
         self.validate(tool, &args)?;
         Ok(args)
     }
@@ -176,4 +187,21 @@ fn clip(mut message: String) -> String {
         message.push_str("...");
     }
     message
+}
+
+fn optional_non_null(schema: &Value) -> Vec<String> {
+    let Some(props) = schema.get("properties").and_then(Value::as_object) else {
+        return Vec::new();
+    };
+    let required: Vec<&str> = schema
+        .get("required")
+        .and_then(Value::as_array)
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    props
+        .iter()
+        .filter(|(name, _)| !required.contains(&name.as_str()))
+        .filter(|(_, sub)| !jsonschema::is_valid(sub, &Value::Null))
+        .map(|(name, _)| name.clone())
+        .collect()
 }

@@ -36,6 +36,7 @@
 mod args;
 mod error;
 mod events;
+mod export;
 mod function;
 mod node;
 mod output;
@@ -48,6 +49,7 @@ mod tool;
 pub use args::INPUT_KEY;
 pub use error::{BoxError, ToolError, Violation};
 pub use events::{EventBus, EventKind, ExecutionEvent, SubscriptionId};
+pub use export::{Annotations, SchemaFormat};
 pub use function::FunctionTool;
 pub use node::ToolNode;
 pub use output::{IntoToolOutput, Json, ToolOutput};

@@ -102,7 +102,8 @@ fn default_string_schema(description: &str) -> Value {
 }
 
 /// The JSON Schema of `T` in the form LLM APIs accept: no `$schema`, no `title`,
-/// sub-schemas inlined.
+/// sub-schemas inlined, and no description at the root (the tool's description says
+/// what the arguments are for; a struct's doc comment would only repeat it).
 pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let settings = schemars::generate::SchemaSettings::draft2020_12().with(|s| {
         s.meta_schema = None;
@@ -112,6 +113,7 @@ pub fn schema_for<T: schemars::JsonSchema>() -> Value {
     let mut value = schema.to_value();
     if let Some(map) = value.as_object_mut() {
         map.remove("title");
+        map.remove("description");
     }
     value
 }

@@ -1,0 +1,132 @@
+//! Schema export: a snapshot per format of every built-in tool, and proof that each
+//! exported schema still accepts what the tool accepts.
+
+use expect_test::{ExpectFile, expect_file};
+use jianmu_provider::BuiltinToolProvider;
+use jianmu_tool_core::{SchemaFormat, ToolConfig, ToolProvider, ToolSet};
+use serde_json::{Value, json};
+
+fn tools() -> ToolSet {
+    let dir = tempfile::tempdir().unwrap();
+    let provider = BuiltinToolProvider::new(ToolConfig::new(dir.path()));
+    ToolSet::from_providers(&[&provider as &dyn ToolProvider]).unwrap()
+}
+
+fn snapshot(format: SchemaFormat, expect: ExpectFile) {
+    let text = serde_json::to_string_pretty(&tools().export(format)).unwrap();
+    expect.assert_eq(&(text + "\n"));
+}
+
+#[test]
+fn snapshots() {
+    snapshot(SchemaFormat::OpenAi, expect_file!["snapshots/openai.json"]);
+    snapshot(
+        SchemaFormat::OpenAiStrict,
+        expect_file!["snapshots/openai-strict.json"],
+    );
+    snapshot(
+        SchemaFormat::Anthropic,
+        expect_file!["snapshots/anthropic.json"],
+    );
+    snapshot(SchemaFormat::Gemini, expect_file!["snapshots/gemini.json"]);
+    snapshot(SchemaFormat::Mcp, expect_file!["snapshots/mcp.json"]);
+}
+
+/// Arguments each built-in tool accepts, in object form, with and without the
+/// optional parts.
+fn samples(tool: &str) -> Vec<Value> {
+    match tool {
+        "calculator" => vec![json!({"input": "2**10"})],
+        "read_file" => vec![
+            json!({"path": "a.txt"}),
+            json!({"path": "a.txt", "offset": 3, "limit": 10}),
+        ],
+        "write_file" => vec![
+            json!({"path": "a.txt", "content": "x"}),
+            json!({"path": "a.txt", "content": "x", "append": true, "create_dirs": false}),
+        ],
+        "list_dir" => vec![json!({}), json!({"path": "src"})],
+        "file_info" => vec![json!({"path": "a.txt"})],
+        "glob_search" => vec![
+            json!({"pattern": "*.rs"}),
+            json!({"pattern": "*.rs", "path": "src", "include_hidden": true, "limit": 5}),
+        ],
+        "grep_search" => vec![
+            json!({"query": "x"}),
+            json!({"query": "x", "path": ".", "regex": true, "case_sensitive": false, "glob": "*.rs", "include_hidden": true, "limit": 3}),
+        ],
+        "str_replace" => vec![
+            json!({"path": "a.txt", "old": "a", "new": "b"}),
+            json!({"path": "a.txt", "old": "a", "new": "b", "regex": true, "count": 1, "expected_count": 1}),
+        ],
+        other => panic!("add samples for `{other}`"),
+    }
+}
+
+fn valid(schema: &Value, args: &Value) -> bool {
+    jsonschema::validator_for(schema).unwrap().is_valid(args)
+}
+
+#[test]
+fn every_exported_schema_accepts_what_the_tool_accepts() {
+    let set = tools();
+    assert!(set.len() >= 8, "the full build has every tool");
+    for tool in set.iter() {
+        let spec = tool.spec();
+        for args in samples(&spec.name) {
+            // The tool itself accepts the sample.
+            tool.prepare_args(args.clone(), None, true)
+                .unwrap_or_else(|e| panic!("{}: {e}", spec.name));
+            let openai = &spec.export(SchemaFormat::OpenAi)["function"]["parameters"];
+            let anthropic = &spec.export(SchemaFormat::Anthropic)["input_schema"];
+            let gemini = &spec.export(SchemaFormat::Gemini)["parameters"];
+            let mcp = &spec.export(SchemaFormat::Mcp)["inputSchema"];
+            for (format, schema) in [
+                ("openai", openai),
+                ("anthropic", anthropic),
+                ("gemini", gemini),
+                ("mcp", mcp),
+            ] {
+                assert!(
+                    valid(schema, &args),
+                    "{format} schema of {} refuses {args}",
+                    spec.name
+                );
+            }
+            // Strict mode: the model sends every key, null for what it leaves out; the
+            // strict schema takes that, and so does the tool.
+            let strict = spec.export(SchemaFormat::OpenAiStrict);
+            if strict["function"]["strict"] == json!(true) {
+                let schema = &strict["function"]["parameters"];
+                let mut full = args.clone();
+                for key in schema["properties"].as_object().unwrap().keys() {
+                    full.as_object_mut()
+                        .unwrap()
+                        .entry(key.clone())
+                        .or_insert(Value::Null);
+                }
+                assert!(
+                    valid(schema, &full),
+                    "strict schema of {} refuses {full}",
+                    spec.name
+                );
+                tool.prepare_args(full.clone(), None, true)
+                    .unwrap_or_else(|e| panic!("{} refuses strict-mode {full}: {e}", spec.name));
+            }
+        }
+    }
+}
+
+#[test]
+fn formats_parse_by_name() {
+    for (name, format) in SchemaFormat::ALL {
+        assert_eq!(name.parse::<SchemaFormat>().unwrap(), format);
+        assert_eq!(format.to_string(), name);
+    }
+    assert!(
+        "yaml"
+            .parse::<SchemaFormat>()
+            .unwrap_err()
+            .contains("openai-strict")
+    );
+}
