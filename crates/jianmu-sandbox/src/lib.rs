@@ -25,10 +25,12 @@
 //! ```
 #![deny(missing_docs)]
 
+mod audit;
 mod local;
 pub mod process;
 mod runner;
 
+pub use audit::AuditLog;
 pub use jianmu_tool_core::{EventBus, EventKind, ExecutionEvent};
 pub use local::LocalSandbox;
 pub use runner::{Sandbox, ToolRunner};

@@ -6,7 +6,8 @@ use std::time::{Duration, Instant};
 
 use async_trait::async_trait;
 use jianmu_tool_core::{
-    CallContext, EventBus, EventKind, ExecutionEvent, Runner, ToolError, ToolHandle, ToolOutput,
+    CallContext, EventBus, EventKind, ExecutionEvent, Policy, Runner, ToolError, ToolHandle,
+    ToolOutput,
 };
 use serde_json::Value;
 use tracing::Instrument;
@@ -37,6 +38,7 @@ pub struct ToolRunner {
     sandbox: Arc<dyn Sandbox>,
     bus: EventBus,
     timeout: Option<Duration>,
+    policy: Arc<Policy>,
 }
 
 impl std::fmt::Debug for ToolRunner {
@@ -45,6 +47,7 @@ impl std::fmt::Debug for ToolRunner {
             .field("sandbox", &self.sandbox.name())
             .field("bus", &self.bus)
             .field("timeout", &self.timeout)
+            .field("policy", &self.policy)
             .finish()
     }
 }
@@ -56,6 +59,7 @@ impl ToolRunner {
             sandbox: Arc::new(sandbox),
             bus: EventBus::new(),
             timeout: None,
+            policy: Arc::new(Policy::default()),
         }
     }
 
@@ -78,6 +82,19 @@ impl ToolRunner {
         self
     }
 
+    /// Refuses calls the policy denies, before they run (they still get
+    /// `execution.started` and `execution.failed` events, for audit logs).
+    #[must_use]
+    pub fn with_policy(mut self, policy: Policy) -> Self {
+        self.policy = Arc::new(policy);
+        self
+    }
+
+    /// The policy calls are checked against.
+    pub fn policy(&self) -> &Policy {
+        &self.policy
+    }
+
     /// The bus events go to.
     pub fn events(&self) -> &EventBus {
         &self.bus
@@ -95,6 +112,7 @@ struct Pending<'a> {
     bus: &'a EventBus,
     tool: &'a str,
     cx: &'a CallContext,
+    args: Option<&'a Value>,
     started: Instant,
     done: bool,
 }
@@ -103,6 +121,7 @@ impl Pending<'_> {
     fn emit(&self, kind: EventKind, error: Option<&str>) {
         let mut event = ExecutionEvent::new(kind, self.tool, self.cx.call_id());
         event.context = self.cx.event_context();
+        event.arguments = self.args;
         event.elapsed = self.started.elapsed();
         event.error = error;
         self.bus.emit(&event);
@@ -131,23 +150,31 @@ impl Runner for ToolRunner {
             call_id = cx.call_id(),
             sandbox = self.sandbox.name()
         );
+        // Events carry the arguments; copy them only when someone listens.
+        let logged = self.bus.has_subscribers().then(|| args.clone());
         let mut pending = Pending {
             bus: &self.bus,
             tool: tool.name(),
             cx,
+            args: logged.as_ref(),
             started: Instant::now(),
             done: false,
         };
         pending.emit(EventKind::Started, None);
-        let work = self.sandbox.run_tool(tool, args, cx).instrument(span);
-        let result = match self.timeout {
-            None => work.await,
-            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
-                Err(ToolError::Timeout {
-                    tool: tool.name().to_owned(),
-                    after: limit,
-                })
-            }),
+        let result = match self.policy.check(tool.spec()) {
+            Err(denied) => Err(denied),
+            Ok(()) => {
+                let work = self.sandbox.run_tool(tool, args, cx).instrument(span);
+                match self.timeout {
+                    None => work.await,
+                    Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+                        Err(ToolError::Timeout {
+                            tool: tool.name().to_owned(),
+                            after: limit,
+                        })
+                    }),
+                }
+            }
         };
         pending.done = true;
         match &result {

@@ -151,3 +151,69 @@ async fn process_commands_close_stdin() {
     assert!(out.status.success());
     assert!(out.stdout.is_empty());
 }
+
+#[tokio::test]
+async fn policy_denials_are_tool_errors_with_events_and_the_audit_log_records_all() {
+    use jianmu_tool_core::Policy;
+
+    let dir = std::env::temp_dir().join(format!("jianmu-audit-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let log_path = dir.join("audit.jsonl");
+    let _ = std::fs::remove_file(&log_path);
+    let runner = ToolRunner::local().with_policy(Policy {
+        deny: vec!["fail".into()],
+        ..Policy::default()
+    });
+    crate::AuditLog::open(&log_path)
+        .unwrap()
+        .attach(runner.events());
+    let set = tools();
+    let ok = set
+        .execute_with(
+            "echo",
+            json!({"input": "hi"}),
+            ExecuteOptions::default().runner(&runner).call_id("a1"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(ok.text, "hi");
+    let err = set
+        .execute_with(
+            "fail",
+            json!("x"),
+            ExecuteOptions::default().runner(&runner).call_id("a2"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "call to `fail` denied: the tool is denied (deny `fail`)"
+    );
+    assert!(err.is_model_facing());
+
+    let lines: Vec<serde_json::Value> = std::fs::read_to_string(&log_path)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 2);
+    assert_eq!(
+        (
+            &lines[0]["tool"],
+            &lines[0]["call_id"],
+            &lines[0]["outcome"],
+            &lines[0]["arguments"]
+        ),
+        (&json!("echo"), &json!("a1"), &json!("ok"), &json!("hi"))
+    );
+    assert_eq!(
+        (&lines[1]["tool"], &lines[1]["outcome"], &lines[1]["error"]),
+        (
+            &json!("fail"),
+            &json!("error"),
+            &json!("call to `fail` denied: the tool is denied (deny `fail`)")
+        )
+    );
+    assert!(lines[0]["time"].as_f64().unwrap() > 1.7e9);
+    std::fs::remove_dir_all(&dir).unwrap();
+}

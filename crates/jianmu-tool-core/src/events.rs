@@ -44,6 +44,8 @@ pub struct ExecutionEvent<'a> {
     pub call_id: &'a str,
     /// The caller's event context.
     pub context: Option<&'a Value>,
+    /// The call's (validated) arguments.
+    pub arguments: Option<&'a Value>,
     /// Time since the call started; zero for `Started`.
     pub elapsed: Duration,
     /// The error text, for `Failed`.
@@ -58,6 +60,7 @@ impl<'a> ExecutionEvent<'a> {
             tool,
             call_id,
             context: None,
+            arguments: None,
             elapsed: Duration::ZERO,
             error: None,
         }
@@ -70,6 +73,7 @@ impl<'a> ExecutionEvent<'a> {
             "tool": self.tool,
             "call_id": self.call_id,
             "context": self.context,
+            "arguments": self.arguments,
             "elapsed_us": u64::try_from(self.elapsed.as_micros()).unwrap_or(u64::MAX),
             "error": self.error,
         })

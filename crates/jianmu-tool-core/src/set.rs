@@ -27,6 +27,36 @@ pub trait ToolProvider {
     }
 }
 
+/// One call of a batch, as a model asks for it.
+#[derive(Debug, Clone, PartialEq)]
+#[non_exhaustive]
+pub struct ToolCall {
+    /// The tool's name or alias.
+    pub name: String,
+    /// The arguments.
+    pub args: Value,
+    /// The model's id for the call, if it gave one.
+    pub call_id: Option<String>,
+}
+
+impl ToolCall {
+    /// A call of `name` with `args`.
+    pub fn new(name: impl Into<String>, args: Value) -> Self {
+        Self {
+            name: name.into(),
+            args,
+            call_id: None,
+        }
+    }
+
+    /// Sets the call id.
+    #[must_use]
+    pub fn with_call_id(mut self, id: impl Into<String>) -> Self {
+        self.call_id = Some(id.into());
+        self
+    }
+}
+
 /// An ordered set of tools with unique names. Adding a tool whose name is already
 /// present replaces the old one in place (last wins), so merges are deterministic.
 #[derive(Debug, Clone, Default)]
@@ -175,6 +205,53 @@ impl ToolSet {
     ) -> Result<ToolOutput, ToolError> {
         let tool = self.get(name).ok_or_else(|| self.unknown(name))?;
         tool.execute(args, options).await
+    }
+
+    /// Runs a batch of calls and returns their results in call order. Consecutive
+    /// parallel-safe calls run concurrently; a call to a tool that is not
+    /// parallel-safe runs alone, after everything before it and before everything
+    /// after it, so the batch's effects keep the model's order.
+    pub async fn execute_batch(
+        &self,
+        calls: &[ToolCall],
+        runner: Option<&dyn Runner>,
+    ) -> Vec<Result<ToolOutput, ToolError>> {
+        let exclusive = |call: &ToolCall| {
+            self.get(&call.name)
+                .is_some_and(|t| !t.spec().parallel_safe)
+        };
+        let mut results = Vec::with_capacity(calls.len());
+        let mut rest = calls;
+        while let Some(first) = rest.first() {
+            if exclusive(first) {
+                results.push(self.run_call(first, runner).await);
+                rest = &rest[1..];
+                continue;
+            }
+            let group = rest.iter().take_while(|c| !exclusive(c)).count();
+            let outputs =
+                futures::future::join_all(rest[..group].iter().map(|c| self.run_call(c, runner)))
+                    .await;
+            results.extend(outputs);
+            rest = &rest[group..];
+        }
+        results
+    }
+
+    async fn run_call(
+        &self,
+        call: &ToolCall,
+        runner: Option<&dyn Runner>,
+    ) -> Result<ToolOutput, ToolError> {
+        let mut options = ExecuteOptions::default();
+        if let Some(runner) = runner {
+            options = options.runner(runner);
+        }
+        if let Some(id) = &call.call_id {
+            options = options.call_id(id);
+        }
+        self.execute_with(&call.name, call.args.clone(), options)
+            .await
     }
 
     fn unknown(&self, name: &str) -> ToolError {

@@ -361,3 +361,188 @@ fn object_form_of_a_bare_string_schema() {
     let obj = object_tool();
     assert_eq!(obj.spec().parameters(), obj.spec().input_schema);
 }
+
+mod batch {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    use std::time::Duration;
+
+    use super::*;
+
+    /// A logical clock: every start and end takes the next tick.
+    static CLOCK: AtomicU64 = AtomicU64::new(0);
+
+    type Spans = Arc<Mutex<Vec<(String, u64, u64)>>>;
+
+    fn timed(
+        name: &str,
+        parallel_safe: bool,
+        spans: &Spans,
+        barrier: &Arc<tokio::sync::Barrier>,
+    ) -> ToolHandle {
+        let spans = spans.clone();
+        let barrier = barrier.clone();
+        let spec = ToolSpec::new(name, "records when it runs").with_parallel_safe(parallel_safe);
+        ToolHandle::new(FunctionTool::new(spec, move |args| {
+            let spans = spans.clone();
+            let barrier = barrier.clone();
+            async move {
+                let label = args.as_str().unwrap_or_default().to_owned();
+                let start = CLOCK.fetch_add(1, Ordering::SeqCst);
+                if parallel_safe {
+                    // Two parallel-safe calls of a group must be in flight together,
+                    // or this never returns (and the timeout below fails the test).
+                    tokio::time::timeout(Duration::from_secs(10), barrier.wait())
+                        .await
+                        .map_err(|_| ToolError::failed("parallel-safe calls did not overlap"))?;
+                } else {
+                    for _ in 0..10 {
+                        tokio::task::yield_now().await;
+                    }
+                }
+                let end = CLOCK.fetch_add(1, Ordering::SeqCst);
+                spans.lock().unwrap().push((label.clone(), start, end));
+                Ok(ToolOutput::text(label))
+            }
+        }))
+        .unwrap()
+    }
+
+    #[test]
+    fn parallel_safe_calls_overlap_and_exclusive_ones_run_alone() {
+        let spans: Spans = Arc::default();
+        let barrier = Arc::new(tokio::sync::Barrier::new(2));
+        let set = ToolSet::from_tools([
+            timed("read", true, &spans, &barrier),
+            timed("write", false, &spans, &barrier),
+        ]);
+        let calls: Vec<ToolCall> = [
+            ("read", "a"),
+            ("read", "b"),
+            ("write", "c"),
+            ("nope", "x"),
+            ("read", "d"),
+            ("read", "e"),
+        ]
+        .iter()
+        .map(|(tool, label)| ToolCall::new(*tool, json!(label)).with_call_id(*label))
+        .collect();
+        let results = block_on(set.execute_batch(&calls, None));
+        let texts: Vec<String> = results
+            .iter()
+            .map(|r| match r {
+                Ok(o) => o.text.clone(),
+                Err(e) => format!("error: {e}"),
+            })
+            .collect();
+        assert_eq!(texts[..3], ["a", "b", "c"]);
+        assert!(texts[3].starts_with("error: unknown tool `nope`"));
+        assert_eq!(texts[4..], ["d", "e"]);
+
+        let spans = spans.lock().unwrap().clone();
+        let span = |l: &str| spans.iter().find(|s| s.0 == l).map(|s| (s.1, s.2)).unwrap();
+        let overlap = |x: (u64, u64), y: (u64, u64)| x.0 < y.1 && y.0 < x.1;
+        assert!(overlap(span("a"), span("b")), "{spans:?}");
+        assert!(overlap(span("d"), span("e")), "{spans:?}");
+        for other in ["a", "b", "d", "e"] {
+            assert!(
+                !overlap(span("c"), span(other)),
+                "write overlapped {other}: {spans:?}"
+            );
+        }
+        // Effects keep the model's order around the exclusive call.
+        assert!(span("b").1 < span("c").0 && span("c").1 < span("d").0);
+    }
+}
+
+mod policy {
+    use super::*;
+
+    fn spec(name: &str, tags: &[&str]) -> ToolSpec {
+        ToolSpec::new(name, "").with_effect_tags(tags.iter().copied())
+    }
+
+    #[track_caller]
+    fn check(policy: &Policy, name: &str, tags: &[&str], expect: &str) {
+        let got = match policy.check(&spec(name, tags)) {
+            Ok(()) => "ok".to_owned(),
+            Err(e) => e.to_string(),
+        };
+        assert_eq!(got, expect);
+    }
+
+    #[test]
+    fn rules() {
+        let open = Policy::default();
+        assert!(open.is_open());
+        check(&open, "bash", &["process:exec"], "ok");
+
+        let read_only = Policy {
+            read_only: true,
+            ..Policy::default()
+        };
+        check(&read_only, "read_file", &["filesystem:read"], "ok");
+        check(&read_only, "calculator", &[], "ok");
+        check(
+            &read_only,
+            "write_file",
+            &["filesystem:write"],
+            "call to `write_file` denied: effect `filesystem:write` is denied (read-only mode)",
+        );
+        check(
+            &read_only,
+            "http_request",
+            &["network"],
+            "call to `http_request` denied: effect `network` is denied (read-only mode)",
+        );
+
+        let deny = Policy {
+            deny: vec!["bash".into(), "filesystem".into()],
+            ..Policy::default()
+        };
+        check(
+            &deny,
+            "bash",
+            &[],
+            "call to `bash` denied: the tool is denied (deny `bash`)",
+        );
+        check(
+            &deny,
+            "list_dir",
+            &["filesystem:read"],
+            "call to `list_dir` denied: effect `filesystem:read` is denied (deny `filesystem`)",
+        );
+        check(&deny, "calculator", &[], "ok");
+        // A prefix matches only at a `:` boundary.
+        let deny_fs = Policy {
+            deny: vec!["file".into()],
+            ..Policy::default()
+        };
+        check(&deny_fs, "list_dir", &["filesystem:read"], "ok");
+
+        let allow = Policy {
+            allow: vec!["filesystem:read".into(), "bash".into()],
+            ..Policy::default()
+        };
+        check(&allow, "read_file", &["filesystem:read"], "ok");
+        check(&allow, "calculator", &[], "ok");
+        check(&allow, "bash", &["process:exec"], "ok");
+        check(
+            &allow,
+            "write_file",
+            &["filesystem:write"],
+            "call to `write_file` denied: effect `filesystem:write` is not allowed (allow: filesystem:read, bash)",
+        );
+
+        let both = Policy {
+            allow: vec!["bash".into()],
+            deny: vec!["process:exec".into()],
+            ..Policy::default()
+        };
+        check(
+            &both,
+            "bash",
+            &["process:exec"],
+            "call to `bash` denied: effect `process:exec` is denied (deny `process:exec`)",
+        );
+    }
+}

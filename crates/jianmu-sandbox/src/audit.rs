@@ -1,0 +1,62 @@
+//! `AuditLog`: a JSON-lines record of every finished call, fed from the event bus.
+
+use std::fs::{File, OpenOptions};
+use std::io::{self, Write};
+use std::path::Path;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{SystemTime, UNIX_EPOCH};
+
+use jianmu_tool_core::{EventBus, EventKind, SubscriptionId};
+use serde_json::json;
+
+/// Appends one line per finished call: time, tool, call id, arguments, outcome, error
+/// and duration. Each line is written whole and flushed, so a crash loses at most the
+/// call in flight.
+#[derive(Debug, Clone)]
+pub struct AuditLog {
+    file: Arc<Mutex<File>>,
+}
+
+impl AuditLog {
+    /// Opens (creating or appending to) `path`.
+    ///
+    /// # Errors
+    /// When the file cannot be opened for appending.
+    pub fn open(path: &Path) -> io::Result<Self> {
+        let file = OpenOptions::new().create(true).append(true).open(path)?;
+        Ok(Self {
+            file: Arc::new(Mutex::new(file)),
+        })
+    }
+
+    /// Records every finished call emitted on `bus`.
+    pub fn attach(&self, bus: &EventBus) -> SubscriptionId {
+        let file = self.file.clone();
+        bus.subscribe(move |e| {
+            let outcome = match e.kind {
+                EventKind::Completed => "ok",
+                EventKind::Failed => "error",
+                _ => return,
+            };
+            let time = SystemTime::now()
+                .duration_since(UNIX_EPOCH)
+                .map_or(0.0, |d| d.as_secs_f64());
+            let line = json!({
+                "time": time,
+                "tool": e.tool,
+                "call_id": e.call_id,
+                "arguments": e.arguments,
+                "context": e.context,
+                "outcome": outcome,
+                "error": e.error,
+                "duration_us": u64::try_from(e.elapsed.as_micros()).unwrap_or(u64::MAX),
+            });
+            let mut text = line.to_string();
+            text.push('\n');
+            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            if let Err(err) = file.write_all(text.as_bytes()).and_then(|()| file.flush()) {
+                tracing::error!(%err, "cannot write the audit log");
+            }
+        })
+    }
+}
