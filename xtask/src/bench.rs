@@ -92,6 +92,13 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             goal: ">= 5x faster",
         },
         Row {
+            what: "8 calls of a 1 ms I/O tool, as one batch",
+            ours_ns: median_ns("batch/8_as_batch")?,
+            reference: "the same 8 calls one by one",
+            reference_ns: Some(median_ns("batch/8_one_by_one")?),
+            goal: "concurrent",
+        },
+        Row {
             what: "calculator tool call via ToolSet + ToolRunner",
             ours_ns: median_ns("calculator/tool_call_10_ops")?,
             reference: "-",
@@ -121,6 +128,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if !python {
         println!("(python3 not found: reference columns left empty)");
     }
+    crate::mcp_bench::run()?;
     if args.iter().any(|a| a == "--no-search") {
         return Ok(());
     }

@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 mod bench;
+mod mcp_bench;
 mod search_bench;
 
 const USAGE: &str = "usage: cargo xtask <test-all | bench | docs>
@@ -35,6 +36,7 @@ const HEAVY: &[(&str, &[&str])] = &[
     ("grep-regex", &["code"]),
     ("ignore", &["code"]),
     ("cap-std", &["fs", "code"]),
+    ("rmcp", &["mcp"]),
 ];
 
 fn main() {

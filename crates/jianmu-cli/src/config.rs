@@ -14,6 +14,9 @@ pub(crate) struct Config {
     pub(crate) workspace: Option<PathBuf>,
     #[serde(default)]
     pub(crate) execution: Execution,
+    /// `[policy]`: which tools may run.
+    #[serde(default)]
+    pub(crate) policy: jianmu_tool_core::Policy,
     /// Per-tool settings, `[tools.NAME]`.
     #[serde(default)]
     pub(crate) tools: Map<String, Value>,
@@ -27,6 +30,8 @@ pub(crate) struct Execution {
     pub(crate) tool_runner: Option<SandboxKind>,
     /// Per-call time limit in seconds.
     pub(crate) timeout_secs: Option<f64>,
+    /// A JSON-lines log of every finished call.
+    pub(crate) audit_log: Option<PathBuf>,
 }
 
 /// Where calls run.

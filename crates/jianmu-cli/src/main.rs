@@ -16,6 +16,8 @@ use jianmu_tool_core::{SchemaFormat, ToolConfig, ToolError, ToolHandle, ToolProv
 use serde_json::Value;
 
 mod config;
+#[cfg(feature = "mcp")]
+mod mcp;
 
 use config::{Config, SandboxKind};
 
@@ -38,6 +40,18 @@ struct Cli {
     /// Per-call time limit in seconds [default: 120, or `[execution] timeout_secs`].
     #[arg(long, global = true, value_name = "SECS")]
     timeout: Option<f64>,
+    /// Allow only these tools or effect tags (repeatable; adds to `[policy] allow`).
+    #[arg(long, global = true, value_name = "TOOL_OR_EFFECT")]
+    allow: Vec<String>,
+    /// Deny these tools or effect tags (repeatable; adds to `[policy] deny`).
+    #[arg(long, global = true, value_name = "TOOL_OR_EFFECT")]
+    deny: Vec<String>,
+    /// Deny writes, process and code execution, and network access.
+    #[arg(long, global = true)]
+    read_only: bool,
+    /// Append a JSON line per finished call to FILE [default: `[execution] audit_log`].
+    #[arg(long, global = true, value_name = "FILE")]
+    audit_log: Option<PathBuf>,
     #[command(subcommand)]
     command: Command,
 }
@@ -65,6 +79,9 @@ enum Command {
         #[arg(long, default_value = "jianmu")]
         format: SchemaFormat,
     },
+    /// Serve every compiled-in tool over MCP on stdio.
+    #[cfg(feature = "mcp")]
+    Mcp,
     /// Call a tool and print its output.
     Call {
         /// Tool name or alias.
@@ -115,7 +132,7 @@ fn init_tracing() {
 }
 
 /// The error with its causes, `a: b: c`.
-fn chain(e: &dyn std::error::Error) -> String {
+pub(crate) fn chain(e: &dyn std::error::Error) -> String {
     let mut text = e.to_string();
     let mut source = e.source();
     while let Some(s) = source {
@@ -146,6 +163,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
         tool_config = tool_config.with_settings(tool.clone(), settings.clone());
     }
     let provider = BuiltinToolProvider::new(tool_config);
+    let cli_opts = RunOptions {
+        sandbox: cli.sandbox,
+        timeout: cli.timeout,
+        allow: cli.allow,
+        deny: cli.deny,
+        read_only: cli.read_only,
+        audit_log: cli.audit_log,
+    };
 
     match cli.command {
         Command::Tools {
@@ -171,34 +196,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
             print(&(serde_json::to_string_pretty(&exported).map_err(anyhow::Error::from)? + "\n"))
         }
         Command::Call { name, args } => {
-            let sandbox = cli
-                .sandbox
-                .or(config.execution.tool_runner)
-                .unwrap_or(SandboxKind::Local);
-            let timeout = cli
-                .timeout
-                .or(config.execution.timeout_secs)
-                .unwrap_or(120.0);
-            let timeout = Duration::try_from_secs_f64(timeout)
-                .ok()
-                .filter(|t| !t.is_zero())
-                .ok_or_else(|| anyhow!("--timeout must be a positive number of seconds"))?;
-            let runner = match sandbox {
-                SandboxKind::Local => ToolRunner::local().with_timeout(timeout),
-                SandboxKind::Docker => {
-                    return Err(anyhow!(
-                        "sandbox `docker` is not compiled into this build of jianmu"
-                    )
-                    .into());
-                }
-            };
+            let runner = runner(&cli_opts, &config)?;
             let tool = provider.build(&name).map_err(usage)?;
             let args = read_args(&args)?;
-            let rt = tokio::runtime::Builder::new_current_thread()
-                .enable_all()
-                .build()
-                .context("cannot start the async runtime")?;
-            let output = rt
+            let output = runtime()?
                 .block_on(tool.execute(
                     args,
                     jianmu_tool_core::ExecuteOptions::default().runner(&runner),
@@ -210,7 +211,72 @@ fn run(cli: Cli) -> Result<(), Failure> {
             }
             print(&text)
         }
+        #[cfg(feature = "mcp")]
+        Command::Mcp => {
+            let runner = runner(&cli_opts, &config)?;
+            let tools = jianmu_tool_core::ToolSet::from_providers(&[&provider]).map_err(usage)?;
+            runtime()?
+                .block_on(mcp::Server::new(tools, runner).serve_stdio())
+                .map_err(Failure::Usage)
+        }
     }
+}
+
+/// The flags that shape how calls run.
+struct RunOptions {
+    sandbox: Option<SandboxKind>,
+    timeout: Option<f64>,
+    allow: Vec<String>,
+    deny: Vec<String>,
+    read_only: bool,
+    audit_log: Option<PathBuf>,
+}
+
+/// The runner for calls: sandbox, timeout, policy and audit log, from flags over
+/// `jianmu.toml`.
+fn runner(opts: &RunOptions, config: &Config) -> Result<ToolRunner, Failure> {
+    let sandbox = opts
+        .sandbox
+        .or(config.execution.tool_runner)
+        .unwrap_or(SandboxKind::Local);
+    let timeout = opts
+        .timeout
+        .or(config.execution.timeout_secs)
+        .unwrap_or(120.0);
+    let timeout = Duration::try_from_secs_f64(timeout)
+        .ok()
+        .filter(|t| !t.is_zero())
+        .ok_or_else(|| anyhow!("--timeout must be a positive number of seconds"))?;
+    let mut policy = config.policy.clone();
+    policy.allow.extend(opts.allow.iter().cloned());
+    policy.deny.extend(opts.deny.iter().cloned());
+    policy.read_only |= opts.read_only;
+    let runner = match sandbox {
+        SandboxKind::Local => ToolRunner::local(),
+        SandboxKind::Docker => {
+            return Err(
+                anyhow!("sandbox `docker` is not compiled into this build of jianmu").into(),
+            );
+        }
+    };
+    let runner = runner.with_timeout(timeout).with_policy(policy);
+    if let Some(path) = opts
+        .audit_log
+        .as_ref()
+        .or(config.execution.audit_log.as_ref())
+    {
+        jianmu_sandbox::AuditLog::open(path)
+            .with_context(|| format!("cannot open the audit log {}", path.display()))?
+            .attach(runner.events());
+    }
+    Ok(runner)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, Failure> {
+    Ok(tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?)
 }
 
 /// Unknown and not-compiled tools are the caller's mistake, not the tool's.

@@ -6,7 +6,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use jianmu_sandbox::ToolRunner;
-use jianmu_tool_core::{FunctionTool, ToolHandle, ToolOutput, ToolSet, ToolSpec};
+use jianmu_tool_core::{FunctionTool, ToolCall, ToolHandle, ToolOutput, ToolSet, ToolSpec};
 use serde_json::{Value, json};
 
 fn bench(c: &mut Criterion) {
@@ -44,6 +44,32 @@ fn bench(c: &mut Criterion) {
     });
     group.finish();
     assert!(events.load(Ordering::Relaxed) > 0);
+
+    // Eight calls of a tool that waits 1 ms on I/O: one by one, then as one batch.
+    let io = FunctionTool::new(ToolSpec::new("io", "Waits 1 ms."), |_| async {
+        tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+        Ok(ToolOutput::default())
+    });
+    let set = ToolSet::from_tools([ToolHandle::new(io).unwrap()]);
+    let calls: Vec<ToolCall> = (0..8).map(|_| ToolCall::new("io", json!("x"))).collect();
+    let mut group = c.benchmark_group("batch");
+    group.bench_function("8_one_by_one", |b| {
+        b.to_async(&rt).iter(|| async {
+            for call in &calls {
+                set.execute(&call.name, call.args.clone(), Some(&runner))
+                    .await
+                    .unwrap();
+            }
+        })
+    });
+    group.bench_function("8_as_batch", |b| {
+        b.to_async(&rt).iter(|| async {
+            for r in set.execute_batch(&calls, Some(&runner)).await {
+                r.unwrap();
+            }
+        })
+    });
+    group.finish();
 }
 
 criterion_group!(benches, bench);

@@ -100,7 +100,13 @@ impl ArgsValidator {
             .validator
             .iter_errors(args)
             .map(|e| Violation {
-                pointer: e.instance_path().to_string(),
+                // The exported schema of a bare-string tool is `{"input": string}`;
+                // point into that, the shape the model was shown.
+                pointer: if self.bare_string {
+                    format!("/{INPUT_KEY}{}", e.instance_path())
+                } else {
+                    e.instance_path().to_string()
+                },
                 message: clip(e.to_string()),
             })
             .collect();

@@ -186,10 +186,8 @@ fn nullable(mut schema: Value) -> Value {
                 map.insert("type".into(), json!([t, "null"]));
             }
         }
-        Some(Value::Array(types)) => {
-            if !types.iter().any(|t| t == "null") {
-                types.push(json!("null"));
-            }
+        Some(Value::Array(types)) if !types.iter().any(|t| t == "null") => {
+            types.push(json!("null"));
         }
         _ => {}
     }
@@ -244,7 +242,8 @@ fn strict(schema: &Value) -> Option<Value> {
             .and_then(Value::as_object)
             .is_some_and(|p| !p.is_empty());
         let closed = map.get("additionalProperties") == Some(&Value::Bool(false));
-        if (!has_props && !closed) || (map.contains_key("additionalProperties") && !closed) {
+        let takes_extra = map.contains_key("additionalProperties") && !closed;
+        if (!has_props && !closed) || takes_extra {
             return None;
         }
         let props = map

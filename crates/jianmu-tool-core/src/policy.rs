@@ -56,7 +56,7 @@ impl Policy {
                 return Err(denied(format!("effect `{tag}` is denied (read-only mode)")));
             }
         }
-        if self.allow.is_empty() || self.allow.iter().any(|e| *e == spec.name) {
+        if self.allow.is_empty() || self.allow.contains(&spec.name) {
             return Ok(());
         }
         match spec

@@ -73,7 +73,7 @@ fn bare_string_tool_takes_string_or_input_object() {
         &tool,
         json!({"input": 7}),
         o,
-        expect![[r#"err: invalid arguments for `shout`: at /: 7 is not of type "string""#]],
+        expect![[r#"err: invalid arguments for `shout`: at /input: 7 is not of type "string""#]],
     );
     check_call(
         &tool,

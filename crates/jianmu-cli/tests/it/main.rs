@@ -5,6 +5,9 @@ use std::process::Output;
 
 use serde_json::Value;
 
+#[cfg(all(feature = "mcp", feature = "full"))]
+mod mcp;
+
 fn jianmu(args: &[&str], dir: &Path) -> Output {
     jianmu_sandbox::process::std_command(env!("CARGO_BIN_EXE_jianmu"))
         .args(args)
@@ -142,7 +145,7 @@ mod calculator {
             &["call", "calculator", "{\"input\": 3}"],
             1,
             "",
-            "Error: invalid arguments for `calculator`: at /: 3 is not of type \"string\"\n",
+            "Error: invalid arguments for `calculator`: at /input: 3 is not of type \"string\"\n",
         );
         check(
             &["call", "calculator", "2+2"],

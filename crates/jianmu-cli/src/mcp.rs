@@ -1,0 +1,121 @@
+//! `jianmu mcp`: every compiled-in tool over MCP on stdio, with the `rmcp` SDK.
+//!
+//! A tool's failure (bad arguments, a refused path, a policy denial, a timeout) is a
+//! result with `isError: true` that the model reads; only a request the server cannot
+//! route is a protocol error. A cancelled request drops its call, which stops the work.
+//! Tools are built once per server, so stateful tools keep their state for the session.
+
+use std::sync::Arc;
+
+use jianmu_sandbox::ToolRunner;
+use jianmu_tool_core::{ExecuteOptions, SchemaFormat, ToolError, ToolOutput, ToolSet};
+use rmcp::model::{
+    CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
+    ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
+    ToolAnnotations,
+};
+use rmcp::service::RequestContext;
+use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
+use serde_json::{Map, Value};
+
+/// The MCP server: the tools the policy allows, and the runner calls go through.
+#[derive(Clone)]
+pub(crate) struct Server {
+    tools: Arc<ToolSet>,
+    runner: Arc<ToolRunner>,
+    listed: Arc<Vec<Tool>>,
+}
+
+impl Server {
+    pub(crate) fn new(tools: ToolSet, runner: ToolRunner) -> Self {
+        // Tools the policy denies are not offered at all.
+        let listed = tools
+            .iter()
+            .filter(|t| runner.policy().check(t.spec()).is_ok())
+            .map(|t| describe(t.spec()))
+            .collect();
+        Self {
+            tools: Arc::new(tools),
+            runner: Arc::new(runner),
+            listed: Arc::new(listed),
+        }
+    }
+
+    /// Serves on stdin and stdout until the client goes away.
+    pub(crate) async fn serve_stdio(self) -> anyhow::Result<()> {
+        let running = self
+            .serve(rmcp::transport::stdio())
+            .await
+            .map_err(|e| anyhow::anyhow!("MCP initialisation failed: {e}"))?;
+        running.waiting().await?;
+        Ok(())
+    }
+}
+
+fn describe(spec: &jianmu_tool_core::ToolSpec) -> Tool {
+    let exported = spec.export(SchemaFormat::Mcp);
+    let schema: Map<String, Value> = exported["inputSchema"]
+        .as_object()
+        .cloned()
+        .unwrap_or_default();
+    let a = spec.annotations();
+    let annotations = ToolAnnotations::new()
+        .read_only(a.read_only)
+        .destructive(a.destructive)
+        .idempotent(a.idempotent)
+        .open_world(a.open_world);
+    Tool::new(
+        spec.name.clone(),
+        spec.description.clone(),
+        Arc::new(schema),
+    )
+    .annotate(annotations)
+}
+
+fn result(outcome: Result<ToolOutput, ToolError>) -> CallToolResult {
+    match outcome {
+        Ok(out) => {
+            let mut r = CallToolResult::success(vec![ContentBlock::text(out.text)]);
+            r.structured_content = out.structured;
+            r
+        }
+        Err(e) => CallToolResult::error(vec![ContentBlock::text(crate::chain(&e))]),
+    }
+}
+
+impl ServerHandler for Server {
+    fn get_info(&self) -> ServerConfig {
+        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+            .with_server_info(Implementation::new("jianmu", env!("CARGO_PKG_VERSION")))
+            .with_instructions("Built-in tools: files and search confined to one workspace, a calculator, and more. Tool errors come back as results to read and act on.")
+    }
+
+    async fn list_tools(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        Ok(ListToolsResult::with_all_items(
+            self.listed.as_ref().clone(),
+        ))
+    }
+
+    async fn call_tool(
+        &self,
+        request: CallToolRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let args = request
+            .arguments
+            .map_or(Value::Object(Map::new()), Value::Object);
+        let call_id = format!("mcp-{}", context.id);
+        let options = ExecuteOptions::default()
+            .runner(self.runner.as_ref())
+            .call_id(&call_id);
+        let call = self.tools.execute_with(&request.name, args, options);
+        tokio::select! {
+            outcome = call => Ok(result(outcome).into()),
+            () = context.ct.cancelled() => Err(ErrorData::internal_error("the call was cancelled", None)),
+        }
+    }
+}

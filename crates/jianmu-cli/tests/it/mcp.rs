@@ -1,0 +1,112 @@
+//! `jianmu mcp` driven by a real MCP client: the Python `mcp` package, in a venv the
+//! test makes (once) under `target/`.
+
+use std::path::{Path, PathBuf};
+
+use serde_json::{Value, json};
+
+const MCP_VERSION: &str = "2.3.0";
+
+/// The venv's python with `mcp` installed, made on first use.
+fn python() -> PathBuf {
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-venv");
+    let python = venv.join("bin/python");
+    let has_mcp = |p: &Path| {
+        jianmu_sandbox::process::std_command(p)
+            .args(["-c", &format!("import mcp, importlib.metadata as m; assert m.version('mcp') == '{MCP_VERSION}'")])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !has_mcp(&python) {
+        let status = jianmu_sandbox::process::std_command("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 is needed for the MCP client test");
+        assert!(status.success(), "cannot create {}", venv.display());
+        let status = jianmu_sandbox::process::std_command(&python)
+            .args(["-m", "pip", "install", "-q", &format!("mcp=={MCP_VERSION}")])
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "cannot install mcp=={MCP_VERSION} from PyPI"
+        );
+    }
+    python
+}
+
+#[test]
+fn a_real_mcp_client_lists_calls_and_cancels() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(dir.path().join("outside.txt"), "secret").unwrap();
+    // Big enough that a regex scan of it is still running when the call is cancelled.
+    let line = "the quick brown fox jumps over the lazy dog 0123456789\n";
+    std::fs::write(
+        ws.join("big.txt"),
+        line.repeat(128 * 1024 * 1024 / line.len()),
+    )
+    .unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_client.py");
+    let out = jianmu_sandbox::process::std_command(python())
+        .arg(&script)
+        .arg(env!("CARGO_BIN_EXE_jianmu"))
+        .arg(&ws)
+        .arg(&audit)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(seen["server"], "jianmu");
+    let tools = seen["tools"].as_object().unwrap();
+    assert!(tools.len() >= 8, "{tools:?}");
+    assert_eq!(
+        tools["calculator"],
+        json!({"schema_type": "object", "read_only": true, "destructive": false})
+    );
+    assert_eq!(tools["write_file"]["destructive"], true);
+    assert_eq!(
+        seen["ok"],
+        json!([false, "1267650600228229401496703205376"])
+    );
+    assert_eq!(
+        seen["tool_error"],
+        json!([true, "ZeroDivisionError: division by zero"])
+    );
+    assert_eq!(
+        seen["bad_arguments"],
+        json!([
+            true,
+            "invalid arguments for `calculator`: at /input: 7 is not of type \"string\""
+        ])
+    );
+    assert_eq!(
+        seen["refused"],
+        json!([
+            true,
+            "refused `../outside.txt`: the path is outside the workspace"
+        ])
+    );
+    assert_eq!(seen["unknown"][0], true);
+    assert_eq!(seen["structured"]["bytes_written"], 2);
+    assert_eq!(seen["after_cancel"], json!([false, "42"]));
+    // The audit log saw the grep end as cancelled, not completed.
+    let log = std::fs::read_to_string(&audit).unwrap();
+    let grep: Vec<Value> = log
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap())
+        .filter(|l| l["tool"] == "grep_search")
+        .collect();
+    assert_eq!(grep.len(), 1, "{log}");
+    assert_eq!(
+        (&grep[0]["outcome"], &grep[0]["error"]),
+        (&json!("error"), &json!("cancelled"))
+    );
+}

@@ -1,0 +1,60 @@
+"""A real MCP client (the `mcp` package from PyPI) driving `jianmu mcp` over stdio.
+
+Usage: mcp_client.py JIANMU WORKSPACE AUDIT_LOG. Prints one JSON object with what it saw.
+"""
+import json
+import sys
+
+import anyio
+from mcp import ClientSession, StdioServerParameters
+from mcp.client.stdio import stdio_client
+
+
+def text(result):
+    return "".join(getattr(c, "text", "") for c in result.content)
+
+
+async def main(jianmu, workspace, audit_log):
+    params = StdioServerParameters(
+        command=jianmu,
+        args=["mcp", "--workspace", workspace, "--audit-log", audit_log],
+    )
+    seen = {}
+    async with stdio_client(params) as (read, write):
+        async with ClientSession(read, write) as session:
+            init = await session.initialize()
+            seen["server"] = init.server_info.name
+            tools = await session.list_tools()
+            seen["tools"] = {
+                t.name: {
+                    "schema_type": t.input_schema.get("type"),
+                    "read_only": t.annotations.read_only_hint if t.annotations else None,
+                    "destructive": t.annotations.destructive_hint if t.annotations else None,
+                }
+                for t in tools.tools
+            }
+            ok = await session.call_tool("calculator", {"input": "2**100"})
+            seen["ok"] = [ok.is_error, text(ok)]
+            err = await session.call_tool("calculator", {"input": "1/0"})
+            seen["tool_error"] = [err.is_error, text(err)]
+            bad = await session.call_tool("calculator", {"input": 7})
+            seen["bad_arguments"] = [bad.is_error, text(bad)]
+            refused = await session.call_tool("read_file", {"path": "../outside.txt"})
+            seen["refused"] = [refused.is_error, text(refused)]
+            unknown = await session.call_tool("no_such_tool", {})
+            seen["unknown"] = [unknown.is_error, text(unknown)]
+            listing = await session.call_tool("write_file", {"path": "a.txt", "content": "hi"})
+            seen["structured"] = listing.structured_content
+            # Abandoning a call makes the client send notifications/cancelled; the
+            # grep over a big file is still running then.
+            with anyio.move_on_after(0.02):
+                await session.call_tool(
+                    "grep_search",
+                    {"query": r"\w+\d{3}zz\b", "regex": True, "glob": "big.txt"},
+                )
+            after = await session.call_tool("calculator", {"input": "6*7"})
+            seen["after_cancel"] = [after.is_error, text(after)]
+    print(json.dumps(seen))
+
+
+anyio.run(main, *sys.argv[1:4])
