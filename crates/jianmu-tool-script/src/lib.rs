@@ -1,0 +1,49 @@
+//! Script tools: `rhai_repl`, an embedded Rhai engine with hard limits, and
+//! `python_repl` (alias `python_eval`), a real CPython in a persistent child process.
+//!
+//! Both keep state between calls of one tool instance (one MCP session, one agent run),
+//! run one call at a time (`parallel_safe` is false) and declare `code:exec`.
+//! `rhai_repl` cannot touch files, network or processes and its limits always hold
+//! (operations, call depth, expression depth, sizes, wall-clock time, output).
+//! `python_repl` is full Python: its time limit really stops the code (the whole
+//! process group is killed), but isolation needs the Docker sandbox.
+//!
+//! Settings (`[tools.rhai_repl]`, `[tools.python_repl]` in `jianmu.toml`) are
+//! [`RhaiSettings`] and [`PythonSettings`].
+#![deny(missing_docs)]
+
+use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
+
+mod python_repl;
+mod rhai_repl;
+
+pub use python_repl::{PythonArgs, PythonRepl, PythonSettings};
+pub use rhai_repl::{RhaiArgs, RhaiRepl, RhaiSettings};
+
+/// `text` cut to `max` characters, with the seed's truncation notice when cut.
+pub(crate) fn truncate(text: &str, max: usize) -> String {
+    match text.char_indices().nth(max) {
+        None => text.to_owned(),
+        Some((cut, _)) => {
+            let rest = text[cut..].chars().count();
+            format!(
+                "{}\n... (output truncated: {rest} more characters)",
+                &text[..cut]
+            )
+        }
+    }
+}
+
+fn build_rhai(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(RhaiRepl::new(config.settings("rhai_repl")?))
+}
+
+fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(PythonRepl::new(
+        config.settings("python_repl")?,
+        config.workspace().to_owned(),
+    ))
+}
+
+jianmu_tool_core::register_tool!("rhai_repl", build_rhai);
+jianmu_tool_core::register_tool!("python_repl", build_python);

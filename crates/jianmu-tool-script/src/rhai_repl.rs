@@ -1,0 +1,246 @@
+//! `rhai_repl`: an embedded Rhai engine with hard limits and a persistent scope.
+
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use rhai::{AST, Dynamic, Engine, EvalAltResult, Scope};
+use serde::Deserialize;
+
+use crate::truncate;
+
+/// Limits of `rhai_repl`; every one has a safe default.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RhaiSettings {
+    /// Most operations one call may run.
+    pub max_operations: u64,
+    /// Deepest function call nesting.
+    pub max_call_levels: usize,
+    /// Deepest expression nesting (in functions, half of it).
+    pub max_expr_depth: usize,
+    /// Largest string, in bytes.
+    pub max_string_size: usize,
+    /// Largest array, in items.
+    pub max_array_size: usize,
+    /// Largest object map, in entries.
+    pub max_map_size: usize,
+    /// Wall-clock limit of one call, in seconds.
+    pub timeout_secs: f64,
+    /// Most characters of output returned; more is cut with a notice.
+    pub max_output: usize,
+}
+
+impl Default for RhaiSettings {
+    fn default() -> Self {
+        Self {
+            max_operations: 50_000_000,
+            max_call_levels: 48,
+            max_expr_depth: 64,
+            max_string_size: 1 << 20,
+            max_array_size: 100_000,
+            max_map_size: 100_000,
+            timeout_secs: 30.0,
+            max_output: 10_000,
+        }
+    }
+}
+
+/// Arguments of `rhai_repl`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct RhaiArgs {
+    /// Rhai code. Variables (`let`) and functions (`fn`) persist between calls.
+    pub code: String,
+    /// Forget every variable and function before running `code`.
+    #[serde(default)]
+    pub reset: bool,
+}
+
+/// State shared with the engine's callbacks for the call in progress.
+#[derive(Default)]
+struct CallState {
+    printed: String,
+    deadline: Option<Instant>,
+}
+
+struct Session {
+    scope: Scope<'static>,
+    functions: AST,
+}
+
+/// The `rhai_repl` tool. One engine per instance, built once; calls on one instance
+/// run one at a time and share the scope.
+#[derive(Clone)]
+pub struct RhaiRepl {
+    engine: Arc<Engine>,
+    state: Arc<Mutex<CallState>>,
+    session: Arc<Mutex<Session>>,
+    settings: RhaiSettings,
+}
+
+impl std::fmt::Debug for RhaiRepl {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RhaiRepl")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
+}
+
+impl RhaiRepl {
+    /// A REPL with these limits.
+    pub fn new(settings: RhaiSettings) -> Self {
+        let state = Arc::new(Mutex::new(CallState::default()));
+        let mut engine = Engine::new();
+        engine
+            .set_max_operations(settings.max_operations)
+            .set_max_call_levels(settings.max_call_levels)
+            .set_max_expr_depths(
+                settings.max_expr_depth,
+                (settings.max_expr_depth / 2).max(1),
+            )
+            .set_max_string_size(settings.max_string_size)
+            .set_max_array_size(settings.max_array_size)
+            .set_max_map_size(settings.max_map_size)
+            .set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
+        engine.disable_symbol("eval");
+        let limit = settings.max_output;
+        let sink = state.clone();
+        engine.on_print(move |text| {
+            let mut s = sink.lock().unwrap_or_else(PoisonError::into_inner);
+            // Keep a little past the limit, so the notice can say output was cut.
+            if s.printed.len() <= limit * 4 + 4 {
+                s.printed.push_str(text);
+                s.printed.push('\n');
+            }
+        });
+        let sink = state.clone();
+        engine.on_debug(move |text, _source, pos| {
+            let mut s = sink.lock().unwrap_or_else(PoisonError::into_inner);
+            if s.printed.len() <= limit * 4 + 4 {
+                s.printed.push_str(&format!("[{pos}] {text}\n"));
+            }
+        });
+        let clock = state.clone();
+        engine.on_progress(move |ops| {
+            // Checking the clock every 1024 operations keeps the check cheap.
+            if ops % 1024 != 0 {
+                return None;
+            }
+            let s = clock.lock().unwrap_or_else(PoisonError::into_inner);
+            match s.deadline {
+                Some(d) if Instant::now() >= d => Some(Dynamic::from("timeout")),
+                _ => None,
+            }
+        });
+        Self {
+            engine: Arc::new(engine),
+            state,
+            session: Arc::new(Mutex::new(Session {
+                scope: Scope::new(),
+                functions: AST::empty(),
+            })),
+            settings,
+        }
+    }
+
+    /// The synchronous body.
+    ///
+    /// # Errors
+    /// A syntax error, a runtime error, or a limit hit, each with Rhai's message.
+    pub fn run(&self, args: &RhaiArgs) -> Result<ToolOutput, ToolError> {
+        let mut session = self.session.lock().unwrap_or_else(PoisonError::into_inner);
+        if args.reset {
+            session.scope = Scope::new();
+            session.functions = AST::empty();
+            if args.code.trim().is_empty() {
+                return Ok(ToolOutput::text("(the scope was cleared)"));
+            }
+        }
+        let timeout =
+            Duration::try_from_secs_f64(self.settings.timeout_secs).unwrap_or(Duration::MAX);
+        {
+            let mut s = self.state.lock().unwrap_or_else(PoisonError::into_inner);
+            s.printed.clear();
+            s.deadline = Instant::now().checked_add(timeout);
+        }
+        let session = &mut *session;
+        let ast = self
+            .engine
+            .compile_with_scope(&session.scope, &args.code)
+            .map_err(|e| ToolError::failed(format!("syntax error: {e}")))?;
+        let program = session.functions.merge(&ast);
+        let result = self
+            .engine
+            .eval_ast_with_scope::<Dynamic>(&mut session.scope, &program);
+        let printed = std::mem::take(
+            &mut self
+                .state
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .printed,
+        );
+        match result {
+            Ok(value) => {
+                // Functions defined by a call that succeeded stay defined.
+                session.functions = session.functions.merge(&ast.clone_functions_only());
+                let text = if value.is_unit() {
+                    printed
+                } else {
+                    value.to_string()
+                };
+                Ok(ToolOutput::text(truncate(&text, self.settings.max_output)))
+            }
+            Err(e) => Err(ToolError::failed(describe(&e, timeout))),
+        }
+    }
+}
+
+fn describe(e: &EvalAltResult, timeout: Duration) -> String {
+    match e {
+        EvalAltResult::ErrorTerminated(..) => format!(
+            "the code ran past the time limit of {} s and was stopped",
+            timeout.as_secs_f64()
+        ),
+        EvalAltResult::ErrorTooManyOperations(..) => {
+            "the code ran too many operations and was stopped (an endless loop?)".to_owned()
+        }
+        EvalAltResult::ErrorStackOverflow(..) => {
+            "function calls nest too deeply and were stopped (runaway recursion?)".to_owned()
+        }
+        other => format!("error: {other}"),
+    }
+}
+
+impl Tool for RhaiRepl {
+    type Args = RhaiArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "rhai_repl"
+    }
+
+    fn description(&self) -> &str {
+        "Runs Rhai script code in an embedded, sandboxed engine and returns the value of the last \
+         expression, or what the code printed.\n\
+         Variables and functions persist between calls (`reset` clears them). No file, \
+         network or process access; operations, recursion, sizes and time are limited. \
+         Rhai computes 3-15x slower than CPython; use python_repl for heavy work."
+    }
+
+    fn parallel_safe(&self) -> bool {
+        false
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["code:exec"]
+    }
+
+    async fn call(&self, args: RhaiArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.run(&args))
+            .await
+            .map_err(|e| ToolError::runner("rhai_repl", e))?
+    }
+}

@@ -1,0 +1,312 @@
+//! rhai_repl and python_repl through the real call path: state, every limit, and
+//! recovery after each failure.
+
+use std::time::{Duration, Instant};
+
+use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_script::{PythonRepl, PythonSettings, RhaiRepl, RhaiSettings};
+use serde_json::{Value, json};
+
+async fn call(tool: &ToolHandle, args: Value) -> String {
+    match tool.execute(args, ExecuteOptions::default()).await {
+        Ok(out) => out.text,
+        Err(e) => format!("error: {e}"),
+    }
+}
+
+fn rhai(settings: RhaiSettings) -> ToolHandle {
+    ToolHandle::new(RhaiRepl::new(settings)).unwrap()
+}
+
+/// Limits small enough for a debug build to hit them quickly.
+fn small() -> RhaiSettings {
+    RhaiSettings {
+        max_operations: 200_000,
+        ..RhaiSettings::default()
+    }
+}
+
+#[tokio::test]
+async fn rhai_keeps_state_and_captures_print() {
+    let r = rhai(small());
+    assert_eq!(call(&r, json!({"code": "let x = 40;"})).await, "");
+    assert_eq!(call(&r, json!({"code": "x + 2"})).await, "42");
+    assert_eq!(call(&r, json!({"code": "fn sq(n) { n * n }"})).await, "");
+    assert_eq!(call(&r, json!({"code": "sq(7)"})).await, "49");
+    assert_eq!(
+        call(&r, json!({"code": r#"print("hi"); print("there");"#})).await,
+        "hi\nthere\n"
+    );
+    assert_eq!(
+        call(&r, json!({"code": r#"print("ignored"); 1 + 1"#})).await,
+        "2"
+    );
+    assert_eq!(
+        call(&r, json!({"code": "", "reset": true})).await,
+        "(the scope was cleared)"
+    );
+    assert!(
+        call(&r, json!({"code": "x"}))
+            .await
+            .starts_with("error: error: Variable not found: x")
+    );
+    assert!(
+        call(&r, json!({"code": "sq(2)"}))
+            .await
+            .contains("Function not found")
+    );
+    let spec = r.spec();
+    assert!(!spec.parallel_safe);
+    assert_eq!(spec.effect_tags, ["code:exec"]);
+}
+
+#[tokio::test]
+async fn rhai_limits_hold_and_the_next_call_works() {
+    let r = rhai(small());
+    let deep = format!("{}1{}", "(".repeat(10_000), ")".repeat(10_000));
+    let cases = [
+        (
+            "loop {}",
+            "error: the code ran too many operations and was stopped (an endless loop?)",
+        ),
+        (
+            "fn f(x) { f(x + 1) } f(0)",
+            "error: function calls nest too deeply and were stopped (runaway recursion?)",
+        ),
+        (
+            "let s = \"xx\"; loop { s += s; }",
+            "error: error: Length of string too large (line 1, position 24)",
+        ),
+        (
+            "let a = []; loop { a.push(1); }",
+            "error: the code ran too many operations and was stopped (an endless loop?)",
+        ),
+        (
+            "eval(\"1\")",
+            "error: syntax error: reserved keyword 'eval' is disabled (line 1, position 1)",
+        ),
+        (
+            "import \"hacks\" as h;",
+            "error: error: Module not found: hacks (line 1, position 8)",
+        ),
+    ];
+    for (code, expect) in cases {
+        assert_eq!(call(&r, json!({"code": code})).await, expect, "{code}");
+        assert_eq!(
+            call(&r, json!({"code": "1 + 1"})).await,
+            "2",
+            "after {code}"
+        );
+    }
+    let err = call(&r, json!({"code": deep})).await;
+    assert!(
+        err.starts_with("error: syntax error: Expression exceeds maximum complexity"),
+        "{err}"
+    );
+    let big = rhai(RhaiSettings {
+        max_array_size: 1000,
+        ..small()
+    });
+    assert_eq!(
+        call(
+            &big,
+            json!({"code": "let a = []; for i in 0..2000 { a.push(i); }"})
+        )
+        .await,
+        "error: error: Size of array/BLOB too large (line 1, position 34)"
+    );
+}
+
+#[tokio::test]
+async fn rhai_wall_clock_limit_and_output_cap() {
+    let r = rhai(RhaiSettings {
+        max_operations: 0,
+        timeout_secs: 0.3,
+        ..RhaiSettings::default()
+    });
+    let start = Instant::now();
+    assert_eq!(
+        call(&r, json!({"code": "loop {}"})).await,
+        "error: the code ran past the time limit of 0.3 s and was stopped"
+    );
+    assert!(start.elapsed() < Duration::from_secs(20));
+    assert_eq!(call(&r, json!({"code": "6 * 7"})).await, "42");
+    let out = call(
+        &r,
+        json!({"code": "for i in 0..5000 { print(`line ${i}`); }"}),
+    )
+    .await;
+    assert!(
+        out.ends_with(" more characters)"),
+        "{}",
+        &out[out.len() - 80..]
+    );
+    assert!(out.contains("\n... (output truncated: "));
+    assert!(out.starts_with("line 0\nline 1\n"));
+}
+
+fn python(settings: PythonSettings) -> ToolHandle {
+    ToolHandle::new(PythonRepl::new(settings, std::env::temp_dir())).unwrap()
+}
+
+#[tokio::test]
+async fn python_keeps_state_prints_and_reports_exceptions() {
+    let p = python(PythonSettings::default());
+    assert_eq!(call(&p, json!({"code": "x = 40"})).await, "");
+    assert_eq!(call(&p, json!({"code": "x + 2"})).await, "42");
+    assert_eq!(call(&p, json!({"code": "print('hi')"})).await, "hi\n");
+    assert_eq!(call(&p, json!({"code": "None"})).await, "");
+    assert_eq!(
+        call(
+            &p,
+            json!({"code": "import sys; print('out'); print('oops', file=sys.stderr)"})
+        )
+        .await,
+        "out\n[stderr]\noops\n"
+    );
+    assert_eq!(
+        call(&p, json!({"code": "1/0"})).await,
+        "error:   File \"<repl>\", line 1, in <module>\nZeroDivisionError: division by zero"
+    );
+    let err = call(&p, json!({"code": "def f(:\n  pass"})).await;
+    assert!(err.contains("SyntaxError"), "{err}");
+    assert_eq!(
+        call(&p, json!({"code": "input()"})).await,
+        "error:   File \"<repl>\", line 1, in <module>\nEOFError: EOF when reading a line"
+    );
+    // State survived the errors.
+    assert_eq!(call(&p, json!({"code": "x"})).await, "40");
+}
+
+#[tokio::test]
+async fn python_output_is_capped_and_never_breaks_on_bytes() {
+    let p = python(PythonSettings::default());
+    let out = call(&p, json!({"code": "print('x' * 10**7)"})).await;
+    assert!(out.starts_with(&"x".repeat(10_000)), "{}", out.len());
+    assert!(
+        out.ends_with("\n... (output truncated: 9990001 more characters)"),
+        "{}",
+        &out[10_000..]
+    );
+    let out = call(&p, json!({"code": "'y' * 20000"})).await;
+    assert!(
+        out.ends_with("\n... (output truncated: 10000 more characters)"),
+        "{}",
+        &out[10_000..]
+    );
+    assert_eq!(call(&p, json!({"code": "import sys"})).await, "");
+    // An expression: its value. Statements: what they printed, bytes decoded safely.
+    assert_eq!(
+        call(
+            &p,
+            json!({"code": "sys.stdout.buffer.write(b'\\xff\\xfeok')"})
+        )
+        .await,
+        "4"
+    );
+    assert_eq!(
+        call(
+            &p,
+            json!({"code": "_ = sys.stdout.buffer.write(b'\\xffok')"})
+        )
+        .await,
+        "\u{fffd}ok"
+    );
+}
+
+#[tokio::test]
+async fn python_timeout_kills_the_process_group_and_recovers() {
+    let p = python(PythonSettings::default());
+    assert_eq!(call(&p, json!({"code": "x = 1"})).await, "");
+    // A grandchild in its own session must die with the interpreter too.
+    let started = call(
+        &p,
+        json!({"code": "import subprocess; c = subprocess.Popen(['sleep', '300'], start_new_session=False)"}),
+    )
+    .await;
+    assert_eq!(started, "");
+    let pid = call(&p, json!({"code": "c.pid"})).await;
+    let pid: u32 = pid.parse().unwrap_or_else(|_| panic!("{pid}"));
+    let start = Instant::now();
+    assert_eq!(
+        call(&p, json!({"code": "while True: pass", "timeout": 0.5})).await,
+        "error: the code ran past the time limit of 0.5 s; it was stopped and its state (variables, imports) is lost; the next call starts a fresh interpreter"
+    );
+    assert!(start.elapsed() < Duration::from_secs(10));
+    let gone = |pid: u32| {
+        std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map_or(true, |s| s.split_whitespace().nth(2) == Some("Z"))
+    };
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !gone(pid) && Instant::now() < deadline {
+        std::thread::yield_now();
+    }
+    assert!(gone(pid), "the interpreter's child {pid} survived");
+    let err = call(&p, json!({"code": "x"})).await;
+    assert!(err.ends_with("NameError: name 'x' is not defined"), "{err}");
+    assert_eq!(call(&p, json!({"code": "1 + 1"})).await, "2");
+}
+
+#[tokio::test]
+async fn python_exit_is_reported_and_the_next_call_starts_fresh() {
+    let p = python(PythonSettings::default());
+    assert_eq!(
+        call(&p, json!({"code": "import os; os._exit(3)"})).await,
+        "error: the Python interpreter exited with code 3; it was stopped and its state (variables, imports) is lost; the next call starts a fresh interpreter"
+    );
+    assert_eq!(call(&p, json!({"code": "2 ** 10"})).await, "1024");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn python_calls_on_one_instance_never_overlap() {
+    let p = python(PythonSettings::default());
+    let define = "import time\ndef span():\n    start = time.monotonic()\n    while time.monotonic() - start < 0.05: pass\n    return (start, time.monotonic())";
+    assert_eq!(call(&p, json!({"code": define})).await, "");
+    let code = "span()";
+    let calls = (0..4).map(|_| {
+        let p = p.clone();
+        tokio::spawn(async move { call(&p, json!({"code": code})).await })
+    });
+    let mut spans: Vec<(f64, f64)> = Vec::new();
+    for c in calls {
+        let text = c.await.unwrap();
+        let nums: Vec<f64> = text
+            .trim_matches(|c| c == '(' || c == ')')
+            .split(", ")
+            .map(|n| n.parse().unwrap_or_else(|_| panic!("{text}")))
+            .collect();
+        spans.push((nums[0], nums[1]));
+    }
+    spans.sort_by(|a, b| a.0.total_cmp(&b.0));
+    for w in spans.windows(2) {
+        assert!(w[0].1 <= w[1].0, "calls overlapped: {spans:?}");
+    }
+}
+
+#[tokio::test]
+async fn python_settings_modules_globals_and_a_missing_interpreter() {
+    let mut globals = serde_json::Map::new();
+    globals.insert("answer".into(), json!(42));
+    let p = python(PythonSettings {
+        allowed_modules: Some(vec!["math".into()]),
+        globals,
+        ..PythonSettings::default()
+    });
+    assert_eq!(call(&p, json!({"code": "answer"})).await, "42");
+    assert_eq!(call(&p, json!({"code": "import math"})).await, "");
+    assert_eq!(call(&p, json!({"code": "math.sqrt(16)"})).await, "4.0");
+    let err = call(&p, json!({"code": "import os"})).await;
+    assert!(
+        err.ends_with("ImportError: import of 'os' is not allowed (allowed modules: math)"),
+        "{err}"
+    );
+    let missing = python(PythonSettings {
+        python: "/nonexistent/python3".into(),
+        ..PythonSettings::default()
+    });
+    let err = call(&missing, json!({"code": "1"})).await;
+    assert!(
+        err.starts_with("error: cannot start the Python interpreter `/nonexistent/python3`: "),
+        "{err}"
+    );
+}
