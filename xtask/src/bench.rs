@@ -30,8 +30,12 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "jianmu-tool-calc",
         "-p",
         "jianmu-tool-fs",
+        "-p",
+        "jianmu-tool-script",
     ]);
-    c.args(["--bench", "dispatch", "--bench", "calc", "--bench", "read"]);
+    c.args([
+        "--bench", "dispatch", "--bench", "calc", "--bench", "read", "--bench", "script",
+    ]);
     c.args(["--", "--noplot"]);
     if quick {
         c.args(["--warm-up-time", "1", "--measurement-time", "2"]);
@@ -61,6 +65,17 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         })
         .transpose()?
         .map(|s| s * 1e9);
+
+    let py_exec = python
+        .then(|| {
+            let stmt = "import io, timeit, contextlib; g = {'x': 41}\n\
+def run():\n    out = io.StringIO()\n    with contextlib.redirect_stdout(out):\n        exec('y = x + 1', g)\n    return out.getvalue()\n\
+print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
+            python_seconds(&["-c", stmt])
+        })
+        .transpose()?
+        .map(|s| s * 1e9);
+    let spawn_per_call = python.then(spawn_per_call_ns).transpose()?;
 
     let rows = [
         Row {
@@ -99,6 +114,20 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
             goal: "concurrent",
         },
         Row {
+            what: "rhai_repl: warm call (`x + 1`)",
+            ours_ns: median_ns("script/rhai_warm_call")?,
+            reference: "Python exec() with captured stdout",
+            reference_ns: py_exec,
+            goal: "<= 3 us",
+        },
+        Row {
+            what: "python_repl: warm round trip (`x + 1`)",
+            ours_ns: median_ns("script/python_warm_round_trip")?,
+            reference: "`python3 -c` spawned per call",
+            reference_ns: spawn_per_call,
+            goal: "much faster",
+        },
+        Row {
             what: "calculator tool call via ToolSet + ToolRunner",
             ours_ns: median_ns("calculator/tool_call_10_ops")?,
             reference: "-",
@@ -133,6 +162,23 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         return Ok(());
     }
     crate::search_bench::run(quick)
+}
+
+/// Median wall time of starting `python3 -c 'print(41 + 1)'` and waiting for it.
+fn spawn_per_call_ns() -> anyhow::Result<f64> {
+    let mut times = Vec::new();
+    for _ in 0..21 {
+        let start = std::time::Instant::now();
+        let out = Command::new("python3")
+            .args(["-c", "print(41 + 1)"])
+            .output()?;
+        if !out.status.success() {
+            bail!("python3 -c failed");
+        }
+        times.push(start.elapsed().as_nanos() as f64);
+    }
+    times.sort_by(f64::total_cmp);
+    Ok(times[times.len() / 2])
 }
 
 fn human(ns: f64) -> String {

@@ -11,6 +11,7 @@
 //! | `calculator` | `calculator` (crate `jianmu-tool-calc`) | No |
 //! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace` (crate `jianmu-tool-code`) | No |
 //! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
+//! | `script` | `rhai_repl`, `python_repl` (crate `jianmu-tool-script`) | No |
 //! | `full` | every tool above | No |
 //!
 //! # Example
@@ -51,6 +52,8 @@ use jianmu_tool_calc as _;
 use jianmu_tool_code as _;
 #[cfg(feature = "fs")]
 use jianmu_tool_fs as _;
+#[cfg(feature = "script")]
+use jianmu_tool_script as _;
 
 /// Alias → canonical name, as the seed defines them.
 pub const ALIASES: &[(&str, &str)] = &[

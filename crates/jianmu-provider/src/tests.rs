@@ -16,6 +16,8 @@ fn expected() -> Vec<&'static str> {
     names.extend(["file_info", "glob_search", "grep_search", "str_replace"]);
     #[cfg(feature = "fs")]
     names.extend(["list_dir", "read_file", "write_file"]);
+    #[cfg(feature = "script")]
+    names.extend(["python_repl", "rhai_repl"]);
     names.sort_unstable();
     names
 }

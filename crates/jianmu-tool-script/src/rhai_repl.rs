@@ -47,7 +47,7 @@ impl Default for RhaiSettings {
 }
 
 /// Arguments of `rhai_repl`.
-#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RhaiArgs {
     /// Rhai code. Variables (`let`) and functions (`fn`) persist between calls.

@@ -43,6 +43,8 @@ fn expected_tools() -> Vec<&'static str> {
     names.extend(["file_info", "glob_search", "grep_search", "str_replace"]);
     #[cfg(feature = "fs")]
     names.extend(["list_dir", "read_file", "write_file"]);
+    #[cfg(feature = "script")]
+    names.extend(["python_repl", "rhai_repl"]);
     names.sort_unstable();
     names
 }
@@ -88,10 +90,10 @@ fn usage_errors_exit_2() {
         ),
     );
     check(
-        &["schema", "python_eval"],
+        &["schema", "web_search"],
         2,
         "",
-        "jianmu: tool `python_repl` is not compiled in; enable the `script` Cargo feature of jianmu-provider\n",
+        "jianmu: tool `duckduckgo_search` is not compiled in; enable the `search` Cargo feature of jianmu-provider\n",
     );
     let out = jianmu(&["frobnicate"], Path::new("."));
     assert_eq!(out.status.code(), Some(2));

@@ -96,6 +96,8 @@ fn a_real_mcp_client_lists_calls_and_cancels() {
     );
     assert_eq!(seen["unknown"][0], true);
     assert_eq!(seen["structured"]["bytes_written"], 2);
+    // A stateful tool keeps its state for the session.
+    assert_eq!(seen["stateful"], json!([false, "kept"]));
     assert_eq!(seen["after_cancel"], json!([false, "42"]));
     // The audit log saw the grep end as cancelled, not completed.
     let log = std::fs::read_to_string(&audit).unwrap();

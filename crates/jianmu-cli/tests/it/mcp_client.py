@@ -43,6 +43,9 @@ async def main(jianmu, workspace, audit_log):
             seen["refused"] = [refused.is_error, text(refused)]
             unknown = await session.call_tool("no_such_tool", {})
             seen["unknown"] = [unknown.is_error, text(unknown)]
+            await session.call_tool("python_repl", {"code": "state = 'kept'"})
+            kept = await session.call_tool("python_repl", {"code": "state"})
+            seen["stateful"] = [kept.is_error, text(kept)]
             listing = await session.call_tool("write_file", {"path": "a.txt", "content": "hi"})
             seen["structured"] = listing.structured_content
             # Abandoning a call makes the client send notifications/cancelled; the
