@@ -59,7 +59,10 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"path": "a.txt", "old": "a", "new": "b"}),
             json!({"path": "a.txt", "old": "a", "new": "b", "regex": true, "count": 1, "expected_count": 1}),
         ],
-        "rhai_repl" => vec![json!({"code": "1 + 1"}), json!({"code": "1", "reset": true})],
+        "rhai_repl" => vec![
+            json!({"code": "1 + 1"}),
+            json!({"code": "1", "reset": true}),
+        ],
         "python_repl" => vec![json!({"code": "1 + 1"}), json!({"code": "1", "timeout": 5})],
         other => panic!("add samples for `{other}`"),
     }
