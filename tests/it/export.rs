@@ -64,6 +64,14 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"code": "1", "reset": true}),
         ],
         "python_repl" => vec![json!({"code": "1 + 1"}), json!({"code": "1", "timeout": 5})],
+        "http_request" => vec![
+            json!({"url": "https://example.com/"}),
+            json!({"url": "https://example.com/", "method": "POST", "headers": {"a": "b"}, "body": {"k": [1]}, "retries": 1, "retry_non_idempotent": true, "timeout": 5}),
+        ],
+        "duckduckgo_search" => vec![
+            json!({"query": "rust"}),
+            json!({"query": "rust", "max_results": 3, "region": "us-en", "safesearch": "off", "timelimit": "w"}),
+        ],
         other => panic!("add samples for `{other}`"),
     }
 }

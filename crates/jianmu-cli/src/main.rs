@@ -49,6 +49,11 @@ struct Cli {
     /// Deny writes, process and code execution, and network access.
     #[arg(long, global = true)]
     read_only: bool,
+    /// Let the network tools reach HOST although the SSRF guard would refuse it
+    /// (repeatable; adds to `allow_hosts` of `[tools.http_request]` and
+    /// `[tools.duckduckgo_search]`).
+    #[arg(long, global = true, value_name = "HOST")]
+    allow_host: Vec<String>,
     /// Append a JSON line per finished call to FILE [default: `[execution] audit_log`].
     #[arg(long, global = true, value_name = "FILE")]
     audit_log: Option<PathBuf>,
@@ -158,9 +163,28 @@ fn run(cli: Cli) -> Result<(), Failure> {
     if !workspace.is_dir() {
         return Err(anyhow!("workspace {} is not a directory", workspace.display()).into());
     }
+    let mut tools = config.tools.clone();
+    for tool in ["http_request", "duckduckgo_search"] {
+        if cli.allow_host.is_empty() {
+            break;
+        }
+        let entry = tools
+            .entry(tool.to_owned())
+            .or_insert_with(|| Value::Object(Default::default()));
+        let Some(table) = entry.as_object_mut() else {
+            return Err(anyhow!("[tools.{tool}] must be a table").into());
+        };
+        let hosts = table
+            .entry("allow_hosts")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        let Some(list) = hosts.as_array_mut() else {
+            return Err(anyhow!("[tools.{tool}] allow_hosts must be a list").into());
+        };
+        list.extend(cli.allow_host.iter().map(|h| Value::String(h.clone())));
+    }
     let mut tool_config = ToolConfig::new(workspace);
-    for (tool, settings) in &config.tools {
-        tool_config = tool_config.with_settings(tool.clone(), settings.clone());
+    for (tool, settings) in tools {
+        tool_config = tool_config.with_settings(tool, settings);
     }
     let provider = BuiltinToolProvider::new(tool_config);
     let cli_opts = RunOptions {

@@ -11,7 +11,9 @@
 //! | `calculator` | `calculator` (crate `jianmu-tool-calc`) | No |
 //! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace` (crate `jianmu-tool-code`) | No |
 //! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
+//! | `http` | `http_request` (crate `jianmu-tool-http`) | No |
 //! | `script` | `rhai_repl`, `python_repl` (crate `jianmu-tool-script`) | No |
+//! | `search` | `duckduckgo_search` (crate `jianmu-tool-search`) | No |
 //! | `full` | every tool above | No |
 //!
 //! # Example
@@ -52,8 +54,12 @@ use jianmu_tool_calc as _;
 use jianmu_tool_code as _;
 #[cfg(feature = "fs")]
 use jianmu_tool_fs as _;
+#[cfg(feature = "http")]
+use jianmu_tool_http as _;
 #[cfg(feature = "script")]
 use jianmu_tool_script as _;
+#[cfg(feature = "search")]
+use jianmu_tool_search as _;
 
 /// Alias → canonical name, as the seed defines them.
 pub const ALIASES: &[(&str, &str)] = &[

@@ -16,8 +16,12 @@ fn expected() -> Vec<&'static str> {
     names.extend(["file_info", "glob_search", "grep_search", "str_replace"]);
     #[cfg(feature = "fs")]
     names.extend(["list_dir", "read_file", "write_file"]);
+    #[cfg(feature = "http")]
+    names.push("http_request");
     #[cfg(feature = "script")]
     names.extend(["python_repl", "rhai_repl"]);
+    #[cfg(feature = "search")]
+    names.push("duckduckgo_search");
     names.sort_unstable();
     names
 }

@@ -43,8 +43,12 @@ fn expected_tools() -> Vec<&'static str> {
     names.extend(["file_info", "glob_search", "grep_search", "str_replace"]);
     #[cfg(feature = "fs")]
     names.extend(["list_dir", "read_file", "write_file"]);
+    #[cfg(feature = "http")]
+    names.push("http_request");
     #[cfg(feature = "script")]
     names.extend(["python_repl", "rhai_repl"]);
+    #[cfg(feature = "search")]
+    names.push("duckduckgo_search");
     names.sort_unstable();
     names
 }
@@ -90,10 +94,10 @@ fn usage_errors_exit_2() {
         ),
     );
     check(
-        &["schema", "web_search"],
+        &["schema", "bash"],
         2,
         "",
-        "jianmu: tool `duckduckgo_search` is not compiled in; enable the `search` Cargo feature of jianmu-provider\n",
+        "jianmu: tool `bash` is not compiled in; enable the `shell` Cargo feature of jianmu-provider\n",
     );
     let out = jianmu(&["frobnicate"], Path::new("."));
     assert_eq!(out.status.code(), Some(2));
