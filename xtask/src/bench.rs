@@ -21,21 +21,22 @@ struct Row {
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     let mut c = cargo();
-    c.args([
-        "bench",
-        "--locked",
-        "-p",
+    c.args(["bench", "--locked"]);
+    for krate in [
         "jianmu-sandbox",
-        "-p",
         "jianmu-tool-calc",
-        "-p",
         "jianmu-tool-fs",
-        "-p",
         "jianmu-tool-script",
-    ]);
-    c.args([
-        "--bench", "dispatch", "--bench", "calc", "--bench", "read", "--bench", "script",
-    ]);
+        "jianmu-tool-http",
+    ] {
+        c.args(["-p", krate]);
+    }
+    for bench in ["dispatch", "calc", "read", "script", "loopback"] {
+        c.args(["--bench", bench]);
+    }
+    if let Some(python) = aiohttp_python() {
+        c.env("JIANMU_BENCH_PYTHON", python);
+    }
     c.args(["--", "--noplot"]);
     if quick {
         c.args(["--warm-up-time", "1", "--measurement-time", "2"]);
@@ -76,6 +77,15 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
         .transpose()?
         .map(|s| s * 1e9);
     let spawn_per_call = python.then(spawn_per_call_ns).transpose()?;
+
+    let aiohttp: Option<serde_json::Value> =
+        std::fs::read_to_string(root().join("target/criterion/http/aiohttp.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str(&t).ok());
+    let aiohttp_seed = aiohttp.as_ref().and_then(|v| v["seed_ns"].as_f64());
+    let aiohttp_shared = aiohttp
+        .as_ref()
+        .and_then(|v| v["shared_session_ns"].as_f64());
 
     let rows = [
         Row {
@@ -128,6 +138,20 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             goal: "much faster",
         },
         Row {
+            what: "http_request: loopback GET, small JSON body",
+            ours_ns: median_ns("http/loopback_get_small")?,
+            reference: "aiohttp, the seed's way (session per call)",
+            reference_ns: aiohttp_seed,
+            goal: ">= 2x aiohttp",
+        },
+        Row {
+            what: "http_request: loopback GET, small JSON body",
+            ours_ns: median_ns("http/loopback_get_small")?,
+            reference: "aiohttp with one shared session",
+            reference_ns: aiohttp_shared,
+            goal: "-",
+        },
+        Row {
             what: "calculator tool call via ToolSet + ToolRunner",
             ours_ns: median_ns("calculator/tool_call_10_ops")?,
             reference: "-",
@@ -162,6 +186,37 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
         return Ok(());
     }
     crate::search_bench::run(quick)
+}
+
+/// A venv python with aiohttp, made on first use under `target/bench-venv`.
+fn aiohttp_python() -> Option<std::path::PathBuf> {
+    let venv = root().join("target/bench-venv");
+    let python = venv.join("bin/python");
+    let ok = |p: &std::path::Path| {
+        Command::new(p)
+            .args(["-c", "import aiohttp"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    };
+    if !ok(&python) {
+        let made = Command::new("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .is_ok_and(|s| s.success())
+            && Command::new(&python)
+                .args(["-m", "pip", "install", "-q", "aiohttp"])
+                .status()
+                .is_ok_and(|s| s.success());
+        if !made {
+            eprintln!(
+                "cannot install aiohttp into {}; skipping that reference",
+                venv.display()
+            );
+            return None;
+        }
+    }
+    Some(python)
 }
 
 /// Median wall time of starting `python3 -c 'print(41 + 1)'` and waiting for it.
