@@ -355,3 +355,35 @@ fn a_full_disk_leaves_the_old_file_intact() {
     run("umount", &[&mnt]);
     outcome.unwrap();
 }
+
+#[test]
+fn a_write_cut_short_leaves_nothing_behind() {
+    use std::io::Write as _;
+    // The content goes to an unnamed file first: until it is complete and linked in,
+    // nothing is visible in the folder, so a crash mid-write leaves no trace.
+    let f = fixture();
+    let ws_path = f.top.join("ws");
+    let before: Vec<_> = std::fs::read_dir(&ws_path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    let dir = f.ws.open_dir(Path::new("")).unwrap();
+    let (mut file, anonymous) =
+        crate::write::create_temp(&dir, Path::new(".x.jianmu-tmp"), None).unwrap();
+    assert!(
+        anonymous,
+        "this file system has O_TMPFILE; the test needs it"
+    );
+    file.write_all(&vec![b'x'; 1 << 20]).unwrap();
+    let during: Vec<_> = std::fs::read_dir(&ws_path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(during, before);
+    drop(file); // the "crash": the file is never linked
+    let after: Vec<_> = std::fs::read_dir(&ws_path)
+        .unwrap()
+        .map(|e| e.unwrap().file_name())
+        .collect();
+    assert_eq!(after, before);
+}

@@ -5,7 +5,12 @@ use std::io::{self, Write};
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::PermissionsExt;
+
 use cap_std::fs::{Dir, OpenOptions, OpenOptionsExt};
+use rustix::fs::{AtFlags, Mode, OFlags};
+use rustix::io::Errno;
 
 use crate::{Workspace, WorkspaceError, check_regular, show};
 
@@ -139,6 +144,12 @@ fn temp_name(name: &Path) -> PathBuf {
     ))
 }
 
+/// Writes the new content into a temporary file in `pdir` and links it in as `tmp`.
+///
+/// The file is first created unnamed (`O_TMPFILE`), so a crash while writing leaves
+/// nothing behind; it gets the name `tmp` only once it is complete and synced, just
+/// before the rename. Where the file system has no `O_TMPFILE`, it is created as
+/// `tmp` directly.
 fn write_temp(
     pdir: &Dir,
     tmp: &Path,
@@ -147,12 +158,8 @@ fn write_temp(
     content: &[u8],
     append: bool,
 ) -> io::Result<u64> {
-    let mut options = OpenOptions::new();
-    options.write(true).create_new(true);
-    if let Some(meta) = existing {
-        options.mode(cap_std::fs::PermissionsExt::mode(&meta.permissions()) & 0o7777);
-    }
-    let file = pdir.open_with(tmp, &options)?;
+    let mode = existing.map(|m| cap_std::fs::PermissionsExt::mode(&m.permissions()) & 0o7777);
+    let (file, anonymous) = create_temp(pdir, tmp, mode)?;
     let mut out = io::BufWriter::new(file);
     if append && existing.is_some() {
         let mut read = OpenOptions::new();
@@ -164,10 +171,45 @@ fn write_temp(
     let file = out.into_inner().map_err(io::IntoInnerError::into_error)?;
     if let Some(meta) = existing {
         // The umask narrowed the mode at creation; restore the old bits exactly.
-        file.set_permissions(meta.permissions())?;
+        file.set_permissions(std::fs::Permissions::from_mode(
+            cap_std::fs::PermissionsExt::mode(&meta.permissions()),
+        ))?;
     }
     file.sync_all()?;
-    Ok(file.metadata()?.len())
+    let size = file.metadata()?.len();
+    if anonymous {
+        let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            proc_path.as_str(),
+            pdir,
+            tmp,
+            AtFlags::SYMLINK_FOLLOW,
+        )
+        .or_else(|_| rustix::fs::linkat(&file, "", pdir, tmp, AtFlags::EMPTY_PATH))?;
+    }
+    Ok(size)
+}
+
+pub(crate) fn create_temp(
+    pdir: &Dir,
+    tmp: &Path,
+    mode: Option<u32>,
+) -> io::Result<(std::fs::File, bool)> {
+    let flags = OFlags::TMPFILE | OFlags::WRONLY | OFlags::CLOEXEC;
+    let raw = Mode::from_raw_mode(mode.unwrap_or(0o666));
+    match rustix::fs::openat(pdir, ".", flags, raw) {
+        Ok(fd) => Ok((std::fs::File::from(fd), true)),
+        Err(e) if [Errno::OPNOTSUPP, Errno::ISDIR, Errno::INVAL, Errno::NOENT].contains(&e) => {
+            let mut options = OpenOptions::new();
+            options.write(true).create_new(true);
+            if let Some(mode) = mode {
+                options.mode(mode);
+            }
+            Ok((pdir.open_with(tmp, &options)?.into_std(), false))
+        }
+        Err(e) => Err(e.into()),
+    }
 }
 
 /// Makes the rename durable. The directory handle itself may be open for path
