@@ -72,6 +72,7 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"query": "rust"}),
             json!({"query": "rust", "max_results": 3, "region": "us-en", "safesearch": "off", "timelimit": "w"}),
         ],
+        "bash" => vec![json!({"command": "ls"}), json!({"cmd": "ls", "timeout": 2})],
         other => panic!("add samples for `{other}`"),
     }
 }

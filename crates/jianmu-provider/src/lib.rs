@@ -14,6 +14,7 @@
 //! | `http` | `http_request` (crate `jianmu-tool-http`) | No |
 //! | `script` | `rhai_repl`, `python_repl` (crate `jianmu-tool-script`) | No |
 //! | `search` | `duckduckgo_search` (crate `jianmu-tool-search`) | No |
+//! | `shell` | `bash` (crate `jianmu-tool-shell`) | No |
 //! | `full` | every tool above | No |
 //!
 //! # Example
@@ -60,6 +61,8 @@ use jianmu_tool_http as _;
 use jianmu_tool_script as _;
 #[cfg(feature = "search")]
 use jianmu_tool_search as _;
+#[cfg(feature = "shell")]
+use jianmu_tool_shell as _;
 
 /// Alias → canonical name, as the seed defines them.
 pub const ALIASES: &[(&str, &str)] = &[

@@ -22,6 +22,8 @@ fn expected() -> Vec<&'static str> {
     names.extend(["python_repl", "rhai_repl"]);
     #[cfg(feature = "search")]
     names.push("duckduckgo_search");
+    #[cfg(feature = "shell")]
+    names.push("bash");
     names.sort_unstable();
     names
 }

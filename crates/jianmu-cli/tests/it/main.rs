@@ -49,6 +49,8 @@ fn expected_tools() -> Vec<&'static str> {
     names.extend(["python_repl", "rhai_repl"]);
     #[cfg(feature = "search")]
     names.push("duckduckgo_search");
+    #[cfg(feature = "shell")]
+    names.push("bash");
     names.sort_unstable();
     names
 }
@@ -93,6 +95,7 @@ fn usage_errors_exit_2() {
             expected_tools().join(", ")
         ),
     );
+    #[cfg(not(feature = "shell"))]
     check(
         &["schema", "bash"],
         2,

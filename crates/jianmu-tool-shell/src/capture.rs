@@ -1,0 +1,102 @@
+//! Bounded capture of a child's output: the first and last bytes are kept, the middle
+//! is counted and dropped, and the pipe is always drained, so neither `yes` nor
+//! gigabytes of output can exhaust memory or stall the child.
+
+use std::collections::VecDeque;
+
+use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// What was kept of one stream.
+#[derive(Debug, Default)]
+pub(crate) struct Captured {
+    head: Vec<u8>,
+    tail: VecDeque<u8>,
+    total: u64,
+    keep_head: usize,
+    keep_tail: usize,
+}
+
+impl Captured {
+    fn new(keep_head: usize, keep_tail: usize) -> Self {
+        Self {
+            keep_head,
+            keep_tail,
+            ..Self::default()
+        }
+    }
+
+    fn push(&mut self, mut data: &[u8]) {
+        self.total += data.len() as u64;
+        let room = self.keep_head.saturating_sub(self.head.len());
+        let take = room.min(data.len());
+        self.head.extend_from_slice(&data[..take]);
+        data = &data[take..];
+        if data.is_empty() || self.keep_tail == 0 {
+            return;
+        }
+        if data.len() >= self.keep_tail {
+            self.tail.clear();
+            self.tail.extend(&data[data.len() - self.keep_tail..]);
+        } else {
+            let overflow = (self.tail.len() + data.len()).saturating_sub(self.keep_tail);
+            self.tail.drain(..overflow);
+            self.tail.extend(data);
+        }
+    }
+
+    /// The kept text (lossy UTF-8), with a line saying how much was cut between head
+    /// and tail.
+    pub(crate) fn text(&self) -> String {
+        let kept = self.head.len() as u64 + self.tail.len() as u64;
+        let head = String::from_utf8_lossy(&self.head);
+        if kept == self.total {
+            let mut all = self.head.clone();
+            all.extend(self.tail.iter());
+            return String::from_utf8_lossy(&all).into_owned();
+        }
+        let tail: Vec<u8> = self.tail.iter().copied().collect();
+        format!(
+            "{head}\n... ({} bytes cut from the middle; {} bytes in all) ...\n{}",
+            self.total - kept,
+            self.total,
+            String::from_utf8_lossy(&tail)
+        )
+    }
+}
+
+/// Reads `stream` to its end, keeping `keep_head` + `keep_tail` bytes at most.
+pub(crate) async fn drain<R: AsyncRead + Unpin>(
+    mut stream: R,
+    keep_head: usize,
+    keep_tail: usize,
+) -> Captured {
+    let mut captured = Captured::new(keep_head, keep_tail);
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = stream.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        captured.push(&buf[..n]);
+    }
+    captured
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Captured;
+
+    #[test]
+    fn keeps_head_and_tail() {
+        let mut c = Captured::new(4, 3);
+        for chunk in [&b"ab"[..], b"cdef", b"ghij", b"k"] {
+            c.push(chunk);
+        }
+        assert_eq!(
+            c.text(),
+            "abcd\n... (4 bytes cut from the middle; 11 bytes in all) ...\nijk"
+        );
+        let mut small = Captured::new(4, 3);
+        small.push(b"abcdefg");
+        assert_eq!(small.text(), "abcdefg");
+    }
+}

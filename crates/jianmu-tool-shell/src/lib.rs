@@ -1,0 +1,205 @@
+//! The `bash` tool (the seed's `BashTool`): runs a command with `bash -c`.
+//!
+//! The seed's contract: the command comes from `command`, else `input`, else `cmd`;
+//! success answers stdout; failure is a tool error `Error ({code}):\n{stderr}`. Beyond
+//! the seed: a timeout (120 s by default, per call overridable) that kills the whole
+//! process tree, children that called `setsid` included; stdin is `/dev/null`; the
+//! working directory is the workspace; stdout and stderr keep their first and last
+//! bytes and are always drained; and the environment is an allow-list, so host secrets
+//! do not leak. Processes start only through [`jianmu_sandbox::process`].
+#![deny(missing_docs)]
+
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::time::Duration;
+
+use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use serde::Deserialize;
+use serde_json::json;
+
+mod capture;
+mod reap;
+
+/// Settings of `bash` (`[tools.bash]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct BashSettings {
+    /// The shell.
+    pub shell: PathBuf,
+    /// Default time limit of one command, in seconds.
+    pub timeout_secs: f64,
+    /// Bytes kept from the start of each stream.
+    pub keep_head: usize,
+    /// Bytes kept from the end of each stream.
+    pub keep_tail: usize,
+    /// Environment variables passed through from the host, by name.
+    pub env_allow: Vec<String>,
+    /// Environment variables set for every command.
+    pub env: std::collections::BTreeMap<String, String>,
+}
+
+impl Default for BashSettings {
+    fn default() -> Self {
+        Self {
+            shell: PathBuf::from("bash"),
+            timeout_secs: 120.0,
+            keep_head: 16 * 1024,
+            keep_tail: 16 * 1024,
+            env_allow: [
+                "PATH", "HOME", "LANG", "LC_ALL", "TERM", "TZ", "USER", "LOGNAME",
+            ]
+            .map(str::to_owned)
+            .to_vec(),
+            env: Default::default(),
+        }
+    }
+}
+
+/// Arguments of `bash`: the command in `command` (or, as the seed accepts, `input` or
+/// `cmd`).
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct BashArgs {
+    /// The command line, run with `bash -c` in the workspace.
+    pub command: Option<String>,
+    /// Same as `command` (the seed's fallback).
+    pub input: Option<String>,
+    /// Same as `command` (the seed's second fallback).
+    pub cmd: Option<String>,
+    /// Time limit in seconds (default 120); when it passes the whole process tree is
+    /// killed.
+    #[schemars(range(min = 0.001, max = 86400.0))]
+    pub timeout: Option<f64>,
+}
+
+/// The `bash` tool.
+#[derive(Debug, Clone)]
+pub struct Bash {
+    settings: BashSettings,
+    cwd: PathBuf,
+}
+
+impl Bash {
+    /// A `bash` running commands in `cwd`.
+    pub fn new(settings: BashSettings, cwd: PathBuf) -> Self {
+        Self { settings, cwd }
+    }
+
+    /// Runs the command.
+    ///
+    /// # Errors
+    /// No command, a shell that cannot start, a non-zero exit (`Error (N):\nstderr`), a
+    /// timeout.
+    pub async fn run(&self, args: &BashArgs) -> Result<ToolOutput, ToolError> {
+        let command = [&args.command, &args.input, &args.cmd]
+            .into_iter()
+            .flatten()
+            .map(|c| c.trim())
+            .find(|c| !c.is_empty())
+            .ok_or_else(|| ToolError::failed("no command given: pass it as `command`"))?;
+        let marker = reap::marker();
+        let mut cmd = jianmu_sandbox::process::command(&self.settings.shell);
+        cmd.arg("-c")
+            .arg(command)
+            .current_dir(&self.cwd)
+            .env_clear()
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .process_group(0);
+        for name in &self.settings.env_allow {
+            if let Some(v) = std::env::var_os(name) {
+                cmd.env(name, v);
+            }
+        }
+        cmd.envs(&self.settings.env);
+        cmd.env(reap::MARKER_VAR, &marker);
+        let mut child = cmd.spawn().map_err(|e| {
+            ToolError::failed(format!(
+                "cannot start `{}`: {e}",
+                self.settings.shell.display()
+            ))
+        })?;
+        let pid = child.id();
+        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ToolError::failed("the shell has no pipes"));
+        };
+        let (head, tail) = (self.settings.keep_head, self.settings.keep_tail);
+        let stdout = tokio::spawn(capture::drain(out, head, tail));
+        let stderr = tokio::spawn(capture::drain(err, head, tail));
+        let limit = Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
+            .unwrap_or(Duration::from_secs(120));
+        // Whatever ends this call (timeout, cancellation), the tree goes with it.
+        let guard = reap::Guard::new(pid, marker);
+        let status = match tokio::time::timeout(limit, child.wait()).await {
+            Ok(status) => status
+                .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?,
+            Err(_) => {
+                drop(guard);
+                let _ = child.wait().await;
+                return Err(ToolError::Timeout {
+                    tool: "bash".into(),
+                    after: limit,
+                });
+            }
+        };
+        // The shell is gone; anything it left running in the background goes too,
+        // so the pipes close and the readers finish.
+        drop(guard);
+        let stdout = stdout
+            .await
+            .map_err(|e| ToolError::runner("bash", e))?
+            .text();
+        let stderr = stderr
+            .await
+            .map_err(|e| ToolError::runner("bash", e))?
+            .text();
+        match status.code() {
+            Some(0) => Ok(ToolOutput::text(stdout.clone()).with_structured(json!({
+                "exit_code": 0, "stdout": stdout, "stderr": stderr,
+            }))),
+            Some(code) => Err(ToolError::failed(format!("Error ({code}):\n{stderr}"))),
+            None => Err(ToolError::failed(format!(
+                "Error (killed by a signal):\n{stderr}"
+            ))),
+        }
+    }
+}
+
+impl Tool for Bash {
+    type Args = BashArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "bash"
+    }
+
+    fn description(&self) -> &str {
+        "Runs a shell command with bash in the workspace and returns its stdout; a non-zero \
+         exit returns `Error (CODE):` and stderr.\n\
+         stdin is empty; long output keeps its start and end; a time limit (120 s by default, \
+         `timeout` to change) kills the command and everything it started. Not confined to \
+         the workspace: run it in the Docker sandbox for isolation."
+    }
+
+    fn parallel_safe(&self) -> bool {
+        false
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["process:exec"]
+    }
+
+    async fn call(&self, args: BashArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        self.run(&args).await
+    }
+}
+
+fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(Bash::new(
+        config.settings("bash")?,
+        config.workspace().to_owned(),
+    ))
+}
+
+jianmu_tool_core::register_tool!("bash", build);
