@@ -236,6 +236,18 @@ pub fn describe(e: &reqwest::Error) -> String {
     text
 }
 
+/// How long to wait before retry number `attempt` (from 0): exponential from `base`,
+/// at most `cap`, with "equal jitter" (a random point in the upper half), so many
+/// clients backing off together do not retry in step.
+pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
+    use std::hash::{BuildHasher, Hasher};
+    let ceiling = base.saturating_mul(1 << attempt.min(16)).min(cap);
+    let ms = u64::try_from(ceiling.as_millis()).unwrap_or(u64::MAX);
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(attempt);
+    Duration::from_millis(ms / 2 + h.finish() % (ms / 2 + 1))
+}
+
 /// Builds a client for a tool, or says why the tool cannot run.
 ///
 /// # Errors

@@ -9,7 +9,7 @@ use jianmu_workspace::Workspace;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::walk::{self, cut_note};
+use crate::walk;
 use jianmu_workspace::blocking;
 
 use crate::{Limit, dot};
@@ -85,22 +85,12 @@ impl GlobSearch {
                 WalkState::Continue
             })
         });
-        let mut text = String::new();
-        for p in &paths {
-            text.push_str(p);
-            text.push('\n');
-        }
-        if let Some(note) = cut_note(paths.len(), total, "paths") {
-            text.push_str(&note);
-            text.push('\n');
-        }
-        if total == 0 {
-            text.push_str(&format!(
-                "(no paths match `{}` under `{}`)\n",
-                args.pattern,
-                jianmu_workspace::show(&root.rel)
-            ));
-        }
+        let none = format!(
+            "(no paths match `{}` under `{}`)",
+            args.pattern,
+            jianmu_workspace::show(&root.rel)
+        );
+        let text = walk::listing(paths.iter().cloned(), total, "paths", &none);
         Ok(ToolOutput::text(text).with_structured(json!({
             "paths": paths,
             "total": total,

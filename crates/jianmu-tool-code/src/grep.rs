@@ -13,7 +13,7 @@ use jianmu_workspace::Workspace;
 use serde::Deserialize;
 use serde_json::json;
 
-use crate::walk::{self, cut_note};
+use crate::walk;
 use jianmu_workspace::blocking;
 
 use crate::{Limit, dot};
@@ -147,21 +147,15 @@ impl GrepSearch {
                 WalkState::Continue
             })
         });
-        let mut text = String::new();
-        for h in &hits {
-            text.push_str(&format!("{}:{}:{}\n", h.path, h.line, h.text));
-        }
-        if let Some(note) = cut_note(hits.len(), total, "matches") {
-            text.push_str(&note);
-            text.push('\n');
-        }
-        if total == 0 {
-            text.push_str(&format!(
-                "(no matches for `{}` under `{}`)\n",
-                args.query,
-                jianmu_workspace::show(&root.rel)
-            ));
-        }
+        let none = format!(
+            "(no matches for `{}` under `{}`)",
+            args.query,
+            jianmu_workspace::show(&root.rel)
+        );
+        let lines = hits
+            .iter()
+            .map(|h| format!("{}:{}:{}", h.path, h.line, h.text));
+        let text = walk::listing(lines, total, "matches", &none);
         let matches: Vec<_> = hits
             .iter()
             .map(|h| json!({"path": h.path, "line": h.line, "text": h.text}))

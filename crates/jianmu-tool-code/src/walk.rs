@@ -134,14 +134,32 @@ where
     top.into_sorted()
 }
 
-/// The last line when a limit cut the list, in the shape DESIGN.md fixes.
-pub(crate) fn cut_note(shown: usize, total: u64, what: &str) -> Option<String> {
-    (total > shown as u64).then(|| {
-        format!(
-            "({} more {what} not shown: {total} in all; narrow the search or raise `limit`)",
-            total - shown as u64
-        )
-    })
+/// The output shape DESIGN.md fixes: one line per item, then, when the limit cut the
+/// list, a last line in parentheses saying so; `none` when there is nothing at all.
+pub(crate) fn listing(
+    lines: impl Iterator<Item = String>,
+    total: u64,
+    what: &str,
+    none: &str,
+) -> String {
+    let mut text = String::new();
+    let mut shown = 0u64;
+    for line in lines {
+        text.push_str(&line);
+        text.push('\n');
+        shown += 1;
+    }
+    if total > shown {
+        text.push_str(&format!(
+            "({} more {what} not shown: {total} in all; narrow the search or raise `limit`)\n",
+            total - shown
+        ));
+    }
+    if total == 0 {
+        text.push_str(none);
+        text.push('\n');
+    }
+    text
 }
 
 #[cfg(test)]

@@ -313,14 +313,9 @@ fn retry_after(resp: &reqwest::Response, cap: f64) -> Option<Duration> {
     Duration::try_from_secs_f64(secs.clamp(0.0, cap)).ok()
 }
 
-/// Exponential backoff with full jitter: a random wait up to 200 ms × 2^attempt, at
-/// most 5 s.
-pub fn backoff(attempt: u32) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let ceiling = (200u64 << attempt.min(5)).min(5_000);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(attempt);
-    Duration::from_millis(h.finish() % (ceiling + 1))
+/// The wait before retry `attempt`: from 200 ms, doubling, at most 5 s.
+fn backoff(attempt: u32) -> Duration {
+    jianmu_net::backoff(attempt, Duration::from_millis(200), Duration::from_secs(5))
 }
 
 impl Tool for HttpRequest {

@@ -237,12 +237,10 @@ fn render(hits: &[Hit]) -> ToolOutput {
     ToolOutput::text(text).with_structured(json!({"results": results}))
 }
 
+/// The wait before retry `attempt`: from 500 ms, doubling, at most 8 s; a rate limit
+/// needs a real pause.
 fn backoff(attempt: u32) -> Duration {
-    use std::hash::{BuildHasher, Hasher};
-    let ceiling = (500u64 << attempt.min(4)).min(8_000);
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u32(attempt);
-    Duration::from_millis(ceiling / 2 + h.finish() % (ceiling / 2 + 1))
+    jianmu_net::backoff(attempt, Duration::from_millis(500), Duration::from_secs(8))
 }
 
 impl Tool for DuckDuckGoSearch {
