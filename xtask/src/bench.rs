@@ -28,10 +28,11 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "jianmu-tool-fs",
         "jianmu-tool-script",
         "jianmu-tool-http",
+        "jianmu-tool-shell",
     ] {
         c.args(["-p", krate]);
     }
-    for bench in ["dispatch", "calc", "read", "script", "loopback"] {
+    for bench in ["dispatch", "calc", "read", "script", "loopback", "spawn"] {
         c.args(["--bench", bench]);
     }
     if let Some(python) = aiohttp_python() {
@@ -150,6 +151,13 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             reference: "aiohttp with one shared session",
             reference_ns: aiohttp_shared,
             goal: "-",
+        },
+        Row {
+            what: "bash: `echo hi` through the tool",
+            ours_ns: median_ns("bash/tool_echo_hi")?,
+            reference: "a bare spawn of `bash -c 'echo hi'`",
+            reference_ns: Some(median_ns("bash/bare_spawn_echo_hi")?),
+            goal: "within 1.1x",
         },
         Row {
             what: "calculator tool call via ToolSet + ToolRunner",

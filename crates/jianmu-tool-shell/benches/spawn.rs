@@ -1,0 +1,37 @@
+//! `bash` running `echo hi` through the tool, against a bare spawn of the same command
+//! in the same run.
+
+use criterion::{Criterion, criterion_group, criterion_main};
+use jianmu_tool_shell::{Bash, BashArgs, BashSettings};
+
+fn bench(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    let tool = Bash::new(BashSettings::default(), std::env::temp_dir());
+    let args = BashArgs {
+        command: Some("echo hi".into()),
+        ..BashArgs::default()
+    };
+    assert_eq!(rt.block_on(tool.run(&args)).unwrap().text, "hi\n");
+    let mut group = c.benchmark_group("bash");
+    group.bench_function("tool_echo_hi", |b| {
+        b.to_async(&rt)
+            .iter(|| async { tool.run(&args).await.unwrap() })
+    });
+    group.bench_function("bare_spawn_echo_hi", |b| {
+        b.to_async(&rt).iter(|| async {
+            let out = jianmu_sandbox::process::command("bash")
+                .args(["-c", "echo hi"])
+                .output()
+                .await
+                .unwrap();
+            assert_eq!(out.stdout, b"hi\n");
+        })
+    });
+    group.finish();
+}
+
+criterion_group!(benches, bench);
+criterion_main!(benches);
