@@ -142,17 +142,25 @@ impl Bash {
                 });
             }
         };
-        // The shell is gone; anything it left running in the background goes too,
-        // so the pipes close and the readers finish.
-        drop(guard);
-        let stdout = stdout
-            .await
-            .map_err(|e| ToolError::runner("bash", e))?
-            .text();
-        let stderr = stderr
-            .await
-            .map_err(|e| ToolError::runner("bash", e))?
-            .text();
+        // The shell is gone; what it left running in the background goes too, so the
+        // pipes close and the readers finish. Killing the group is enough unless
+        // something that left the group still holds a pipe: then the full search.
+        guard.kill_group();
+        let readers = async { (stdout.await, stderr.await) };
+        tokio::pin!(readers);
+        let (stdout, stderr) =
+            match tokio::time::timeout(Duration::from_millis(200), &mut readers).await {
+                Ok(done) => {
+                    guard.disarm();
+                    done
+                }
+                Err(_) => {
+                    drop(guard);
+                    readers.await
+                }
+            };
+        let stdout = stdout.map_err(|e| ToolError::runner("bash", e))?.text();
+        let stderr = stderr.map_err(|e| ToolError::runner("bash", e))?.text();
         match status.code() {
             Some(0) => Ok(ToolOutput::text(stdout.clone()).with_structured(json!({
                 "exit_code": 0, "stdout": stdout, "stderr": stderr,

@@ -19,10 +19,11 @@ pub(crate) fn marker() -> String {
     )
 }
 
-/// Kills the tree when dropped.
+/// Kills the tree when dropped (unless disarmed).
 pub(crate) struct Guard {
     pid: Option<u32>,
     needle: Vec<u8>,
+    armed: bool,
 }
 
 impl Guard {
@@ -30,7 +31,21 @@ impl Guard {
         Self {
             pid,
             needle: format!("{MARKER_VAR}={marker}").into_bytes(),
+            armed: true,
         }
+    }
+
+    /// Kills the process group: one system call, enough for everything that did not
+    /// leave the group.
+    pub(crate) fn kill_group(&self) {
+        if let Some(pid) = self.pid.and_then(|p| Pid::from_raw(p as i32)) {
+            let _ = kill_process_group(pid, Signal::KILL);
+        }
+    }
+
+    /// Nothing is left to find: skip the scan of `/proc` on drop.
+    pub(crate) fn disarm(mut self) {
+        self.armed = false;
     }
 
     /// Processes whose environment carries the marker.
@@ -54,9 +69,10 @@ impl Guard {
 
 impl Drop for Guard {
     fn drop(&mut self) {
-        if let Some(pid) = self.pid.and_then(|p| Pid::from_raw(p as i32)) {
-            let _ = kill_process_group(pid, Signal::KILL);
+        if !self.armed {
+            return;
         }
+        self.kill_group();
         // A few passes catch processes forked while the previous pass was killing.
         for _ in 0..3 {
             let found = self.marked();
