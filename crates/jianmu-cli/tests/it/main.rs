@@ -272,3 +272,76 @@ mod files {
         );
     }
 }
+
+#[cfg(all(feature = "fs", feature = "calculator"))]
+mod policy {
+    use super::*;
+
+    #[test]
+    fn deny_read_only_and_the_audit_log() {
+        let ws = tempfile::tempdir().unwrap();
+        let dir = ws.path().to_str().unwrap();
+        let log = ws.path().join("audit.jsonl");
+        let log_arg = log.to_str().unwrap();
+        let run = |args: &[&str]| {
+            let mut all = args.to_vec();
+            all.extend(["--workspace", dir, "--audit-log", log_arg]);
+            let out = jianmu(&all, Path::new("/"));
+            (
+                out.status.code().unwrap(),
+                String::from_utf8_lossy(&out.stderr).into_owned(),
+            )
+        };
+        assert_eq!(
+            run(&["call", "write_file", r#"{"path": "a.txt", "content": "x"}"#, "--read-only"]),
+            (1, "Error: call to `write_file` denied: effect `filesystem:write` is denied (read-only mode)\n".to_owned())
+        );
+        assert_eq!(
+            run(&["call", "calculator", r#""1+1""#, "--deny", "calculator"]),
+            (
+                1,
+                "Error: call to `calculator` denied: the tool is denied (deny `calculator`)\n"
+                    .to_owned()
+            )
+        );
+        assert_eq!(run(&["call", "calculator", r#""1+1""#, "--read-only"]).0, 0);
+        std::fs::write(
+            ws.path().join("jianmu.toml"),
+            "[policy]\ndeny = [\"filesystem\"]\n",
+        )
+        .unwrap();
+        let out = jianmu(
+            &[
+                "call",
+                "list_dir",
+                "{}",
+                "--config",
+                ws.path().join("jianmu.toml").to_str().unwrap(),
+                "--workspace",
+                dir,
+            ],
+            Path::new("/"),
+        );
+        assert_eq!(
+            String::from_utf8_lossy(&out.stderr),
+            "Error: call to `list_dir` denied: effect `filesystem:read` is denied (deny `filesystem`)\n"
+        );
+        let lines: Vec<Value> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        let outcomes: Vec<(&str, &str)> = lines
+            .iter()
+            .map(|l| (l["tool"].as_str().unwrap(), l["outcome"].as_str().unwrap()))
+            .collect();
+        assert_eq!(
+            outcomes,
+            [
+                ("write_file", "error"),
+                ("calculator", "error"),
+                ("calculator", "ok")
+            ]
+        );
+    }
+}
