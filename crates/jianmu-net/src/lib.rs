@@ -261,3 +261,42 @@ pub fn client_for(
         message,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use std::str::FromStr;
+    use std::sync::atomic::{AtomicU32, Ordering};
+
+    use super::*;
+
+    /// A resolver that answers a public address first and a private one after: every
+    /// answer is checked, so the second lookup cannot slip a private address through.
+    #[tokio::test]
+    async fn every_resolution_is_checked_again() {
+        let calls = Arc::new(AtomicU32::new(0));
+        let counter = calls.clone();
+        let lookup: Lookup = Arc::new(move |_host: String| {
+            let n = counter.fetch_add(1, Ordering::SeqCst);
+            Box::pin(async move {
+                Ok(vec![
+                    if n == 0 { "93.184.216.34" } else { "10.0.0.5" }
+                        .parse()
+                        .unwrap(),
+                ])
+            })
+        });
+        let resolver = GuardedResolver {
+            lookup,
+            settings: Arc::new(NetSettings::default()),
+        };
+        let name = || Name::from_str("flip.test").unwrap();
+        let first: Vec<SocketAddr> = resolver.resolve(name()).await.unwrap().collect();
+        assert_eq!(first, ["93.184.216.34:0".parse().unwrap()]);
+        let second = resolver.resolve(name()).await.err().unwrap();
+        assert_eq!(
+            second.to_string(),
+            "refused host `flip.test`: it resolves to 10.0.0.5, a private (10.0.0.0/8) address; allow it with --allow-host flip.test"
+        );
+        assert_eq!(calls.load(Ordering::SeqCst), 2);
+    }
+}

@@ -9,7 +9,7 @@ use criterion::{Criterion, criterion_group, criterion_main};
 use http_body_util::Full;
 use hyper::Response;
 use hyper_util::rt::TokioIo;
-use jianmu_net::{NetSettings, build_client, system_lookup};
+use jianmu_net::{NetSettings, build_client, reqwest, system_lookup};
 use jianmu_tool_http::{HttpArgs, HttpRequest, HttpSettings};
 
 const SEED_CLIENT: &str = r#"
@@ -102,6 +102,14 @@ fn bench(c: &mut Criterion) {
     group.bench_function("loopback_get_small", |b| {
         b.to_async(&rt)
             .iter(|| async { tool.request(&args).await.unwrap() })
+    });
+    // The client alone, for scale: what the tool adds is guard checks and rendering.
+    let plain = reqwest::Client::builder().no_proxy().build().unwrap();
+    group.bench_function("reqwest_alone", |b| {
+        b.to_async(&rt).iter(|| async {
+            let resp = plain.get(&url).send().await.unwrap();
+            resp.bytes().await.unwrap()
+        })
     });
     group.finish();
 
