@@ -136,17 +136,7 @@ fn init_tracing() {
     }
 }
 
-/// The error with its causes, `a: b: c`.
-pub(crate) fn chain(e: &dyn std::error::Error) -> String {
-    let mut text = e.to_string();
-    let mut source = e.source();
-    while let Some(s) = source {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        source = s.source();
-    }
-    text
-}
+pub(crate) use jianmu_tool_core::error_chain as chain;
 
 fn run(cli: Cli) -> Result<(), Failure> {
     let config = Config::load(cli.config.as_deref())?;

@@ -223,17 +223,7 @@ pub async fn read_capped(
 /// The text of a failed request: the guard's refusal if that is why, else the error
 /// with its causes.
 pub fn describe(e: &reqwest::Error) -> String {
-    if let Some(r) = refusal(e) {
-        return r;
-    }
-    let mut text = e.to_string();
-    let mut cur = std::error::Error::source(e);
-    while let Some(s) = cur {
-        text.push_str(": ");
-        text.push_str(&s.to_string());
-        cur = s.source();
-    }
-    text
+    refusal(e).unwrap_or_else(|| jianmu_tool_core::error_chain(e))
 }
 
 /// How long to wait before retry number `attempt` (from 0): exponential from `base`,

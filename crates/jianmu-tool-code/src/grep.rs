@@ -168,12 +168,9 @@ impl GrepSearch {
 fn clip(line: &str) -> String {
     let line = line.strip_suffix('\n').unwrap_or(line);
     let line = line.strip_suffix('\r').unwrap_or(line);
-    match line.char_indices().nth(MAX_LINE_CHARS) {
-        None => line.to_owned(),
-        Some((cut, _)) => {
-            let rest = line[cut..].chars().count();
-            format!("{}[... {rest} more characters]", &line[..cut])
-        }
+    match jianmu_tool_core::cut_chars(line, MAX_LINE_CHARS) {
+        (kept, 0) => kept.to_owned(),
+        (kept, rest) => format!("{kept}[... {rest} more characters]"),
     }
 }
 

@@ -121,6 +121,19 @@ impl ToolError {
     }
 }
 
+/// `e` with its causes, `a: b: c`: the whole story in one line, for the model or a
+/// terminal.
+pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
+    let mut text = e.to_string();
+    let mut source = e.source();
+    while let Some(s) = source {
+        text.push_str(": ");
+        text.push_str(&s.to_string());
+        source = s.source();
+    }
+    text
+}
+
 /// One way the arguments break the input schema.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Violation {

@@ -48,12 +48,12 @@ mod spec;
 mod tool;
 
 pub use args::INPUT_KEY;
-pub use error::{BoxError, ToolError, Violation};
+pub use error::{BoxError, ToolError, Violation, error_chain};
 pub use events::{EventBus, EventKind, ExecutionEvent, SubscriptionId};
 pub use export::{Annotations, SchemaFormat};
 pub use function::FunctionTool;
 pub use node::ToolNode;
-pub use output::{IntoToolOutput, Json, ToolOutput};
+pub use output::{IntoToolOutput, Json, ToolOutput, cut_chars};
 pub use policy::{Policy, WRITE_EFFECTS};
 pub use registry::{BuildFn, ToolConfig, ToolRegistration, registrations};
 pub use runner::Runner;

@@ -111,3 +111,23 @@ impl<T: IntoToolOutput, E: std::fmt::Display> IntoToolOutput for Result<T, E> {
         }
     }
 }
+
+/// `text` split after its first `max` characters: the kept prefix, and how many
+/// characters were cut (0 when `text` is that short). Tools use it to cap what they
+/// return, each with its own notice.
+pub fn cut_chars(text: &str, max: usize) -> (&str, usize) {
+    match text.char_indices().nth(max) {
+        None => (text, 0),
+        Some((at, _)) => (&text[..at], text[at..].chars().count()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn cut_chars_counts_characters_not_bytes() {
+        assert_eq!(super::cut_chars("héllo", 2), ("hé", 3));
+        assert_eq!(super::cut_chars("hé", 2), ("hé", 0));
+        assert_eq!(super::cut_chars("", 0), ("", 0));
+    }
+}

@@ -249,15 +249,12 @@ impl HttpRequest {
         };
         text.push('\n');
         let limit = self.settings.max_response_length;
-        match body.char_indices().nth(limit) {
-            None => text.push_str(&body),
-            Some((cut, _)) => {
-                let rest = body[cut..].chars().count();
-                text.push_str(&body[..cut]);
-                text.push_str(&format!(
-                    "\n... (response truncated: {rest} more characters)"
-                ));
-            }
+        let (kept, rest) = jianmu_tool_core::cut_chars(&body, limit);
+        text.push_str(kept);
+        if rest > 0 {
+            text.push_str(&format!(
+                "\n... (response truncated: {rest} more characters)"
+            ));
         }
         if cut_bytes {
             text.push_str(&format!(

@@ -22,15 +22,9 @@ pub use rhai_repl::{RhaiArgs, RhaiRepl, RhaiSettings};
 
 /// `text` cut to `max` characters, with the seed's truncation notice when cut.
 pub(crate) fn truncate(text: &str, max: usize) -> String {
-    match text.char_indices().nth(max) {
-        None => text.to_owned(),
-        Some((cut, _)) => {
-            let rest = text[cut..].chars().count();
-            format!(
-                "{}\n... (output truncated: {rest} more characters)",
-                &text[..cut]
-            )
-        }
+    match jianmu_tool_core::cut_chars(text, max) {
+        (kept, 0) => kept.to_owned(),
+        (kept, rest) => format!("{kept}\n... (output truncated: {rest} more characters)"),
     }
 }
 

@@ -49,9 +49,9 @@ fn text(el: ElementRef<'_>, max: usize) -> String {
         })
         .collect();
     let collapsed = joined.split_whitespace().collect::<Vec<_>>().join(" ");
-    match collapsed.char_indices().nth(max) {
-        None => collapsed,
-        Some((cut, _)) => format!("{}...", &collapsed[..cut]),
+    match jianmu_tool_core::cut_chars(&collapsed, max) {
+        (_, 0) => collapsed,
+        (kept, _) => format!("{kept}..."),
     }
 }
 
