@@ -32,6 +32,14 @@ pub(crate) struct Execution {
     pub(crate) timeout_secs: Option<f64>,
     /// A JSON-lines log of every finished call.
     pub(crate) audit_log: Option<PathBuf>,
+    /// `[execution.docker]`: the Docker sandbox's settings.
+    #[cfg(feature = "docker")]
+    #[serde(default)]
+    pub(crate) docker: jianmu_sandbox::DockerSettings,
+    /// Without the `docker` feature the table is accepted and ignored.
+    #[cfg(not(feature = "docker"))]
+    #[serde(default)]
+    pub(crate) docker: Option<toml::Table>,
 }
 
 /// Where calls run.

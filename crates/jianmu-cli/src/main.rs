@@ -87,6 +87,15 @@ enum Command {
     /// Serve every compiled-in tool over MCP on stdio.
     #[cfg(feature = "mcp")]
     Mcp,
+    /// Run calls sent as JSON lines on stdin (the runner inside a sandbox container).
+    #[command(hide = true)]
+    Serve,
+    /// Manage the Docker sandbox.
+    #[cfg(feature = "docker")]
+    Sandbox {
+        #[command(subcommand)]
+        command: SandboxCommand,
+    },
     /// Call a tool and print its output.
     Call {
         /// Tool name or alias.
@@ -95,6 +104,28 @@ enum Command {
         /// JSON string: '"2+2"'.
         #[arg(default_value = "{}")]
         args: String,
+    },
+}
+
+/// `jianmu sandbox ...`.
+#[cfg(feature = "docker")]
+#[derive(Debug, Subcommand)]
+enum SandboxCommand {
+    /// Build the sandbox image locally (no registry): this `jianmu` binary, the
+    /// libraries it links and a static busybox, `FROM scratch`.
+    BuildImage {
+        /// The tag [default: `[execution.docker] image`, else jianmu-sandbox:VERSION].
+        #[arg(long)]
+        tag: Option<String>,
+        /// The static busybox to copy in.
+        #[arg(long, default_value = "/bin/busybox")]
+        busybox: PathBuf,
+        /// The runner binary [default: this executable].
+        #[arg(long)]
+        runner: Option<PathBuf>,
+        /// Print the generated Dockerfile too.
+        #[arg(long)]
+        verbose: bool,
     },
 }
 
@@ -139,6 +170,10 @@ fn init_tracing() {
 pub(crate) use jianmu_tool_core::error_chain as chain;
 
 fn run(cli: Cli) -> Result<(), Failure> {
+    if let Command::Serve = cli.command {
+        // Everything comes from the host: no jianmu.toml, no flags.
+        return serve();
+    }
     let config = Config::load(cli.config.as_deref())?;
     let workspace = match cli.workspace.or(config.workspace.clone()) {
         Some(dir) => dir,
@@ -172,11 +207,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
         };
         list.extend(cli.allow_host.iter().map(|h| Value::String(h.clone())));
     }
-    let mut tool_config = ToolConfig::new(workspace);
-    for (tool, settings) in tools {
-        tool_config = tool_config.with_settings(tool, settings);
+    let mut tool_config = ToolConfig::new(workspace.clone());
+    for (tool, settings) in &tools {
+        tool_config = tool_config.with_settings(tool.clone(), settings.clone());
     }
     let provider = BuiltinToolProvider::new(tool_config);
+    let tool_config = ToolSettings { workspace, tools };
     let cli_opts = RunOptions {
         sandbox: cli.sandbox,
         timeout: cli.timeout,
@@ -210,14 +246,21 @@ fn run(cli: Cli) -> Result<(), Failure> {
             print(&(serde_json::to_string_pretty(&exported).map_err(anyhow::Error::from)? + "\n"))
         }
         Command::Call { name, args } => {
-            let runner = runner(&cli_opts, &config)?;
             let tool = provider.build(&name).map_err(usage)?;
             let args = read_args(&args)?;
-            let output = runtime()?
-                .block_on(tool.execute(
-                    args,
-                    jianmu_tool_core::ExecuteOptions::default().runner(&runner),
-                ))
+            let rt = runtime()?;
+            let runner = runner(&cli_opts, &config, &tool_config)?;
+            let output = rt
+                .block_on(async {
+                    let out = tool
+                        .execute(
+                            args,
+                            jianmu_tool_core::ExecuteOptions::default().runner(&runner),
+                        )
+                        .await;
+                    runner.shutdown().await;
+                    out
+                })
                 .map_err(Failure::Tool)?;
             let mut text = output.text;
             if !text.ends_with('\n') {
@@ -227,12 +270,27 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         #[cfg(feature = "mcp")]
         Command::Mcp => {
-            let runner = runner(&cli_opts, &config)?;
             let tools = jianmu_tool_core::ToolSet::from_providers(&[&provider]).map_err(usage)?;
-            runtime()?
-                .block_on(mcp::Server::new(tools, runner).serve_stdio())
-                .map_err(Failure::Usage)
+            let rt = runtime()?;
+            let runner = runner(&cli_opts, &config, &tool_config)?;
+            rt.block_on(async {
+                let served = mcp::Server::new(tools, runner.clone()).serve_stdio().await;
+                runner.shutdown().await;
+                served
+            })
+            .map_err(Failure::Usage)
         }
+        Command::Serve => serve(),
+        #[cfg(feature = "docker")]
+        Command::Sandbox {
+            command:
+                SandboxCommand::BuildImage {
+                    tag,
+                    busybox,
+                    runner,
+                    verbose,
+                },
+        } => build_image(&config, tag, busybox, runner, verbose),
     }
 }
 
@@ -246,9 +304,17 @@ struct RunOptions {
     audit_log: Option<PathBuf>,
 }
 
+/// The workspace and per-tool settings, for a sandbox that builds its own tools.
+struct ToolSettings {
+    #[cfg_attr(not(feature = "docker"), allow(dead_code))]
+    workspace: PathBuf,
+    #[cfg_attr(not(feature = "docker"), allow(dead_code))]
+    tools: serde_json::Map<String, Value>,
+}
+
 /// The runner for calls: sandbox, timeout, policy and audit log, from flags over
-/// `jianmu.toml`.
-fn runner(opts: &RunOptions, config: &Config) -> Result<ToolRunner, Failure> {
+/// `jianmu.toml`. Call it inside the runtime (the Docker sandbox spawns tasks).
+fn runner(opts: &RunOptions, config: &Config, tools: &ToolSettings) -> Result<ToolRunner, Failure> {
     let sandbox = opts
         .sandbox
         .or(config.execution.tool_runner)
@@ -267,7 +333,15 @@ fn runner(opts: &RunOptions, config: &Config) -> Result<ToolRunner, Failure> {
     policy.read_only |= opts.read_only;
     let runner = match sandbox {
         SandboxKind::Local => ToolRunner::local(),
+        #[cfg(feature = "docker")]
+        SandboxKind::Docker => ToolRunner::new(
+            jianmu_sandbox::DockerSandbox::new(&tools.workspace, config.execution.docker.clone())
+                .map_err(|e| Failure::Usage(anyhow!(chain(&e))))?
+                .with_tool_settings(tools.tools.clone()),
+        ),
+        #[cfg(not(feature = "docker"))]
         SandboxKind::Docker => {
+            let _ = tools;
             return Err(
                 anyhow!("sandbox `docker` is not compiled into this build of jianmu").into(),
             );
@@ -284,6 +358,69 @@ fn runner(opts: &RunOptions, config: &Config) -> Result<ToolRunner, Failure> {
             .attach(runner.events());
     }
     Ok(runner)
+}
+
+/// `jianmu serve`: the runner inside a sandbox container. The host sends the
+/// workspace and tool settings first, then calls; see `jianmu_sandbox::wire`.
+fn serve() -> Result<(), Failure> {
+    // Threads count against the container's pids limit: keep the pools small.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")?;
+    let make_tools = |workspace: PathBuf, tools: serde_json::Map<String, Value>| {
+        let mut config = ToolConfig::new(workspace);
+        for (tool, settings) in tools {
+            config = config.with_settings(tool, settings);
+        }
+        let provider = BuiltinToolProvider::new(config);
+        jianmu_tool_core::ToolSet::from_providers(&[&provider])
+    };
+    rt.block_on(jianmu_sandbox::serve::serve(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        make_tools,
+    ))
+    .context("the sandbox runner failed")?;
+    Ok(())
+}
+
+#[cfg(feature = "docker")]
+fn build_image(
+    config: &Config,
+    tag: Option<String>,
+    busybox: PathBuf,
+    runner: Option<PathBuf>,
+    verbose: bool,
+) -> Result<(), Failure> {
+    use jianmu_sandbox::docker::image;
+    let tag = tag.unwrap_or_else(|| config.execution.docker.image.clone());
+    let runner = match runner {
+        Some(path) => path,
+        None => std::env::current_exe().context("cannot find this executable")?,
+    };
+    let sources = image::ImageSources {
+        runner,
+        busybox,
+        ca_bundle: Some(image::CA_BUNDLE.into()),
+    };
+    let context = image::image_context(&sources).map_err(anyhow::Error::from)?;
+    if verbose {
+        eprint!("{}", context.dockerfile);
+    }
+    runtime()?
+        .block_on(async {
+            let docker = image::connect(config.execution.docker.docker_host.as_deref()).await?;
+            image::build_image(&docker, &tag, &context).await
+        })
+        .map_err(|e| Failure::Usage(anyhow!(e)))?;
+    print(&format!(
+        "built {tag} ({} MB of files, digest {})\n",
+        context.tar.len() / 1_000_000,
+        context.digest
+    ))
 }
 
 fn runtime() -> Result<tokio::runtime::Runtime, Failure> {

@@ -5,6 +5,8 @@
 //!   span per call, and applies the per-call timeout. Dropping its future cancels the
 //!   call and emits `execution.failed` with the reason `cancelled`.
 //! - [`LocalSandbox`] runs tools in-process.
+//! - `DockerSandbox` (feature `docker`) runs any tool in a hardened container that
+//!   runs [`serve`], the runner loop, speaking the JSON lines of [`wire`].
 //! - [`process`] is the one place in the workspace that starts processes.
 //!
 //! ```
@@ -26,14 +28,21 @@
 #![deny(missing_docs)]
 
 mod audit;
+#[cfg(feature = "docker")]
+pub mod docker;
 mod local;
 pub mod process;
 mod runner;
+pub mod serve;
+pub mod wire;
 
 pub use audit::AuditLog;
 pub use jianmu_tool_core::{EventBus, EventKind, ExecutionEvent};
 pub use local::LocalSandbox;
 pub use runner::{Sandbox, ToolRunner};
+
+#[cfg(feature = "docker")]
+pub use docker::{DockerSandbox, DockerSettings};
 
 #[cfg(test)]
 mod tests;

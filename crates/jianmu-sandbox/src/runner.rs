@@ -30,6 +30,10 @@ pub trait Sandbox: Send + Sync {
 
     /// A short name for logs (`local`, `docker`).
     fn name(&self) -> &str;
+
+    /// Releases what the sandbox holds (containers); it may start again on the next
+    /// call. The default does nothing.
+    async fn shutdown(&self) {}
 }
 
 /// A [`Runner`] over a [`Sandbox`] that emits lifecycle events and enforces a timeout.
@@ -103,6 +107,11 @@ impl ToolRunner {
     /// The sandbox calls run in.
     pub fn sandbox(&self) -> &dyn Sandbox {
         &*self.sandbox
+    }
+
+    /// Shuts the sandbox down (removes its containers); see [`Sandbox::shutdown`].
+    pub async fn shutdown(&self) {
+        self.sandbox.shutdown().await;
     }
 }
 

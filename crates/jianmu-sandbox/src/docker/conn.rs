@@ -1,0 +1,329 @@
+//! One attach stream to a sandbox container: a writer task sends request lines, a
+//! reader task routes reply lines to the calls waiting for them and, when the stream
+//! ends, fails every waiting call with the reason and removes the container.
+//!
+//! Dropping the last [`Conn`] closes the container's stdin, so `jianmu serve` exits and
+//! the reader removes the container: no async drop needed.
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::container::{AttachContainerResults, LogOutput};
+use futures::{Stream, StreamExt as _};
+use serde_json::{Map, Value};
+use tokio::io::{AsyncWrite, AsyncWriteExt as _};
+use tokio::sync::{mpsc, oneshot};
+
+use crate::wire::{CallResult, Reply, Request, to_line};
+
+/// How a call ended, as far as the connection knows.
+pub(crate) enum Outcome {
+    /// The runner answered.
+    Done { result: CallResult, oom_kills: u64 },
+    /// The container or the stream went away first.
+    Lost(String),
+}
+
+pub(crate) struct Conn {
+    id: String,
+    docker: Docker,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    shared: Arc<Shared>,
+    grace: Duration,
+}
+
+#[derive(Default)]
+struct Shared {
+    pending: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
+    cancelling: Mutex<HashSet<u64>>,
+    ready: Mutex<Option<oneshot::Sender<Result<(), String>>>>,
+    next: AtomicU64,
+    dead: AtomicBool,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
+
+impl Conn {
+    pub(crate) fn spawn(
+        docker: Docker,
+        id: String,
+        attached: AttachContainerResults,
+        memory_mib: u64,
+        grace: Duration,
+    ) -> Arc<Self> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let shared = Arc::new(Shared::default());
+        tokio::spawn(write_loop(attached.input, rx));
+        tokio::spawn(read_loop(
+            docker.clone(),
+            id.clone(),
+            attached.output,
+            Arc::clone(&shared),
+            memory_mib,
+        ));
+        Arc::new(Self {
+            id,
+            docker,
+            tx,
+            shared,
+            grace,
+        })
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.id
+    }
+
+    pub(crate) fn is_dead(&self) -> bool {
+        self.shared.dead.load(Ordering::Acquire)
+    }
+
+    fn send(&self, request: &Request) {
+        let _ = self.tx.send(to_line(request));
+    }
+
+    /// Sends `init` and waits for `ready`.
+    pub(crate) async fn init(
+        &self,
+        workspace: &Path,
+        tools: &Map<String, Value>,
+    ) -> Result<(), String> {
+        let (tx, rx) = oneshot::channel();
+        *lock(&self.shared.ready) = Some(tx);
+        self.send(&Request::Init {
+            workspace: workspace.to_owned(),
+            tools: tools.clone(),
+        });
+        match tokio::time::timeout(Duration::from_secs(60), rx).await {
+            Ok(Ok(result)) => result,
+            Ok(Err(_)) => Err("the sandbox container stopped before it was ready".into()),
+            Err(_) => Err("the sandbox runner did not start within 60 s".into()),
+        }
+    }
+
+    /// Runs one call; dropping the future cancels it inside the container.
+    pub(crate) async fn call(&self, tool: &str, args: Value) -> Outcome {
+        let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut pending = lock(&self.shared.pending);
+            // Checked under the lock the reader drains with, so no call waits forever.
+            if self.is_dead() {
+                return Outcome::Lost("the sandbox container has stopped".into());
+            }
+            pending.insert(id, tx);
+        }
+        let mut guard = CancelOnDrop {
+            conn: self,
+            id,
+            armed: true,
+        };
+        self.send(&Request::Call {
+            id,
+            tool: tool.to_owned(),
+            args,
+        });
+        let outcome = rx
+            .await
+            .unwrap_or_else(|_| Outcome::Lost("the sandbox connection closed".into()));
+        guard.armed = false;
+        outcome
+    }
+
+    /// Stops call `id` inside the container; if the container does not confirm within
+    /// the grace period, kills it (the next call gets a fresh one).
+    fn cancel(&self, id: u64) {
+        if lock(&self.shared.pending).remove(&id).is_none() {
+            return;
+        }
+        lock(&self.shared.cancelling).insert(id);
+        self.send(&Request::Cancel { id });
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let shared = Arc::clone(&self.shared);
+        let docker = self.docker.clone();
+        let container = self.id.clone();
+        let grace = self.grace;
+        rt.spawn(async move {
+            tokio::time::sleep(grace).await;
+            if lock(&shared.cancelling).contains(&id) && !shared.dead.load(Ordering::Acquire) {
+                tracing::warn!(
+                    container = container.as_str(),
+                    "a cancelled call did not stop; killing the sandbox container"
+                );
+                let _ = docker.kill_container(&container, None).await;
+            }
+        });
+    }
+
+    /// Kills and removes the container now.
+    pub(crate) async fn remove(&self) {
+        super::remove(&self.docker, &self.id).await;
+    }
+}
+
+struct CancelOnDrop<'a> {
+    conn: &'a Conn,
+    id: u64,
+    armed: bool,
+}
+
+impl Drop for CancelOnDrop<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.conn.cancel(self.id);
+        }
+    }
+}
+
+async fn write_loop(
+    mut input: Pin<Box<dyn AsyncWrite + Send>>,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    while let Some(line) = rx.recv().await {
+        if input.write_all(&line).await.is_err() || input.flush().await.is_err() {
+            return;
+        }
+    }
+    // Every sender is gone: close stdin so the runner exits.
+    let _ = input.shutdown().await;
+}
+
+async fn read_loop(
+    docker: Docker,
+    id: String,
+    mut output: Output,
+    shared: Arc<Shared>,
+    memory_mib: u64,
+) {
+    let mut buf = Vec::new();
+    let mut stderr_tail: Vec<u8> = Vec::new();
+    let mut broke = None;
+    while let Some(item) = output.next().await {
+        match item {
+            Ok(LogOutput::StdOut { message }) => {
+                buf.extend_from_slice(&message);
+                while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
+                    let line: Vec<u8> = buf.drain(..=pos).collect();
+                    dispatch(&shared, &line);
+                }
+            }
+            Ok(LogOutput::StdErr { message }) => {
+                stderr_tail.extend_from_slice(&message);
+                if stderr_tail.len() > 4096 {
+                    stderr_tail.drain(..stderr_tail.len() - 4096);
+                }
+            }
+            Ok(_) => {}
+            Err(e) => {
+                broke = Some(e.to_string());
+                break;
+            }
+        }
+    }
+    drop(output);
+    let reason = death_reason(&docker, &id, broke, &stderr_tail, memory_mib).await;
+    {
+        let mut pending = lock(&shared.pending);
+        shared.dead.store(true, Ordering::Release);
+        for (_, tx) in pending.drain() {
+            let _ = tx.send(Outcome::Lost(reason.clone()));
+        }
+    }
+    if let Some(tx) = lock(&shared.ready).take() {
+        let _ = tx.send(Err(reason));
+    }
+    super::remove(&docker, &id).await;
+}
+
+fn dispatch(shared: &Shared, line: &[u8]) {
+    let reply = match serde_json::from_slice::<Reply>(line) {
+        Ok(reply) => reply,
+        Err(e) => {
+            tracing::warn!("unreadable line from the sandbox runner: {e}");
+            return;
+        }
+    };
+    match reply {
+        Reply::Ready { .. } => {
+            if let Some(tx) = lock(&shared.ready).take() {
+                let _ = tx.send(Ok(()));
+            }
+        }
+        Reply::InitFailed { message } => {
+            if let Some(tx) = lock(&shared.ready).take() {
+                let _ = tx.send(Err(format!(
+                    "the sandbox runner could not start its tools: {message}"
+                )));
+            }
+        }
+        Reply::Done {
+            id,
+            result,
+            oom_kills,
+        } => {
+            let waiting = lock(&shared.pending).remove(&id);
+            match waiting {
+                Some(tx) => {
+                    let _ = tx.send(Outcome::Done { result, oom_kills });
+                }
+                None => {
+                    lock(&shared.cancelling).remove(&id);
+                }
+            }
+        }
+    }
+}
+
+/// Why the stream ended, in words for the model and the operator.
+async fn death_reason(
+    docker: &Docker,
+    id: &str,
+    broke: Option<String>,
+    stderr_tail: &[u8],
+    memory_mib: u64,
+) -> String {
+    let short = &id[..id.len().min(12)];
+    let stderr = String::from_utf8_lossy(stderr_tail);
+    let stderr = stderr.trim();
+    let said = if stderr.is_empty() {
+        String::new()
+    } else {
+        format!("; it printed: {stderr}")
+    };
+    let state = match docker.inspect_container(id, None).await {
+        Ok(info) => info.state.unwrap_or_default(),
+        Err(e) => {
+            return format!(
+                "lost the sandbox container {short} (was the Docker daemon restarted?): {e}"
+            );
+        }
+    };
+    if state.oom_killed == Some(true) {
+        return format!(
+            "the sandbox container {short} was killed for exceeding its memory limit of \
+             {memory_mib} MiB; the next call starts a fresh one"
+        );
+    }
+    if state.running == Some(true) {
+        let why = broke.unwrap_or_else(|| "the stream closed".into());
+        return format!("the connection to the sandbox container {short} broke: {why}");
+    }
+    let code = state.exit_code.unwrap_or(-1);
+    let how = match code {
+        137 => "was killed (SIGKILL)".to_owned(),
+        143 => "was stopped (SIGTERM)".to_owned(),
+        c => format!("exited with code {c}"),
+    };
+    format!("the sandbox container {short} {how}{said}; the next call starts a fresh one")
+}

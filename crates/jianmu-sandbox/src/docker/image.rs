@@ -1,0 +1,370 @@
+//! The sandbox image, built locally with no registry: `FROM scratch`, our runner
+//! binary (`jianmu`, which `jianmu serve`s), the shared libraries it links (listed by
+//! `ldd`), and Debian's static busybox for a shell and core utilities. `bash` in the
+//! image is busybox `ash`; there is no python3, so `python_repl` does not work inside.
+
+use std::collections::HashMap;
+use std::path::{Path, PathBuf};
+
+use bollard::Docker;
+use bollard::query_parameters::BuildImageOptionsBuilder;
+use futures::StreamExt as _;
+
+/// The label on the image holding the digest of its files, so an unchanged image is
+/// not rebuilt.
+pub const DIGEST_LABEL: &str = "io.jianmu.sandbox.digest";
+
+/// What goes into the image.
+#[derive(Debug, Clone)]
+pub struct ImageSources {
+    /// The runner: a `jianmu` binary (it must have the `serve` command).
+    pub runner: PathBuf,
+    /// A statically linked busybox (Debian's `busybox-static`: `/bin/busybox`).
+    pub busybox: PathBuf,
+    /// The CA certificates for HTTPS from inside the sandbox (PEM); skipped when
+    /// `None` or missing, and then HTTPS tools cannot start in the image.
+    pub ca_bundle: Option<PathBuf>,
+}
+
+impl ImageSources {
+    /// This executable as the runner and `/bin/busybox`.
+    ///
+    /// # Errors
+    /// When the path of this executable cannot be found.
+    pub fn this_executable() -> std::io::Result<Self> {
+        Ok(Self {
+            runner: std::env::current_exe()?,
+            busybox: PathBuf::from("/bin/busybox"),
+            ca_bundle: Some(PathBuf::from(CA_BUNDLE)),
+        })
+    }
+}
+
+/// A build context: a tar of `Dockerfile` and `rootfs/`.
+#[derive(Debug, Clone)]
+pub struct ImageContext {
+    /// The tar archive to send to the daemon.
+    pub tar: Vec<u8>,
+    /// A digest of every file in it (hex).
+    pub digest: String,
+    /// The generated Dockerfile.
+    pub dockerfile: String,
+}
+
+const RUNNER_PATH: &str = "usr/local/bin/jianmu";
+
+/// Where Debian keeps the CA bundle; the image has it at the same path.
+pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Connects to the daemon at `host` (default `DOCKER_HOST`, else the local socket) and
+/// agrees on an API version.
+///
+/// # Errors
+/// "sandbox unavailable", with the address and the cause.
+pub async fn connect(host: Option<&str>) -> Result<Docker, String> {
+    let address = host
+        .map(str::to_owned)
+        .or_else(|| std::env::var("DOCKER_HOST").ok())
+        .unwrap_or_else(|| "unix:///var/run/docker.sock".to_owned());
+    let unavailable = |e: bollard::errors::Error| {
+        format!("sandbox unavailable: cannot reach the Docker daemon at {address}: {e}")
+    };
+    let docker = Docker::connect_with_host(&address).map_err(unavailable)?;
+    docker.negotiate_version().await.map_err(unavailable)
+}
+
+/// Assembles the build context from `sources`.
+///
+/// # Errors
+/// A source that cannot be read, or `ldd` failing on the runner.
+pub fn image_context(sources: &ImageSources) -> std::io::Result<ImageContext> {
+    let mut files = Files::default();
+    for dir in [
+        "bin",
+        "etc",
+        "usr",
+        "usr/local",
+        "usr/local/bin",
+        "workspace",
+    ] {
+        files.dir(dir, 0o755);
+    }
+    files.dir("tmp", 0o1777);
+    let runner = std::fs::read(&sources.runner).map_err(|e| {
+        std::io::Error::other(format!(
+            "cannot read the runner {}: {e}",
+            sources.runner.display()
+        ))
+    })?;
+    files.file(RUNNER_PATH, runner, 0o755);
+    let busybox = std::fs::read(&sources.busybox).map_err(|e| {
+        std::io::Error::other(format!(
+            "cannot read busybox at {} (install Debian's busybox-static): {e}",
+            sources.busybox.display()
+        ))
+    })?;
+    files.file("bin/busybox", busybox, 0o755);
+    for applet in busybox_applets(&sources.busybox)? {
+        if applet != "busybox" {
+            files.symlink(&format!("bin/{applet}"), "busybox");
+        }
+    }
+    files.file(
+        "bin/bash",
+        b"#!/bin/sh\n# bash in this image is busybox ash\nexec /bin/sh \"$@\"\n".to_vec(),
+        0o755,
+    );
+    for lib in shared_libraries(&sources.runner)? {
+        let rel = lib
+            .strip_prefix("/")
+            .unwrap_or(&lib)
+            .to_string_lossy()
+            .into_owned();
+        let mut parent = Path::new(&rel).parent();
+        let mut parents = Vec::new();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            parents.push(p.to_string_lossy().into_owned());
+            parent = p.parent();
+        }
+        for p in parents.iter().rev() {
+            files.dir(p, 0o755);
+        }
+        let data = std::fs::read(&lib)
+            .map_err(|e| std::io::Error::other(format!("cannot read {}: {e}", lib.display())))?;
+        files.file(&rel, data, 0o755);
+    }
+    files.file(
+        "etc/passwd",
+        b"root:x:0:0:root:/:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n".to_vec(),
+        0o644,
+    );
+    files.file(
+        "etc/group",
+        b"root:x:0:\nnogroup:x:65534:\n".to_vec(),
+        0o644,
+    );
+    if let Some(bundle) = &sources.ca_bundle
+        && let Ok(pem) = std::fs::read(bundle)
+    {
+        files.dir("etc/ssl", 0o755);
+        files.dir("etc/ssl/certs", 0o755);
+        files.file(&CA_BUNDLE[1..], pem, 0o644);
+    }
+    let digest = files.digest();
+    let dockerfile = format!(
+        "FROM scratch\n\
+         COPY rootfs/ /\n\
+         ENV PATH=/usr/local/bin:/bin LANG=C.UTF-8 SSL_CERT_FILE={CA_BUNDLE}\n\
+         USER 65534:65534\n\
+         WORKDIR /workspace\n\
+         LABEL {DIGEST_LABEL}={digest}\n\
+         ENTRYPOINT [\"/{RUNNER_PATH}\", \"serve\"]\n"
+    );
+    let tar = files.into_tar(&dockerfile)?;
+    Ok(ImageContext {
+        tar,
+        digest,
+        dockerfile,
+    })
+}
+
+/// Builds the image from `context` and tags it `tag`.
+///
+/// # Errors
+/// The daemon's message when the build fails.
+pub async fn build_image(docker: &Docker, tag: &str, context: &ImageContext) -> Result<(), String> {
+    let options = BuildImageOptionsBuilder::default()
+        .dockerfile("Dockerfile")
+        .t(tag)
+        .rm(true)
+        .forcerm(true)
+        .build();
+    let body = bollard::body_full(context.tar.clone().into());
+    let mut stream = docker.build_image(options, None, Some(body));
+    while let Some(step) = stream.next().await {
+        match step {
+            Ok(info) => {
+                if let Some(detail) = info.error_detail.and_then(|d| d.message) {
+                    return Err(format!("building the sandbox image failed: {detail}"));
+                }
+                if let Some(text) = info.stream {
+                    tracing::debug!("build: {}", text.trim_end());
+                }
+            }
+            Err(e) => return Err(format!("building the sandbox image failed: {e}")),
+        }
+    }
+    match docker.inspect_image(tag).await {
+        Ok(_) => Ok(()),
+        Err(e) => Err(format!("the build finished but `{tag}` is missing: {e}")),
+    }
+}
+
+/// Builds the image unless `tag` already holds one made from the same files.
+/// Returns whether it built.
+///
+/// # Errors
+/// As [`image_context`] and [`build_image`].
+pub async fn ensure_image(
+    docker: &Docker,
+    tag: &str,
+    sources: &ImageSources,
+) -> Result<bool, String> {
+    let context = image_context(sources).map_err(|e| e.to_string())?;
+    if let Ok(image) = docker.inspect_image(tag).await {
+        let labels = image.config.and_then(|c| c.labels).unwrap_or_default();
+        if labels.get(DIGEST_LABEL) == Some(&context.digest) {
+            return Ok(false);
+        }
+    }
+    build_image(docker, tag, &context).await.map(|()| true)
+}
+
+fn busybox_applets(busybox: &Path) -> std::io::Result<Vec<String>> {
+    let out = crate::process::std_command(busybox)
+        .arg("--list")
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "`{} --list` failed: {}",
+            busybox.display(),
+            String::from_utf8_lossy(&out.stderr).trim()
+        )));
+    }
+    Ok(String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.contains('/'))
+        .map(str::to_owned)
+        .collect())
+}
+
+/// The shared libraries `binary` loads, its loader included, as `ldd` lists them;
+/// none for a static binary.
+fn shared_libraries(binary: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let out = crate::process::std_command("ldd")
+        .arg(binary)
+        .output()
+        .map_err(|e| std::io::Error::other(format!("cannot run `ldd` on the runner: {e}")))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    if !out.status.success() {
+        let all = format!("{text}{}", String::from_utf8_lossy(&out.stderr));
+        if all.contains("not a dynamic executable") || all.contains("statically linked") {
+            return Ok(Vec::new());
+        }
+        return Err(std::io::Error::other(format!(
+            "`ldd` failed on the runner: {}",
+            all.trim()
+        )));
+    }
+    let mut libs = Vec::new();
+    for line in text.lines() {
+        let line = line.trim();
+        let path = match line.split_once("=>") {
+            Some((_, right)) => right.trim().split(' ').next().unwrap_or_default(),
+            None => line.split(' ').next().unwrap_or_default(),
+        };
+        if path.starts_with('/') {
+            libs.push(PathBuf::from(path));
+        }
+    }
+    Ok(libs)
+}
+
+/// The files of `rootfs/`, in order, with a digest over paths, modes and contents.
+#[derive(Default)]
+struct Files {
+    entries: Vec<(String, Entry)>,
+    seen: HashMap<String, usize>,
+}
+
+enum Entry {
+    Dir(u32),
+    File(Vec<u8>, u32),
+    Symlink(String),
+}
+
+impl Files {
+    fn push(&mut self, path: &str, entry: Entry) {
+        if let Some(&i) = self.seen.get(path) {
+            self.entries[i].1 = entry;
+        } else {
+            self.seen.insert(path.to_owned(), self.entries.len());
+            self.entries.push((path.to_owned(), entry));
+        }
+    }
+    fn dir(&mut self, path: &str, mode: u32) {
+        if !self.seen.contains_key(path) {
+            self.push(path, Entry::Dir(mode));
+        }
+    }
+    fn file(&mut self, path: &str, data: Vec<u8>, mode: u32) {
+        self.push(path, Entry::File(data, mode));
+    }
+    fn symlink(&mut self, path: &str, target: &str) {
+        self.push(path, Entry::Symlink(target.to_owned()));
+    }
+
+    /// 64-bit FNV-1a over every entry; a cache key, not a security measure.
+    fn digest(&self) -> String {
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        let mut eat = |bytes: &[u8]| {
+            for &b in bytes {
+                h ^= u64::from(b);
+                h = h.wrapping_mul(0x0100_0000_01b3);
+            }
+        };
+        for (path, entry) in &self.entries {
+            eat(path.as_bytes());
+            match entry {
+                Entry::Dir(mode) => eat(&[b'd', (*mode >> 8) as u8, *mode as u8]),
+                Entry::File(data, mode) => {
+                    eat(&[b'f', (*mode >> 8) as u8, *mode as u8]);
+                    eat(&(data.len() as u64).to_le_bytes());
+                    eat(data);
+                }
+                Entry::Symlink(target) => {
+                    eat(b"l");
+                    eat(target.as_bytes());
+                }
+            }
+        }
+        format!("{h:016x}")
+    }
+
+    fn into_tar(self, dockerfile: &str) -> std::io::Result<Vec<u8>> {
+        let mut tar = tar::Builder::new(Vec::new());
+        let header = |kind: tar::EntryType, mode: u32, size: u64| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(mode);
+            h.set_size(size);
+            h.set_uid(0);
+            h.set_gid(0);
+            h.set_mtime(0);
+            h
+        };
+        let mut h = header(tar::EntryType::Regular, 0o644, dockerfile.len() as u64);
+        tar.append_data(&mut h, "Dockerfile", dockerfile.as_bytes())?;
+        let mut h = header(tar::EntryType::Directory, 0o755, 0);
+        tar.append_data(&mut h, "rootfs/", std::io::empty())?;
+        for (path, entry) in self.entries {
+            let path = format!("rootfs/{path}");
+            match entry {
+                Entry::Dir(mode) => {
+                    let mut h = header(tar::EntryType::Directory, mode, 0);
+                    tar.append_data(&mut h, format!("{path}/"), std::io::empty())?;
+                }
+                Entry::File(data, mode) => {
+                    let mut h = header(tar::EntryType::Regular, mode, data.len() as u64);
+                    tar.append_data(&mut h, path, data.as_slice())?;
+                }
+                Entry::Symlink(target) => {
+                    let mut h = header(tar::EntryType::Symlink, 0o777, 0);
+                    tar.append_link(&mut h, path, target)?;
+                }
+            }
+        }
+        tar.into_inner()
+    }
+}

@@ -1,0 +1,156 @@
+//! `serve`: the runner loop inside a sandbox container (`jianmu serve`). It reads
+//! [`Request`]s as JSON lines, runs each call on its own task, and writes [`Reply`]s
+//! as they finish; see [`crate::wire`].
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use jianmu_tool_core::{CallContext, ToolError, ToolSet};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
+use tokio::sync::mpsc;
+use tokio::task::AbortHandle;
+
+use crate::wire::{CallResult, Reply, Request, WireError, to_line};
+
+/// Serves calls from `input` to `output` until `input` ends. `make_tools` builds the
+/// tools from the host's [`Request::Init`].
+///
+/// # Errors
+/// Reading `input` or writing `output` failed, or the first line was not `init`.
+pub async fn serve<R, W, F>(input: R, output: W, make_tools: F) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+    F: FnOnce(
+        std::path::PathBuf,
+        serde_json::Map<String, serde_json::Value>,
+    ) -> Result<ToolSet, ToolError>,
+{
+    let mut lines = BufReader::new(input).lines();
+    let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(write_lines(output, rx));
+
+    let tools = match lines.next_line().await? {
+        None => return Ok(()),
+        Some(line) => match serde_json::from_str::<Request>(&line) {
+            Ok(Request::Init { workspace, tools }) => make_tools(workspace, tools),
+            Ok(_) => Err(ToolError::failed("the first request must be `init`")),
+            Err(e) => Err(ToolError::failed(format!("unreadable request: {e}"))),
+        },
+    };
+    let tools = match tools {
+        Ok(tools) => Arc::new(tools),
+        Err(e) => {
+            let _ = tx.send(to_line(&Reply::InitFailed {
+                message: jianmu_tool_core::error_chain(&e),
+            }));
+            drop(tx);
+            let _ = writer.await;
+            return Err(std::io::Error::other(format!("init failed: {e}")));
+        }
+    };
+    let _ = tx.send(to_line(&Reply::Ready {
+        version: env!("CARGO_PKG_VERSION").to_owned(),
+        tools: tools.names().into_iter().map(str::to_owned).collect(),
+    }));
+
+    let running: Arc<std::sync::Mutex<HashMap<u64, AbortHandle>>> = Arc::default();
+    while let Some(line) = lines.next_line().await? {
+        let request = match serde_json::from_str::<Request>(&line) {
+            Ok(r) => r,
+            Err(e) => {
+                tracing::warn!("unreadable request: {e}");
+                continue;
+            }
+        };
+        match request {
+            Request::Init { .. } => tracing::warn!("ignoring a second `init`"),
+            Request::Cancel { id } => {
+                let handle = lock(&running).remove(&id);
+                if let Some(handle) = handle {
+                    // Dropping the tool's future kills what it started.
+                    handle.abort();
+                    let _ = tx.send(to_line(&Reply::Done {
+                        id,
+                        result: CallResult::Err(WireError::from_error(&ToolError::Cancelled {
+                            tool: String::new(),
+                        })),
+                        oom_kills: 0,
+                    }));
+                }
+            }
+            Request::Call { id, tool, args } => {
+                let tools = Arc::clone(&tools);
+                let tx = tx.clone();
+                let done = Arc::clone(&running);
+                // Held across the spawn, so the task cannot finish before it is listed.
+                let mut map = lock(&running);
+                let task = tokio::spawn(async move {
+                    let before = oom_kills();
+                    let result = match tools.get(&tool) {
+                        None => Err(ToolError::UnknownTool {
+                            name: tool.clone(),
+                            known: tools.names().into_iter().map(str::to_owned).collect(),
+                        }),
+                        Some(handle) => match handle.prepare_args(args, None, false) {
+                            Ok(args) => handle.run_prepared(args, &CallContext::new()).await,
+                            Err(e) => Err(e),
+                        },
+                    };
+                    let oom = oom_kills().saturating_sub(before);
+                    // Only the call still registered answers: a cancelled one already did.
+                    if lock(&done).remove(&id).is_some() {
+                        let _ = tx.send(to_line(&Reply::Done {
+                            id,
+                            result: CallResult::from_result(result),
+                            oom_kills: oom,
+                        }));
+                    }
+                });
+                map.insert(id, task.abort_handle());
+            }
+        }
+    }
+    for (_, handle) in lock(&running).drain() {
+        handle.abort();
+    }
+    drop(tx);
+    let _ = writer.await;
+    Ok(())
+}
+
+fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn write_lines<W: AsyncWrite + Unpin>(
+    mut output: W,
+    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    while let Some(line) = rx.recv().await {
+        if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// How many processes the kernel has OOM-killed in this cgroup (v2 `memory.events`,
+/// else v1 `memory.oom_control`); 0 when neither is readable.
+pub fn oom_kills() -> u64 {
+    for path in [
+        "/sys/fs/cgroup/memory.events",
+        "/sys/fs/cgroup/memory/memory.oom_control",
+    ] {
+        let Ok(text) = std::fs::read_to_string(path) else {
+            continue;
+        };
+        let count = text.lines().find_map(|l| {
+            let (k, v) = l.split_once(' ')?;
+            (k == "oom_kill").then(|| v.trim().parse::<u64>().ok())?
+        });
+        if let Some(n) = count {
+            return n;
+        }
+    }
+    0
+}

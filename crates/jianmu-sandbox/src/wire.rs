@@ -1,0 +1,192 @@
+//! The JSON-lines protocol between a host and `jianmu serve`, the runner inside a
+//! sandbox container: one JSON object per line in each direction.
+//!
+//! The host opens with [`Request::Init`] and waits for [`Reply::Ready`]; then it sends
+//! [`Request::Call`]s, each answered by one [`Reply::Done`] with the same id, in any
+//! order. [`Request::Cancel`] stops a call's work; its `Done` may still arrive and is
+//! ignored. End of input ends the runner.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use jianmu_tool_core::{ToolError, ToolOutput};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// What the host sends.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Request {
+    /// Build the tools: the workspace root and the per-tool settings (`[tools.NAME]`).
+    Init {
+        /// The workspace root, the same path as on the host.
+        workspace: PathBuf,
+        /// Per-tool settings by tool name.
+        #[serde(default)]
+        tools: Map<String, Value>,
+    },
+    /// Run one tool on arguments the host already validated.
+    Call {
+        /// Chosen by the host, unique per connection.
+        id: u64,
+        /// The tool's canonical name.
+        tool: String,
+        /// The arguments.
+        args: Value,
+    },
+    /// Stop the work of call `id`.
+    Cancel {
+        /// The call to stop.
+        id: u64,
+    },
+}
+
+/// What the runner answers.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "snake_case")]
+pub enum Reply {
+    /// The tools are built.
+    Ready {
+        /// The runner's version.
+        version: String,
+        /// The tools it can run.
+        tools: Vec<String>,
+    },
+    /// The tools could not be built; the runner exits.
+    InitFailed {
+        /// Why.
+        message: String,
+    },
+    /// Call `id` finished (or was cancelled).
+    Done {
+        /// The call.
+        id: u64,
+        /// Its result.
+        result: CallResult,
+        /// How many processes the kernel killed for exceeding the container's memory
+        /// limit while the call ran.
+        #[serde(default)]
+        oom_kills: u64,
+    },
+}
+
+/// The outcome of one call.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "status", rename_all = "snake_case")]
+pub enum CallResult {
+    /// The tool's output.
+    Ok {
+        /// The text for the model.
+        text: String,
+        /// The structured form, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        structured: Option<Value>,
+    },
+    /// The tool's error.
+    Err(WireError),
+}
+
+/// A [`ToolError`] on the wire: its kind, the message the model reads, and the fields
+/// the host needs to rebuild it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct WireError {
+    /// `failed`, `timeout`, `config`, `runner`, `cancelled`, `unknown_tool` or `other`.
+    pub kind: String,
+    /// The tool, when the error names one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tool: Option<String>,
+    /// The full message, causes included.
+    pub message: String,
+    /// For timeouts: the limit, in milliseconds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub after_ms: Option<u64>,
+}
+
+impl CallResult {
+    /// The wire form of a call's result.
+    pub fn from_result(result: Result<ToolOutput, ToolError>) -> Self {
+        match result {
+            Ok(out) => CallResult::Ok {
+                text: out.text,
+                structured: out.structured,
+            },
+            Err(e) => CallResult::Err(WireError::from_error(&e)),
+        }
+    }
+
+    /// The call's result again, on the host.
+    ///
+    /// # Errors
+    /// The tool's error, rebuilt by [`WireError::into_error`].
+    pub fn into_result(self, tool: &str) -> Result<ToolOutput, ToolError> {
+        match self {
+            CallResult::Ok { text, structured } => {
+                let mut out = ToolOutput::text(text);
+                out.structured = structured;
+                Ok(out)
+            }
+            CallResult::Err(e) => Err(e.into_error(tool)),
+        }
+    }
+}
+
+impl WireError {
+    /// The wire form of `error`.
+    pub fn from_error(error: &ToolError) -> Self {
+        let (kind, tool, after_ms) = match error {
+            ToolError::Failed { .. } => ("failed", None, None),
+            ToolError::Timeout { tool, after } => (
+                "timeout",
+                Some(tool.clone()),
+                Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
+            ),
+            ToolError::Config { tool, .. } => ("config", Some(tool.clone()), None),
+            ToolError::Runner { tool, .. } => ("runner", Some(tool.clone()), None),
+            ToolError::Cancelled { tool } => ("cancelled", Some(tool.clone()), None),
+            ToolError::UnknownTool { name, .. } => ("unknown_tool", Some(name.clone()), None),
+            _ => ("other", None, None),
+        };
+        let message = match error {
+            // The rebuilt error prints its own prefix; send only what follows it.
+            ToolError::Config { message, .. } => message.clone(),
+            ToolError::Runner { source, .. } => jianmu_tool_core::error_chain(&**source),
+            _ => jianmu_tool_core::error_chain(error),
+        };
+        Self {
+            kind: kind.to_owned(),
+            tool,
+            message,
+            after_ms,
+        }
+    }
+
+    /// The [`ToolError`] again; `tool` names the call when the wire form does not.
+    pub fn into_error(self, tool: &str) -> ToolError {
+        let name = self.tool.unwrap_or_else(|| tool.to_owned());
+        match self.kind.as_str() {
+            "timeout" => ToolError::Timeout {
+                tool: name,
+                after: Duration::from_millis(self.after_ms.unwrap_or(0)),
+            },
+            "config" => ToolError::Config {
+                tool: name,
+                message: self.message,
+            },
+            "runner" => ToolError::runner(name, self.message),
+            "cancelled" => ToolError::Cancelled { tool: name },
+            "unknown_tool" => ToolError::failed(format!(
+                "tool `{name}` is not available inside the sandbox image (its runner was \
+                 built without it); rebuild the image with `jianmu sandbox build-image`"
+            )),
+            _ => ToolError::failed(self.message),
+        }
+    }
+}
+
+/// Serializes `value` as one line, newline included.
+pub fn to_line<T: Serialize>(value: &T) -> Vec<u8> {
+    // Our wire types hold only strings, numbers and JSON values: this cannot fail.
+    let mut line = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
+    line.push(b'\n');
+    line
+}
