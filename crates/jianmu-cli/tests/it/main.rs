@@ -5,6 +5,8 @@ use std::process::Output;
 
 use serde_json::Value;
 
+#[cfg(all(feature = "docker", feature = "full"))]
+mod docker;
 #[cfg(all(feature = "mcp", feature = "full"))]
 mod mcp;
 
@@ -179,17 +181,29 @@ mod calculator {
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(
             dir.path().join("jianmu.toml"),
-            "[execution]\ntool_runner = \"docker\"\n",
+            "[execution]\ntool_runner = \"docker\"\n[execution.docker]\ndocker_host = \"unix:///nonexistent/docker.sock\"\n",
         )
         .unwrap();
-        // The file asks for docker; this build has none, and says so rather than
-        // silently running locally.
+        // The file asks for docker, which is not there: the call fails and says so
+        // rather than silently running locally.
         let out = jianmu(&["call", "calculator", "\"1+1\""], dir.path());
-        assert_eq!(out.status.code(), Some(2));
-        assert_eq!(
-            String::from_utf8_lossy(&out.stderr),
-            "jianmu: sandbox `docker` is not compiled into this build of jianmu\n"
-        );
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        #[cfg(feature = "docker")]
+        {
+            assert_eq!(out.status.code(), Some(1));
+            assert!(
+                stderr.starts_with("Error: runner failed for `calculator`: sandbox unavailable: cannot reach the Docker daemon at unix:///nonexistent/docker.sock"),
+                "{stderr}"
+            );
+        }
+        #[cfg(not(feature = "docker"))]
+        {
+            assert_eq!(out.status.code(), Some(2));
+            assert_eq!(
+                stderr,
+                "jianmu: sandbox `docker` is not compiled into this build of jianmu\n"
+            );
+        }
         // The flag overrides the file.
         let out = jianmu(
             &["call", "calculator", "\"1+1\"", "--sandbox", "local"],

@@ -38,6 +38,36 @@ fn python() -> PathBuf {
 
 #[test]
 fn a_real_mcp_client_lists_calls_and_cancels() {
+    client_scenario(&[], |_| {}, true);
+}
+
+/// The same scenario with every call running in the Docker sandbox: the answers do
+/// not change.
+#[cfg(feature = "docker")]
+#[test]
+fn a_real_mcp_client_gets_the_same_answers_from_the_docker_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[execution.docker]\nimage = \"{}\"\n",
+            crate::docker::test_image()
+        ),
+    )
+    .unwrap();
+    let config = config.to_str().unwrap().to_owned();
+    client_scenario(
+        &["--sandbox", "docker", "--config", &config],
+        crate::docker::give_to_sandbox_user,
+        false,
+    );
+}
+
+/// Runs `mcp_client.py` against `jianmu mcp FLAGS` and checks what it saw;
+/// `prepare` gets the workspace before the server starts. `has_python` says whether
+/// python3 is where the tools run (the sandbox image has none).
+fn client_scenario(flags: &[&str], prepare: fn(&Path), has_python: bool) {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -49,6 +79,7 @@ fn a_real_mcp_client_lists_calls_and_cancels() {
         line.repeat(128 * 1024 * 1024 / line.len()),
     )
     .unwrap();
+    prepare(&ws);
     let audit = dir.path().join("audit.jsonl");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_client.py");
     let out = jianmu_sandbox::process::std_command(python())
@@ -56,6 +87,7 @@ fn a_real_mcp_client_lists_calls_and_cancels() {
         .arg(env!("CARGO_BIN_EXE_jianmu"))
         .arg(&ws)
         .arg(&audit)
+        .args(flags)
         .output()
         .unwrap();
     assert!(
@@ -97,7 +129,15 @@ fn a_real_mcp_client_lists_calls_and_cancels() {
     assert_eq!(seen["unknown"][0], true);
     assert_eq!(seen["structured"]["bytes_written"], 2);
     // A stateful tool keeps its state for the session.
-    assert_eq!(seen["stateful"], json!([false, "kept"]));
+    if has_python {
+        assert_eq!(seen["stateful"], json!([false, "kept"]));
+    } else {
+        let missing = seen["stateful"][1].as_str().unwrap_or_default();
+        assert!(
+            missing.starts_with("cannot start the Python interpreter `python3`"),
+            "{missing}"
+        );
+    }
     assert_eq!(seen["after_cancel"], json!([false, "42"]));
     // The audit log saw the grep end as cancelled, not completed.
     let log = std::fs::read_to_string(&audit).unwrap();

@@ -1,6 +1,6 @@
 """A real MCP client (the `mcp` package from PyPI) driving `jianmu mcp` over stdio.
 
-Usage: mcp_client.py JIANMU WORKSPACE AUDIT_LOG. Prints one JSON object with what it saw.
+Usage: mcp_client.py JIANMU WORKSPACE AUDIT_LOG [SERVER_FLAG...]. Prints one JSON object with what it saw.
 """
 import json
 import sys
@@ -14,10 +14,10 @@ def text(result):
     return "".join(getattr(c, "text", "") for c in result.content)
 
 
-async def main(jianmu, workspace, audit_log):
+async def main(jianmu, workspace, audit_log, *flags):
     params = StdioServerParameters(
         command=jianmu,
-        args=["mcp", "--workspace", workspace, "--audit-log", audit_log],
+        args=["mcp", "--workspace", workspace, "--audit-log", audit_log, *flags],
     )
     seen = {}
     async with stdio_client(params) as (read, write):
@@ -60,4 +60,4 @@ async def main(jianmu, workspace, audit_log):
     print(json.dumps(seen))
 
 
-anyio.run(main, *sys.argv[1:4])
+anyio.run(main, *sys.argv[1:])

@@ -1,0 +1,462 @@
+//! `DockerSandbox` against the real Docker engine, with the image built from the
+//! `jianmu` binary under test: escape probes, faults, and the same answers as local.
+
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use jianmu_provider::BuiltinToolProvider;
+use jianmu_sandbox::docker::image::{self, ImageSources};
+use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
+use jianmu_tool_core::{ExecuteOptions, ToolConfig, ToolError, ToolOutput};
+use serde_json::{Value, json};
+
+/// The tag the tests build; not the default, so tests never replace a user's image.
+pub(crate) fn test_image() -> &'static str {
+    static BUILT: std::sync::OnceLock<()> = std::sync::OnceLock::new();
+    // On its own thread: callers may be inside a runtime already.
+    BUILT.get_or_init(|| {
+        std::thread::spawn(build)
+            .join()
+            .expect("the image build ran")
+    });
+    TAG
+}
+
+fn build() {
+    {
+        // One build for all test processes: the lock file serializes them, and
+        // `ensure_image` skips the build when the image's files are unchanged.
+        let lock = std::fs::File::create(std::env::temp_dir().join("jianmu-test-image.lock"))
+            .expect("lock file");
+        lock.lock().expect("lock");
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let docker = image::connect(None).await.expect("the Docker engine runs");
+            let sources = ImageSources {
+                runner: env!("CARGO_BIN_EXE_jianmu").into(),
+                busybox: "/bin/busybox".into(),
+                ca_bundle: Some(image::CA_BUNDLE.into()),
+            };
+            image::ensure_image(&docker, TAG, &sources)
+                .await
+                .expect("the sandbox image builds");
+        });
+    }
+}
+
+const TAG: &str = "jianmu-sandbox:test";
+
+/// Makes `ws` the sandbox user's own when the tests run as root, as a user would
+/// `chown` a workspace for it; otherwise the container runs as the owner already.
+pub(crate) fn give_to_sandbox_user(ws: &Path) {
+    use std::os::unix::fs::MetadataExt as _;
+    if std::fs::metadata(ws).unwrap().uid() == 0 {
+        std::os::unix::fs::chown(ws, Some(65534), Some(65534)).unwrap();
+    }
+}
+
+fn settings() -> DockerSettings {
+    DockerSettings {
+        image: test_image().to_owned(),
+        ..DockerSettings::default()
+    }
+}
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    ws: std::path::PathBuf,
+    provider: BuiltinToolProvider,
+    sandbox: DockerSandbox,
+    runner: ToolRunner,
+}
+
+fn fixture(settings: DockerSettings) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    give_to_sandbox_user(&ws);
+    let ws = ws.canonicalize().unwrap();
+    let provider = BuiltinToolProvider::new(ToolConfig::new(&ws));
+    let sandbox = DockerSandbox::new(&ws, settings).unwrap();
+    let runner = ToolRunner::new(sandbox.clone()).with_timeout(Duration::from_secs(60));
+    Fixture {
+        _dir: dir,
+        ws,
+        provider,
+        sandbox,
+        runner,
+    }
+}
+
+impl Fixture {
+    async fn call(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        self.call_with(&self.runner, tool, args).await
+    }
+
+    async fn call_with(
+        &self,
+        runner: &ToolRunner,
+        tool: &str,
+        args: Value,
+    ) -> Result<ToolOutput, ToolError> {
+        let tool = self.provider.build(tool).unwrap();
+        tool.execute(args, ExecuteOptions::default().runner(runner))
+            .await
+    }
+
+    async fn local(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        let tool = self.provider.build(tool).unwrap();
+        tool.execute(args, ExecuteOptions::default()).await
+    }
+
+    async fn sh(&self, command: &str) -> String {
+        match self.call("bash", json!({ "command": command })).await {
+            Ok(out) => out.text,
+            Err(e) => panic!(
+                "`{command}` failed in the sandbox: {}",
+                jianmu_tool_core::error_chain(&e)
+            ),
+        }
+    }
+}
+
+fn message(result: Result<ToolOutput, ToolError>) -> String {
+    match result {
+        Ok(out) => panic!("expected an error, got {:?}", out.text),
+        Err(e) => jianmu_tool_core::error_chain(&e),
+    }
+}
+
+async fn docker() -> bollard::Docker {
+    image::connect(None).await.unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn escape_probes_find_a_locked_down_container() {
+    let f = fixture(settings());
+    let status = f
+        .sh("grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd):' /proc/self/status")
+        .await;
+    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    for cap in ["CapEff", "CapPrm", "CapBnd"] {
+        assert!(
+            status.contains(&format!("{cap}:\t0000000000000000")),
+            "{status}"
+        );
+    }
+    let uid = f.sh("id -u").await;
+    assert_ne!(uid.trim(), "0");
+    assert_eq!(uid.trim(), sandbox_uid(&f.ws));
+    let root = message(f.call("bash", json!({"command": "touch /probe"})).await);
+    assert!(root.contains("Read-only file system"), "{root}");
+    assert_eq!(f.sh("echo ok > /tmp/probe && cat /tmp/probe").await, "ok\n");
+    let sock = f
+        .sh("for s in /var/run/docker.sock /run/docker.sock; do test -e $s && echo $s; done; echo end")
+        .await;
+    assert_eq!(sock, "end\n");
+    // Only the loopback interface exists.
+    let ifaces = f
+        .sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '")
+        .await;
+    assert_eq!(ifaces, "lo\n");
+    // A file of the host, outside the workspace, is not there.
+    let outside = tempfile::tempdir().unwrap();
+    let secret = outside.path().join("secret.txt");
+    std::fs::write(&secret, "host secret").unwrap();
+    let seen = message(
+        f.call(
+            "bash",
+            json!({"command": format!("cat {}", secret.display())}),
+        )
+        .await,
+    );
+    assert!(seen.contains("No such file or directory"), "{seen}");
+    let passwd = f.sh("cat /etc/passwd").await;
+    assert!(!passwd.contains(&std::fs::read_to_string("/etc/passwd").unwrap()));
+    // The same path is the workspace inside and out.
+    assert_eq!(f.sh("pwd").await.trim(), f.ws.to_str().unwrap());
+    f.sandbox.shutdown().await;
+}
+
+fn sandbox_uid(ws: &Path) -> String {
+    use std::os::unix::fs::MetadataExt as _;
+    std::fs::metadata(ws).unwrap().uid().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calculator_read_file_and_bash_answer_as_they_do_locally() {
+    let f = fixture(settings());
+    std::fs::write(f.ws.join("notes.txt"), "one\ntwo\nthree\nfour\n").unwrap();
+    let cases = [
+        ("calculator", json!("2**100 // 3 + 7 % 4")),
+        ("calculator", json!("1/0")),
+        (
+            "read_file",
+            json!({"path": "notes.txt", "offset": 2, "limit": 2}),
+        ),
+        ("read_file", json!({"path": "../escape.txt"})),
+        (
+            "bash",
+            json!({"command": "printf 'a\\nb\\n' | wc -l; echo $((6*7))"}),
+        ),
+        ("bash", json!({"command": "echo oops >&2; exit 3"})),
+        ("list_dir", json!({"path": "."})),
+    ];
+    for (tool, args) in cases {
+        let local = f.local(tool, args.clone()).await;
+        let docker = f.call(tool, args.clone()).await;
+        match (local, docker) {
+            (Ok(l), Ok(d)) => assert_eq!(l.text, d.text, "{tool} {args}"),
+            (Err(l), Err(d)) => assert_eq!(l.to_string(), d.to_string(), "{tool} {args}"),
+            (l, d) => panic!("{tool} {args}: local {l:?}, docker {d:?}"),
+        }
+    }
+    // A write inside shows up on the host, and the other way round.
+    f.call(
+        "write_file",
+        json!({"path": "out/made.txt", "content": "from the sandbox"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("out/made.txt")).unwrap(),
+        "from the sandbox"
+    );
+    f.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_container_serves_calls_concurrently_and_is_removed_on_shutdown() {
+    let f = fixture(settings());
+    // The first call waits for a file the second one writes: they can only both
+    // finish if the container runs them at the same time.
+    let waiter = f.call(
+        "bash",
+        json!({"command": "while [ ! -e go ]; do sleep 0.02; done; echo released"}),
+    );
+    let writer = async {
+        f.sandbox.warm_up().await.unwrap();
+        f.call("write_file", json!({"path": "go", "content": ""}))
+            .await
+    };
+    let (waited, wrote) = tokio::join!(waiter, writer);
+    assert_eq!(waited.unwrap().text, "released\n");
+    wrote.unwrap();
+    let id = f.sandbox.container_id().await.expect("a container is up");
+    f.sandbox.shutdown().await;
+    let gone = docker().await.inspect_container(&id, None).await;
+    assert!(gone.is_err(), "the container is still there");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_fork_bomb_hits_the_pids_limit() {
+    let f = fixture(DockerSettings {
+        pids_limit: 64,
+        ..settings()
+    });
+    let out = f
+        .call(
+            "bash",
+            json!({"command": "i=0; while [ $i -lt 300 ]; do sleep 30 & i=$((i+1)); done"}),
+        )
+        .await;
+    // busybox's shell cannot fork the rest and the command fails.
+    let err = message(out);
+    assert!(
+        err.contains("can't fork: Resource temporarily unavailable"),
+        "{err}"
+    );
+    // What the command left behind was killed, and the container still works.
+    let left = f.sh("ps -o args | grep -c '^sleep 30' || true").await;
+    assert_eq!(left.trim(), "0");
+    f.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn running_out_of_memory_is_reported_as_the_memory_limit() {
+    let f = fixture(DockerSettings {
+        memory_mib: 64,
+        ..settings()
+    });
+    let err = message(
+        f.call(
+            "bash",
+            json!({"command": "head -c 300000000 /dev/zero | tr '\\0' x | sort > /dev/null"}),
+        )
+        .await,
+    );
+    assert!(err.contains("memory limit of 64 MiB"), "{err}");
+    assert_eq!(f.sh("echo still here").await, "still here\n");
+    f.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timeout_kills_the_work_and_the_container_stays_usable() {
+    let f = fixture(settings());
+    f.sandbox.warm_up().await.unwrap();
+    let id = f.sandbox.container_id().await;
+    let short = ToolRunner::new(f.sandbox.clone()).with_timeout(Duration::from_millis(500));
+    let err = f
+        .call_with(&short, "bash", json!({"command": "sleep 120 & sleep 121"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, ToolError::Timeout { .. }), "{err}");
+    // The cancel reaches the container: the sleeps go.
+    let mut left = String::new();
+    for _ in 0..100 {
+        left = f.sh("ps -o args | grep -c '^sleep 12' || true").await;
+        if left.trim() == "0" {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(left.trim(), "0", "the timed-out work still runs");
+    assert_eq!(
+        f.sandbox.container_id().await,
+        id,
+        "the same container serves on"
+    );
+    f.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_that_dies_mid_call_fails_the_call_and_is_replaced() {
+    let f = Arc::new(fixture(settings()));
+    f.sandbox.warm_up().await.unwrap();
+    let id = f.sandbox.container_id().await.unwrap();
+    let call = {
+        let f = Arc::clone(&f);
+        tokio::spawn(async move {
+            f.call("bash", json!({"command": "touch started; sleep 60"}))
+                .await
+        })
+    };
+    while !f.ws.join("started").exists() {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    docker().await.kill_container(&id, None).await.unwrap();
+    let err = message(call.await.unwrap());
+    assert!(err.contains("was killed"), "{err}");
+    assert!(err.contains("next call starts a fresh one"), "{err}");
+    assert_eq!(f.sh("echo back").await, "back\n");
+    let fresh = f.sandbox.container_id().await.unwrap();
+    assert_ne!(fresh, id);
+    f.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_daemon_means_sandbox_unavailable_not_a_local_run() {
+    let f = fixture(DockerSettings {
+        docker_host: Some("unix:///nonexistent/docker.sock".into()),
+        ..settings()
+    });
+    let marker = f.ws.join("ran-locally");
+    let err = message(
+        f.call(
+            "bash",
+            json!({"command": format!("touch {}", marker.display())}),
+        )
+        .await,
+    );
+    assert!(err.contains("sandbox unavailable"), "{err}");
+    assert!(err.contains("/nonexistent/docker.sock"), "{err}");
+    assert!(!marker.exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_image_says_how_to_build_it() {
+    let f = fixture(DockerSettings {
+        image: "jianmu-sandbox:no-such-tag".into(),
+        ..settings()
+    });
+    let err = message(f.call("calculator", json!("1+1")).await);
+    assert!(err.contains("jianmu sandbox build-image"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn containers_of_a_dead_owner_are_swept_at_start() {
+    use bollard::models::ContainerCreateBody;
+    let docker = docker().await;
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    // A pid that cannot exist (above pid_max) stands for a crashed owner.
+    let stale = docker
+        .create_container(
+            None,
+            ContainerCreateBody {
+                image: Some(test_image().to_owned()),
+                labels: Some(
+                    [(
+                        jianmu_sandbox::docker::LABEL.to_owned(),
+                        format!("{}:4294967295:1", host.trim()),
+                    )]
+                    .into(),
+                ),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    let f = fixture(settings());
+    f.sandbox.warm_up().await.unwrap();
+    assert!(docker.inspect_container(&stale.id, None).await.is_err());
+    f.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn network_is_opt_in() {
+    let f = fixture(DockerSettings {
+        network: true,
+        ..settings()
+    });
+    let ifaces = f
+        .sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' ' | sort")
+        .await;
+    assert_eq!(ifaces, "eth0\nlo\n");
+    f.sandbox.shutdown().await;
+}
+
+#[test]
+fn the_command_runs_calls_in_docker_when_asked() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    give_to_sandbox_user(&ws);
+    std::fs::write(
+        dir.path().join("jianmu.toml"),
+        format!(
+            "workspace = \"ws\"\n[execution]\ntool_runner = \"docker\"\n[execution.docker]\nimage = \"{}\"\n",
+            test_image()
+        ),
+    )
+    .unwrap();
+    let out = crate::jianmu(
+        &["call", "bash", r#"{"command": "id -u; echo $((1+1))"}"#],
+        dir.path(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let uid = sandbox_uid(&ws);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{uid}\n2\n"));
+    // The flag picks local over the file: the host's uid.
+    let out = crate::jianmu(
+        &[
+            "call",
+            "bash",
+            r#"{"command": "id -u"}"#,
+            "--sandbox",
+            "local",
+        ],
+        dir.path(),
+    );
+    use std::os::unix::fs::MetadataExt as _;
+    let me = std::fs::metadata("/proc/self").unwrap().uid();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{me}\n"));
+}
