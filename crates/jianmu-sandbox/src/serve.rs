@@ -54,7 +54,7 @@ where
         tools: tools.names().into_iter().map(str::to_owned).collect(),
     }));
 
-    let running: Arc<std::sync::Mutex<HashMap<u64, AbortHandle>>> = Arc::default();
+    let running: Arc<std::sync::Mutex<HashMap<u64, (AbortHandle, String)>>> = Arc::default();
     while let Some(line) = lines.next_line().await? {
         let request = match serde_json::from_str::<Request>(&line) {
             Ok(r) => r,
@@ -67,19 +67,20 @@ where
             Request::Init { .. } => tracing::warn!("ignoring a second `init`"),
             Request::Cancel { id } => {
                 let handle = lock(&running).remove(&id);
-                if let Some(handle) = handle {
+                if let Some((handle, tool)) = handle {
                     // Dropping the tool's future kills what it started.
                     handle.abort();
                     let _ = tx.send(to_line(&Reply::Done {
                         id,
                         result: CallResult::Err(WireError::from_error(&ToolError::Cancelled {
-                            tool: String::new(),
+                            tool,
                         })),
                         oom_kills: 0,
                     }));
                 }
             }
             Request::Call { id, tool, args } => {
+                let name = tool.clone();
                 let tools = Arc::clone(&tools);
                 let tx = tx.clone();
                 let done = Arc::clone(&running);
@@ -107,11 +108,11 @@ where
                         }));
                     }
                 });
-                map.insert(id, task.abort_handle());
+                map.insert(id, (task.abort_handle(), name));
             }
         }
     }
-    for (_, handle) in lock(&running).drain() {
+    for (_, (handle, _)) in lock(&running).drain() {
         handle.abort();
     }
     drop(tx);

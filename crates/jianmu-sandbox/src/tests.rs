@@ -217,3 +217,201 @@ async fn policy_denials_are_tool_errors_with_events_and_the_audit_log_records_al
     assert!(lines[0]["time"].as_f64().unwrap() > 1.7e9);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// `serve`, the runner loop of the Docker sandbox, over an in-memory pipe.
+mod serve {
+    use std::sync::atomic::{AtomicBool, Ordering};
+
+    use serde_json::Value;
+    use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
+
+    use super::*;
+    use crate::wire::{CallResult, Reply, Request, to_line};
+
+    struct Host {
+        lines: tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,
+        input: tokio::io::WriteHalf<tokio::io::DuplexStream>,
+    }
+
+    impl Host {
+        async fn send(&mut self, request: Request) {
+            self.input.write_all(&to_line(&request)).await.unwrap();
+        }
+        async fn reply(&mut self) -> Reply {
+            let line = self.lines.next_line().await.unwrap().expect("a reply");
+            serde_json::from_str(&line).unwrap()
+        }
+    }
+
+    fn start(
+        make: impl FnOnce(
+            std::path::PathBuf,
+            serde_json::Map<String, Value>,
+        ) -> Result<ToolSet, ToolError>
+        + Send
+        + 'static,
+    ) -> (Host, tokio::task::JoinHandle<std::io::Result<()>>) {
+        let (host, runner) = tokio::io::duplex(64 * 1024);
+        let (rd, wr) = tokio::io::split(runner);
+        let server = tokio::spawn(crate::serve::serve(rd, wr, make));
+        let (rd, input) = tokio::io::split(host);
+        let lines = BufReader::new(rd).lines();
+        (Host { lines, input }, server)
+    }
+
+    #[tokio::test]
+    async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_named() {
+        let dropped = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&dropped);
+        let (mut host, server) = start(move |ws, settings| {
+            assert_eq!(ws, std::path::Path::new("/w"));
+            assert_eq!(settings["echo"], json!({"loud": true}));
+            let mut set = tools();
+            let flag = Arc::clone(&flag);
+            let hang = FunctionTool::new(ToolSpec::new("hang", "Hangs."), move |_| {
+                let guard = SetOnDrop(Arc::clone(&flag));
+                async move {
+                    let _guard = guard;
+                    std::future::pending::<()>().await;
+                    Ok("never".into())
+                }
+            });
+            set.insert(ToolHandle::new(hang).unwrap());
+            Ok(set)
+        });
+        let mut settings = serde_json::Map::new();
+        settings.insert("echo".into(), json!({"loud": true}));
+        host.send(Request::Init {
+            workspace: "/w".into(),
+            tools: settings,
+        })
+        .await;
+        let Reply::Ready { tools, .. } = host.reply().await else {
+            panic!("not ready")
+        };
+        assert!(tools.contains(&"hang".to_owned()) && tools.contains(&"echo".to_owned()));
+        // Call 1 never ends; call 2 still answers.
+        host.send(Request::Call {
+            id: 1,
+            tool: "hang".into(),
+            args: json!(""),
+        })
+        .await;
+        host.send(Request::Call {
+            id: 2,
+            tool: "echo".into(),
+            args: json!("hi"),
+        })
+        .await;
+        assert_eq!(
+            host.reply().await,
+            Reply::Done {
+                id: 2,
+                result: CallResult::Ok {
+                    text: "hi".into(),
+                    structured: None
+                },
+                oom_kills: 0
+            }
+        );
+        host.send(Request::Cancel { id: 1 }).await;
+        let Reply::Done {
+            id: 1,
+            result: CallResult::Err(e),
+            ..
+        } = host.reply().await
+        else {
+            panic!("no answer to the cancel")
+        };
+        assert_eq!(
+            e.into_error("hang").to_string(),
+            "call to `hang` was cancelled"
+        );
+        // The task is aborted: its future (and what it holds) is dropped.
+        for _ in 0..100 {
+            if dropped.load(Ordering::SeqCst) {
+                break;
+            }
+            tokio::task::yield_now().await;
+        }
+        assert!(dropped.load(Ordering::SeqCst));
+        host.send(Request::Call {
+            id: 3,
+            tool: "nope".into(),
+            args: json!({}),
+        })
+        .await;
+        let Reply::Done {
+            id: 3,
+            result: CallResult::Err(e),
+            ..
+        } = host.reply().await
+        else {
+            panic!("no answer")
+        };
+        let err = e.into_error("nope").to_string();
+        assert!(
+            err.contains("not available inside the sandbox image"),
+            "{err}"
+        );
+        host.send(Request::Call {
+            id: 4,
+            tool: "fail".into(),
+            args: json!(""),
+        })
+        .await;
+        let Reply::Done { id: 4, result, .. } = host.reply().await else {
+            panic!("no answer")
+        };
+        assert_eq!(
+            result.into_result("fail").unwrap_err().to_string(),
+            "no luck"
+        );
+        // End of input ends the runner.
+        host.input.shutdown().await.unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    struct SetOnDrop(Arc<AtomicBool>);
+
+    impl Drop for SetOnDrop {
+        fn drop(&mut self) {
+            self.0.store(true, Ordering::SeqCst);
+        }
+    }
+
+    #[tokio::test]
+    async fn tools_that_cannot_be_built_are_reported_and_end_the_runner() {
+        let (mut host, server) = start(|_, _| Err(ToolError::failed("bad settings")));
+        host.send(Request::Init {
+            workspace: "/w".into(),
+            tools: Default::default(),
+        })
+        .await;
+        assert_eq!(
+            host.reply().await,
+            Reply::InitFailed {
+                message: "bad settings".into()
+            }
+        );
+        assert!(server.await.unwrap().is_err());
+    }
+
+    #[test]
+    fn errors_keep_their_kind_across_the_wire() {
+        let timeout = ToolError::Timeout {
+            tool: "bash".into(),
+            after: Duration::from_millis(1500),
+        };
+        let back = crate::wire::WireError::from_error(&timeout).into_error("x");
+        assert!(
+            matches!(back, ToolError::Timeout { ref tool, after } if tool == "bash" && after == Duration::from_millis(1500))
+        );
+        let runner = ToolError::runner("t", "disk gone");
+        let back = crate::wire::WireError::from_error(&runner).into_error("t");
+        assert_eq!(
+            jianmu_tool_core::error_chain(&back),
+            jianmu_tool_core::error_chain(&runner)
+        );
+    }
+}
