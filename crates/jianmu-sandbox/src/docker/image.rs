@@ -211,13 +211,26 @@ pub async fn ensure_image(
     sources: &ImageSources,
 ) -> Result<bool, String> {
     let context = image_context(sources).map_err(|e| e.to_string())?;
+    let mut old = None;
     if let Ok(image) = docker.inspect_image(tag).await {
         let labels = image.config.and_then(|c| c.labels).unwrap_or_default();
         if labels.get(DIGEST_LABEL) == Some(&context.digest) {
             return Ok(false);
         }
+        old = image.id;
     }
-    build_image(docker, tag, &context).await.map(|()| true)
+    build_image(docker, tag, &context).await?;
+    // The image the tag moved away from would only take up space.
+    if let Some(old) = old {
+        let _ = docker
+            .remove_image(
+                &old,
+                None::<bollard::query_parameters::RemoveImageOptions>,
+                None,
+            )
+            .await;
+    }
+    Ok(true)
 }
 
 fn busybox_applets(busybox: &Path) -> std::io::Result<Vec<String>> {
