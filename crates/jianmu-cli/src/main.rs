@@ -376,7 +376,8 @@ fn serve() -> Result<(), Failure> {
             config = config.with_settings(tool, settings);
         }
         let provider = BuiltinToolProvider::new(config);
-        jianmu_tool_core::ToolSet::from_providers(&[&provider])
+        let resolve: jianmu_sandbox::serve::Resolver = Box::new(move |name| provider.build(name));
+        Ok(resolve)
     };
     rt.block_on(jianmu_sandbox::serve::serve(
         tokio::io::stdin(),

@@ -1,19 +1,24 @@
 //! `serve`: the runner loop inside a sandbox container (`jianmu serve`). It reads
 //! [`Request`]s as JSON lines, runs each call on its own task, and writes [`Reply`]s
-//! as they finish; see [`crate::wire`].
+//! as they finish; see [`crate::wire`]. Tools are built on first use, so a fresh
+//! container answers its first call without building every tool.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, ToolError, ToolSet};
+use jianmu_tool_core::{CallContext, ToolError, ToolHandle};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
 use crate::wire::{CallResult, Reply, Request, WireError, to_line};
 
-/// Serves calls from `input` to `output` until `input` ends. `make_tools` builds the
-/// tools from the host's [`Request::Init`].
+/// Builds a tool by name (aliases allowed), as `BuiltinToolProvider::build` does.
+pub type Resolver = Box<dyn Fn(&str) -> Result<ToolHandle, ToolError> + Send + Sync>;
+
+/// Serves calls from `input` to `output` until `input` ends. `make_tools` gets the
+/// workspace and per-tool settings of the host's [`Request::Init`] and returns how
+/// to build a tool by name.
 ///
 /// # Errors
 /// Reading `input` or writing `output` failed, or the first line was not `init`.
@@ -24,7 +29,7 @@ where
     F: FnOnce(
         std::path::PathBuf,
         serde_json::Map<String, serde_json::Value>,
-    ) -> Result<ToolSet, ToolError>,
+    ) -> Result<Resolver, ToolError>,
 {
     let mut lines = BufReader::new(input).lines();
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -39,7 +44,10 @@ where
         },
     };
     let tools = match tools {
-        Ok(tools) => Arc::new(tools),
+        Ok(resolve) => Arc::new(Tools {
+            resolve,
+            built: std::sync::Mutex::default(),
+        }),
         Err(e) => {
             let _ = tx.send(to_line(&Reply::InitFailed {
                 message: jianmu_tool_core::error_chain(&e),
@@ -51,7 +59,6 @@ where
     };
     let _ = tx.send(to_line(&Reply::Ready {
         version: env!("CARGO_PKG_VERSION").to_owned(),
-        tools: tools.names().into_iter().map(str::to_owned).collect(),
     }));
 
     let running: Arc<std::sync::Mutex<HashMap<u64, (AbortHandle, String)>>> = Arc::default();
@@ -89,11 +96,8 @@ where
                 let task = tokio::spawn(async move {
                     let before = oom_kills();
                     let result = match tools.get(&tool) {
-                        None => Err(ToolError::UnknownTool {
-                            name: tool.clone(),
-                            known: tools.names().into_iter().map(str::to_owned).collect(),
-                        }),
-                        Some(handle) => match handle.prepare_args(args, None, false) {
+                        Err(e) => Err(e),
+                        Ok(handle) => match handle.prepare_args(args, None, false) {
                             Ok(args) => handle.run_prepared(args, &CallContext::new()).await,
                             Err(e) => Err(e),
                         },
@@ -118,6 +122,23 @@ where
     drop(tx);
     let _ = writer.await;
     Ok(())
+}
+
+/// The tools built so far, by the name they were asked for.
+struct Tools {
+    resolve: Resolver,
+    built: std::sync::Mutex<HashMap<String, ToolHandle>>,
+}
+
+impl Tools {
+    fn get(&self, name: &str) -> Result<ToolHandle, ToolError> {
+        if let Some(handle) = lock(&self.built).get(name) {
+            return Ok(handle.clone());
+        }
+        let handle = (self.resolve)(name)?;
+        lock(&self.built).insert(name.to_owned(), handle.clone());
+        Ok(handle)
+    }
 }
 
 fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {

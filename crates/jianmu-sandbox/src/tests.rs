@@ -247,7 +247,7 @@ mod serve {
         make: impl FnOnce(
             std::path::PathBuf,
             serde_json::Map<String, Value>,
-        ) -> Result<ToolSet, ToolError>
+        ) -> Result<crate::serve::Resolver, ToolError>
         + Send
         + 'static,
     ) -> (Host, tokio::task::JoinHandle<std::io::Result<()>>) {
@@ -277,7 +277,14 @@ mod serve {
                 }
             });
             set.insert(ToolHandle::new(hang).unwrap());
-            Ok(set)
+            Ok(Box::new(move |name: &str| {
+                set.get(name)
+                    .cloned()
+                    .ok_or_else(|| ToolError::UnknownTool {
+                        name: name.to_owned(),
+                        known: Vec::new(),
+                    })
+            }))
         });
         let mut settings = serde_json::Map::new();
         settings.insert("echo".into(), json!({"loud": true}));
@@ -286,10 +293,10 @@ mod serve {
             tools: settings,
         })
         .await;
-        let Reply::Ready { tools, .. } = host.reply().await else {
+        let Reply::Ready { version } = host.reply().await else {
             panic!("not ready")
         };
-        assert!(tools.contains(&"hang".to_owned()) && tools.contains(&"echo".to_owned()));
+        assert_eq!(version, env!("CARGO_PKG_VERSION"));
         // Call 1 never ends; call 2 still answers.
         host.send(Request::Call {
             id: 1,

@@ -17,7 +17,7 @@ use serde_json::{Map, Value};
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    /// Build the tools: the workspace root and the per-tool settings (`[tools.NAME]`).
+    /// The workspace root and the per-tool settings (`[tools.NAME]`) to build tools with.
     Init {
         /// The workspace root, the same path as on the host.
         workspace: PathBuf,
@@ -45,14 +45,12 @@ pub enum Request {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Reply {
-    /// The tools are built.
+    /// The runner took the settings; tools are built on first use.
     Ready {
         /// The runner's version.
         version: String,
-        /// The tools it can run.
-        tools: Vec<String>,
     },
-    /// The tools could not be built; the runner exits.
+    /// The settings were refused; the runner exits.
     InitFailed {
         /// Why.
         message: String,
@@ -143,7 +141,9 @@ impl WireError {
             ToolError::Config { tool, .. } => ("config", Some(tool.clone()), None),
             ToolError::Runner { tool, .. } => ("runner", Some(tool.clone()), None),
             ToolError::Cancelled { tool } => ("cancelled", Some(tool.clone()), None),
-            ToolError::UnknownTool { name, .. } => ("unknown_tool", Some(name.clone()), None),
+            ToolError::UnknownTool { name, .. } | ToolError::NotCompiled { name, .. } => {
+                ("unknown_tool", Some(name.clone()), None)
+            }
             _ => ("other", None, None),
         };
         let message = match error {

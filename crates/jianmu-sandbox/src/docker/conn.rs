@@ -32,9 +32,10 @@ pub(crate) enum Outcome {
 pub(crate) struct Conn {
     id: String,
     docker: Docker,
-    tx: mpsc::UnboundedSender<Vec<u8>>,
+    tx: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
     shared: Arc<Shared>,
     grace: Duration,
+    reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
 #[derive(Default)]
@@ -44,6 +45,8 @@ struct Shared {
     ready: Mutex<Option<oneshot::Sender<Result<(), String>>>>,
     next: AtomicU64,
     dead: AtomicBool,
+    /// Set by [`Conn::close`]: the end of the stream is expected, not a fault.
+    closing: AtomicBool,
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
@@ -63,7 +66,7 @@ impl Conn {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::default());
         tokio::spawn(write_loop(attached.input, rx));
-        tokio::spawn(read_loop(
+        let reader = tokio::spawn(read_loop(
             docker.clone(),
             id.clone(),
             attached.output,
@@ -73,9 +76,10 @@ impl Conn {
         Arc::new(Self {
             id,
             docker,
-            tx,
+            tx: Mutex::new(Some(tx)),
             shared,
             grace,
+            reader: Mutex::new(Some(reader)),
         })
     }
 
@@ -88,22 +92,32 @@ impl Conn {
     }
 
     fn send(&self, request: &Request) {
-        let _ = self.tx.send(to_line(request));
+        if let Some(tx) = lock(&self.tx).as_ref() {
+            let _ = tx.send(to_line(request));
+        }
     }
 
-    /// Sends `init` and waits for `ready`.
-    pub(crate) async fn init(
+    /// Sends `init`; [`Conn::wait_ready`] waits for the answer.
+    pub(crate) fn send_init(
         &self,
         workspace: &Path,
         tools: &Map<String, Value>,
-    ) -> Result<(), String> {
+    ) -> oneshot::Receiver<Result<(), String>> {
         let (tx, rx) = oneshot::channel();
         *lock(&self.shared.ready) = Some(tx);
         self.send(&Request::Init {
             workspace: workspace.to_owned(),
             tools: tools.clone(),
         });
-        match tokio::time::timeout(Duration::from_secs(60), rx).await {
+        rx
+    }
+
+    /// Waits for the runner's `ready`.
+    pub(crate) async fn wait_ready(
+        &self,
+        ready: oneshot::Receiver<Result<(), String>>,
+    ) -> Result<(), String> {
+        match tokio::time::timeout(Duration::from_secs(60), ready).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err("the sandbox container stopped before it was ready".into()),
             Err(_) => Err("the sandbox runner did not start within 60 s".into()),
@@ -170,6 +184,19 @@ impl Conn {
     pub(crate) async fn remove(&self) {
         super::remove(&self.docker, &self.id).await;
     }
+
+    /// Closes the runner's stdin so it exits, and waits until the reader has removed
+    /// the stopped container; kills it if that takes longer than `patience`.
+    pub(crate) async fn close(&self, patience: Duration) {
+        self.shared.closing.store(true, Ordering::Release);
+        drop(lock(&self.tx).take());
+        let reader = lock(&self.reader).take();
+        if let Some(reader) = reader
+            && tokio::time::timeout(patience, reader).await.is_err()
+        {
+            self.remove().await;
+        }
+    }
 }
 
 struct CancelOnDrop<'a> {
@@ -232,7 +259,11 @@ async fn read_loop(
         }
     }
     drop(output);
-    let reason = death_reason(&docker, &id, broke, &stderr_tail, memory_mib).await;
+    let reason = if shared.closing.load(Ordering::Acquire) {
+        "the sandbox was shut down".to_owned()
+    } else {
+        death_reason(&docker, &id, broke, &stderr_tail, memory_mib).await
+    };
     {
         let mut pending = lock(&shared.pending);
         shared.dead.store(true, Ordering::Release);

@@ -90,7 +90,7 @@ pub fn image_context(sources: &ImageSources) -> std::io::Result<ImageContext> {
         files.dir(dir, 0o755);
     }
     files.dir("tmp", 0o1777);
-    let runner = std::fs::read(&sources.runner).map_err(|e| {
+    let runner = read_stripped(&sources.runner).map_err(|e| {
         std::io::Error::other(format!(
             "cannot read the runner {}: {e}",
             sources.runner.display()
@@ -231,6 +231,29 @@ pub async fn ensure_image(
             .await;
     }
     Ok(true)
+}
+
+/// The runner without its debug info when `strip` is installed (a third of the size:
+/// a smaller image builds faster and its pages load faster in a new container);
+/// else as it is.
+fn read_stripped(runner: &Path) -> std::io::Result<Vec<u8>> {
+    static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let tmp = std::env::temp_dir().join(format!(".jianmu-runner-{}-{n}", std::process::id()));
+    let stripped = crate::process::std_command("strip")
+        .arg("--strip-debug")
+        .arg("-o")
+        .arg(&tmp)
+        .arg(runner)
+        .output()
+        .is_ok_and(|out| out.status.success());
+    let data = if stripped {
+        std::fs::read(&tmp)
+    } else {
+        std::fs::read(runner)
+    };
+    let _ = std::fs::remove_file(&tmp);
+    data
 }
 
 fn busybox_applets(busybox: &Path) -> std::io::Result<Vec<String>> {

@@ -266,7 +266,7 @@ impl DockerSandbox {
     pub async fn shutdown(&self) {
         let conn = self.inner.conn.lock().await.take();
         if let Some(conn) = conn {
-            conn.remove().await;
+            conn.close(Duration::from_secs(5)).await;
         }
     }
 
@@ -287,10 +287,14 @@ impl DockerSandbox {
         }
         *slot = None;
         let docker = self.docker().await?.clone();
-        if !self.inner.swept.swap(true, Ordering::Relaxed) {
-            sweep(&docker).await;
-        }
-        let conn = self.start(docker).await?;
+        let conn = if self.inner.swept.swap(true, Ordering::Relaxed) {
+            self.start(docker).await?
+        } else {
+            // The sweep cannot touch the container being started (its owner is
+            // alive), so both go at once.
+            let (_, conn) = tokio::join!(sweep(&docker), self.start(docker.clone()));
+            conn?
+        };
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
     }
@@ -330,28 +334,30 @@ impl DockerSandbox {
                 return Err(format!("cannot attach to the sandbox container: {e}"));
             }
         };
-        if let Err(e) = docker.start_container(&id, None).await {
-            remove(&docker, &id).await;
-            return Err(format!("cannot start the sandbox container: {e}"));
-        }
         let conn = Conn::spawn(
-            docker,
-            id,
+            docker.clone(),
+            id.clone(),
             attached,
             s.memory_mib,
             Duration::from_secs_f64(s.cancel_grace_secs),
         );
-        if let Err(e) = conn
-            .init(&self.inner.workspace, &self.inner.tool_settings)
-            .await
-        {
+        // Written before the start: the pipe holds it, so the runner finds its
+        // settings as soon as it boots, while the daemon is still answering.
+        let ready = conn.send_init(&self.inner.workspace, &self.inner.tool_settings);
+        if let Err(e) = docker.start_container(&id, None).await {
+            conn.remove().await;
+            return Err(format!("cannot start the sandbox container: {e}"));
+        }
+        if let Err(e) = conn.wait_ready(ready).await {
             conn.remove().await;
             return Err(e);
         }
         Ok(conn)
     }
 
-    fn container_body(&self) -> ContainerCreateBody {
+    /// The body this sandbox creates its containers with: image, user, labels, mounts
+    /// and every limit (benchmarks compare raw bollard calls with the same settings).
+    pub fn container_body(&self) -> ContainerCreateBody {
         let s = &self.inner.settings;
         let ws = self.inner.workspace.to_string_lossy().into_owned();
         let memory = i64::try_from(s.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);

@@ -1,0 +1,145 @@
+//! The Docker sandbox, in one run: a warm call through `DockerSandbox` (calculator)
+//! against a raw bollard `exec` of `true` into the same running container, and a cold
+//! call (create, start, call, remove) against a raw bollard `create + start + wait +
+//! remove` of `true` with the same container settings.
+//!
+//! Needs `JIANMU_BENCH_RUNNER`, a release `jianmu` binary, and a running Docker
+//! engine; `cargo xtask bench` provides both. Prints `docker-bench NAME P50_US P99_US`
+//! lines for the summary.
+
+use std::time::{Duration, Instant};
+
+use bollard::exec::StartExecResults;
+use bollard::models::ExecConfig;
+use bollard::query_parameters::RemoveContainerOptionsBuilder;
+use futures::StreamExt as _;
+use jianmu_sandbox::docker::image::{self, ImageSources};
+use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
+use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolHandle, ToolSpec};
+use serde_json::json;
+
+const TAG: &str = "jianmu-sandbox:bench";
+
+fn report(name: &str, mut times: Vec<Duration>) {
+    times.sort();
+    let at = |q: f64| times[((times.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1e6;
+    println!("docker-bench {name} {:.1} {:.1}", at(0.5), at(0.99));
+}
+
+fn main() {
+    let Ok(runner) = std::env::var("JIANMU_BENCH_RUNNER") else {
+        eprintln!("docker bench skipped: set JIANMU_BENCH_RUNNER to a release jianmu binary");
+        return;
+    };
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(bench(runner));
+}
+
+async fn bench(runner: String) {
+    let docker = image::connect(None).await.expect("a Docker engine");
+    let sources = ImageSources {
+        runner: runner.into(),
+        busybox: "/bin/busybox".into(),
+        ca_bundle: Some(image::CA_BUNDLE.into()),
+    };
+    image::ensure_image(&docker, TAG, &sources)
+        .await
+        .expect("the image builds");
+    let ws = tempfile::tempdir().unwrap();
+    std::os::unix::fs::chown(ws.path(), Some(65534), Some(65534)).ok();
+    let settings = DockerSettings {
+        image: TAG.into(),
+        ..DockerSettings::default()
+    };
+    // The host only names the tool; the container runs the real calculator.
+    let calculator = ToolHandle::new(FunctionTool::from_sync(
+        ToolSpec::new("calculator", "Evaluates."),
+        |_| Ok("unused".into()),
+    ))
+    .unwrap();
+    let args = json!("(12+34)*5-67//8");
+
+    // Warm: one long-lived container.
+    let sandbox = DockerSandbox::new(ws.path(), settings.clone()).unwrap();
+    let tools = ToolRunner::new(sandbox.clone());
+    let mut warm = Vec::new();
+    for i in 0..2000 {
+        let start = Instant::now();
+        let out = calculator
+            .execute(args.clone(), ExecuteOptions::default().runner(&tools))
+            .await
+            .unwrap();
+        if i >= 200 {
+            warm.push(start.elapsed());
+        }
+        assert_eq!(out.text, "222");
+    }
+    report("warm_call", warm);
+
+    // Raw exec of `true` into the same container.
+    let id = sandbox.container_id().await.unwrap();
+    let mut exec = Vec::new();
+    for _ in 0..40 {
+        let start = Instant::now();
+        let created = docker
+            .create_exec(
+                &id,
+                ExecConfig {
+                    cmd: Some(vec!["/bin/true".into()]),
+                    attach_stdout: Some(true),
+                    attach_stderr: Some(true),
+                    ..Default::default()
+                },
+            )
+            .await
+            .unwrap();
+        if let StartExecResults::Attached { mut output, .. } =
+            docker.start_exec(&created.id, None).await.unwrap()
+        {
+            while output.next().await.is_some() {}
+        }
+        exec.push(start.elapsed());
+    }
+    report("raw_exec", exec);
+    sandbox.shutdown().await;
+
+    // Cold: a call that has to start a container (the sandbox and its daemon
+    // connection live on, as in a long-running agent), ours against raw bollard
+    // with the same container settings, interleaved.
+    let mut ours = Vec::new();
+    let mut raw = Vec::new();
+    for _ in 0..25 {
+        let start = Instant::now();
+        calculator
+            .execute(args.clone(), ExecuteOptions::default().runner(&tools))
+            .await
+            .unwrap();
+        sandbox.shutdown().await;
+        ours.push(start.elapsed());
+
+        let start = Instant::now();
+        let mut body = sandbox.container_body();
+        body.entrypoint = Some(vec!["/bin/true".into()]);
+        body.open_stdin = Some(false);
+        body.stdin_once = Some(false);
+        body.attach_stdin = Some(false);
+        let created = docker.create_container(None, body).await.unwrap();
+        docker.start_container(&created.id, None).await.unwrap();
+        let mut wait = docker.wait_container(&created.id, None);
+        while wait.next().await.is_some() {}
+        docker
+            .remove_container(
+                &created.id,
+                Some(RemoveContainerOptionsBuilder::default().force(true).build()),
+            )
+            .await
+            .unwrap();
+        raw.push(start.elapsed());
+    }
+    report("cold_call", ours);
+    report("raw_cold", raw);
+}
