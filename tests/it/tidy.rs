@@ -160,6 +160,26 @@ fn provider_feature_table_lists_every_feature() {
 }
 
 #[test]
+fn readme_feature_table_lists_every_feature_of_the_command() {
+    let manifest = std::fs::read_to_string(root().join("crates/jianmu-cli/Cargo.toml")).unwrap();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let features = manifest.split("[features]").nth(1).unwrap();
+    let features = features.split("\n[").next().unwrap();
+    let names: Vec<&str> = features
+        .lines()
+        .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim()))
+        .filter(|name| *name != "default" && !name.starts_with('#'))
+        .collect();
+    assert!(names.contains(&"docker") && names.contains(&"mcp"), "{names:?}");
+    for name in names {
+        assert!(
+            readme.contains(&format!("| `{name}` |")),
+            "README's feature table lacks the command's `{name}` feature"
+        );
+    }
+}
+
+#[test]
 fn ci_runs_the_command_the_readme_documents() {
     let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
     let ci = std::fs::read_to_string(root().join(".ci/run")).unwrap();

@@ -190,6 +190,7 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
         println!("(python3 not found: reference columns left empty)");
     }
     crate::mcp_bench::run()?;
+    crate::docker_bench::run()?;
     if args.iter().any(|a| a == "--no-search") {
         return Ok(());
     }

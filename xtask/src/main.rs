@@ -12,6 +12,7 @@ use std::time::Instant;
 use anyhow::{Context, bail};
 
 mod bench;
+mod docker_bench;
 mod mcp_bench;
 mod search_bench;
 
