@@ -170,7 +170,10 @@ fn readme_feature_table_lists_every_feature_of_the_command() {
         .filter_map(|l| l.split_once('=').map(|(name, _)| name.trim()))
         .filter(|name| *name != "default" && !name.starts_with('#'))
         .collect();
-    assert!(names.contains(&"docker") && names.contains(&"mcp"), "{names:?}");
+    assert!(
+        names.contains(&"docker") && names.contains(&"mcp"),
+        "{names:?}"
+    );
     for name in names {
         assert!(
             readme.contains(&format!("| `{name}` |")),

@@ -73,17 +73,12 @@ where
         match request {
             Request::Init { .. } => tracing::warn!("ignoring a second `init`"),
             Request::Cancel { id } => {
+                // Dropping the tool's future kills what it started; the task's guard
+                // confirms once that has happened (a task stuck in a blocking loop
+                // never confirms, and the host then replaces the container).
                 let handle = lock(&running).remove(&id);
-                if let Some((handle, tool)) = handle {
-                    // Dropping the tool's future kills what it started.
+                if let Some((handle, _)) = handle {
                     handle.abort();
-                    let _ = tx.send(to_line(&Reply::Done {
-                        id,
-                        result: CallResult::Err(WireError::from_error(&ToolError::Cancelled {
-                            tool,
-                        })),
-                        oom_kills: 0,
-                    }));
                 }
             }
             Request::Call { id, tool, args } => {
@@ -94,6 +89,12 @@ where
                 // Held across the spawn, so the task cannot finish before it is listed.
                 let mut map = lock(&running);
                 let task = tokio::spawn(async move {
+                    let mut confirm = ConfirmCancel {
+                        tx: tx.clone(),
+                        id,
+                        tool: tool.clone(),
+                        armed: true,
+                    };
                     let before = oom_kills();
                     let result = match tools.get(&tool) {
                         Err(e) => Err(e),
@@ -103,8 +104,9 @@ where
                         },
                     };
                     let oom = oom_kills().saturating_sub(before);
-                    // Only the call still registered answers: a cancelled one already did.
+                    // A call cancelled while it was finishing is confirmed as cancelled.
                     if lock(&done).remove(&id).is_some() {
+                        confirm.armed = false;
                         let _ = tx.send(to_line(&Reply::Done {
                             id,
                             result: CallResult::from_result(result),
@@ -122,6 +124,30 @@ where
     drop(tx);
     let _ = writer.await;
     Ok(())
+}
+
+/// Answers a cancelled call once its future is gone: dropped by the abort, or finished
+/// after the cancel came in.
+struct ConfirmCancel {
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    id: u64,
+    tool: String,
+    armed: bool,
+}
+
+impl Drop for ConfirmCancel {
+    fn drop(&mut self) {
+        if self.armed {
+            let cancelled = ToolError::Cancelled {
+                tool: std::mem::take(&mut self.tool),
+            };
+            let _ = self.tx.send(to_line(&Reply::Done {
+                id: self.id,
+                result: CallResult::Err(WireError::from_error(&cancelled)),
+                oom_kills: 0,
+            }));
+        }
+    }
 }
 
 /// The tools built so far, by the name they were asked for.

@@ -387,6 +387,63 @@ mod serve {
         }
     }
 
+    /// A tool that blocks its thread cannot be dropped mid-way: the cancel is
+    /// confirmed only when it is really gone, which is what the host waits for.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_cancel_is_confirmed_only_once_the_work_is_gone() {
+        let finished = Arc::new(AtomicBool::new(false));
+        let started = Arc::new(AtomicBool::new(false));
+        let flag = Arc::clone(&finished);
+        let begun = Arc::clone(&started);
+        let (mut host, server) = start(move |_, _| {
+            let flag = Arc::clone(&flag);
+            let stuck = FunctionTool::new(ToolSpec::new("stuck", "Blocks."), move |_| {
+                let flag = Arc::clone(&flag);
+                let begun = Arc::clone(&begun);
+                async move {
+                    begun.store(true, Ordering::SeqCst);
+                    // Blocks the worker without yielding, like a runaway sync loop.
+                    std::thread::sleep(Duration::from_secs(1));
+                    flag.store(true, Ordering::SeqCst);
+                    Ok("done".into())
+                }
+            });
+            let stuck = ToolHandle::new(stuck).unwrap();
+            Ok(Box::new(move |_: &str| Ok(stuck.clone())))
+        });
+        host.send(Request::Init {
+            workspace: "/w".into(),
+            tools: Default::default(),
+        })
+        .await;
+        assert!(matches!(host.reply().await, Reply::Ready { .. }));
+        host.send(Request::Call {
+            id: 7,
+            tool: "stuck".into(),
+            args: json!(""),
+        })
+        .await;
+        while !started.load(Ordering::SeqCst) {
+            tokio::time::sleep(Duration::from_millis(1)).await;
+        }
+        host.send(Request::Cancel { id: 7 }).await;
+        let Reply::Done {
+            id: 7,
+            result: CallResult::Err(e),
+            ..
+        } = host.reply().await
+        else {
+            panic!("no confirmation")
+        };
+        assert_eq!(e.kind, "cancelled");
+        assert!(
+            finished.load(Ordering::SeqCst),
+            "confirmed before the work ended"
+        );
+        host.input.shutdown().await.unwrap();
+        server.await.unwrap().unwrap();
+    }
+
     #[tokio::test]
     async fn tools_that_cannot_be_built_are_reported_and_end_the_runner() {
         let (mut host, server) = start(|_, _| Err(ToolError::failed("bad settings")));

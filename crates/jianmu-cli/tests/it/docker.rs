@@ -294,6 +294,31 @@ async fn running_out_of_memory_is_reported_as_the_memory_limit() {
     f.sandbox.shutdown().await;
 }
 
+/// A call so big that the runner itself goes over the limit: the kernel kills it, the
+/// call says why, and the next call gets a fresh container.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_for_memory_is_reported_and_replaced() {
+    let f = fixture(DockerSettings {
+        memory_mib: 32,
+        ..settings()
+    });
+    f.sandbox.warm_up().await.unwrap();
+    let first = f.sandbox.container_id().await;
+    let huge = "x".repeat(96 * 1024 * 1024);
+    let err = message(
+        f.call("write_file", json!({"path": "huge.txt", "content": huge}))
+            .await,
+    );
+    assert!(
+        err.contains("killed for exceeding its memory limit of 32 MiB"),
+        "{err}"
+    );
+    assert!(!f.ws.join("huge.txt").exists());
+    assert_eq!(f.sh("echo fresh").await, "fresh\n");
+    assert_ne!(f.sandbox.container_id().await, first);
+    f.sandbox.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timeout_kills_the_work_and_the_container_stays_usable() {
     let f = fixture(settings());
