@@ -38,8 +38,8 @@ pub(crate) struct Execution {
     pub(crate) docker: jianmu_sandbox::DockerSettings,
     /// Without the `docker` feature the table is accepted and ignored.
     #[cfg(not(feature = "docker"))]
-    #[serde(default)]
-    pub(crate) docker: Option<toml::Table>,
+    #[serde(default, rename = "docker")]
+    _docker: Option<toml::Table>,
 }
 
 /// Where calls run.
