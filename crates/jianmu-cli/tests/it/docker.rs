@@ -191,6 +191,9 @@ fn sandbox_uid(ws: &Path) -> String {
 async fn calculator_read_file_and_bash_answer_as_they_do_locally() {
     let f = fixture(settings());
     std::fs::write(f.ws.join("notes.txt"), "one\ntwo\nthree\nfour\n").unwrap();
+    // Big enough that its reply crosses the attach stream in many frames.
+    let line = "0123456789abcdefghijklmnopqrstuvwxyz ".repeat(8);
+    std::fs::write(f.ws.join("big.txt"), format!("{line}\n").repeat(3000)).unwrap();
     let cases = [
         ("calculator", json!("2**100 // 3 + 7 % 4")),
         ("calculator", json!("1/0")),
@@ -199,6 +202,7 @@ async fn calculator_read_file_and_bash_answer_as_they_do_locally() {
             json!({"path": "notes.txt", "offset": 2, "limit": 2}),
         ),
         ("read_file", json!({"path": "../escape.txt"})),
+        ("read_file", json!({"path": "big.txt", "offset": 10, "limit": 2500})),
         (
             "bash",
             json!({"command": "printf 'a\\nb\\n' | wc -l; echo $((6*7))"}),

@@ -239,10 +239,15 @@ async fn read_loop(
     while let Some(item) = output.next().await {
         match item {
             Ok(LogOutput::StdOut { message }) => {
+                // Only the new bytes can hold a newline: a long reply arriving in
+                // many chunks is scanned once, not once per chunk.
+                let mut from = buf.len();
                 buf.extend_from_slice(&message);
-                while let Some(pos) = buf.iter().position(|&b| b == b'\n') {
-                    let line: Vec<u8> = buf.drain(..=pos).collect();
-                    dispatch(&shared, &line);
+                while let Some(at) = buf[from..].iter().position(|&b| b == b'\n') {
+                    let end = from + at;
+                    dispatch(&shared, &buf[..end]);
+                    buf.drain(..=end);
+                    from = 0;
                 }
             }
             Ok(LogOutput::StdErr { message }) => {
@@ -286,7 +291,15 @@ fn dispatch(shared: &Shared, line: &[u8]) {
         }
     };
     match reply {
-        Reply::Ready { .. } => {
+        Reply::Ready { version } => {
+            if version != env!("CARGO_PKG_VERSION") {
+                tracing::warn!(
+                    image = version.as_str(),
+                    host = env!("CARGO_PKG_VERSION"),
+                    "the sandbox image runs another version of jianmu; rebuild it with \
+                     `jianmu sandbox build-image`"
+                );
+            }
             if let Some(tx) = lock(&shared.ready).take() {
                 let _ = tx.send(Ok(()));
             }
@@ -332,7 +345,11 @@ async fn death_reason(
     } else {
         format!("; it printed: {stderr}")
     };
-    let state = match docker.inspect_container(id, None).await {
+    let inspected =
+        tokio::time::timeout(Duration::from_secs(10), docker.inspect_container(id, None))
+            .await
+            .unwrap_or_else(|_| Err(bollard::errors::Error::RequestTimeoutError));
+    let state = match inspected {
         Ok(info) => info.state.unwrap_or_default(),
         Err(e) => {
             return format!(
