@@ -123,6 +123,13 @@ enum SandboxCommand {
         /// The runner binary [default: this executable].
         #[arg(long)]
         runner: Option<PathBuf>,
+        /// The Python to copy in, with its standard library, for `python_repl`
+        /// [default: /usr/bin/python3 when it exists].
+        #[arg(long, conflicts_with = "no_python")]
+        python: Option<PathBuf>,
+        /// Leave Python out (`python_repl` then fails inside the sandbox).
+        #[arg(long)]
+        no_python: bool,
         /// Print the generated Dockerfile too.
         #[arg(long)]
         verbose: bool,
@@ -288,9 +295,21 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     tag,
                     busybox,
                     runner,
+                    python,
+                    no_python,
                     verbose,
                 },
-        } => build_image(&config, tag, busybox, runner, verbose),
+        } => {
+            let python = match (python, no_python) {
+                (_, true) => None,
+                (Some(path), false) => Some(path),
+                (None, false) => {
+                    let debian = PathBuf::from(jianmu_sandbox::docker::image::PYTHON);
+                    debian.exists().then_some(debian)
+                }
+            };
+            build_image(&config, tag, busybox, runner, python, verbose)
+        }
     }
 }
 
@@ -394,6 +413,7 @@ fn build_image(
     tag: Option<String>,
     busybox: PathBuf,
     runner: Option<PathBuf>,
+    python: Option<PathBuf>,
     verbose: bool,
 ) -> Result<(), Failure> {
     use jianmu_sandbox::docker::image;
@@ -406,6 +426,7 @@ fn build_image(
         runner,
         busybox,
         ca_bundle: Some(image::CA_BUNDLE.into()),
+        python,
     };
     let context = image::image_context(&sources).map_err(anyhow::Error::from)?;
     if verbose {

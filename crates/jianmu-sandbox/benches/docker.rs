@@ -45,6 +45,7 @@ async fn bench(runner: String) {
         runner: runner.into(),
         busybox: "/bin/busybox".into(),
         ca_bundle: Some(image::CA_BUNDLE.into()),
+        python: Some(image::PYTHON.into()),
     };
     image::ensure_image(&docker, TAG, &sources)
         .await

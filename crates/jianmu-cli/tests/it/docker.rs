@@ -40,6 +40,7 @@ fn build() {
                 runner: env!("CARGO_BIN_EXE_jianmu").into(),
                 busybox: "/bin/busybox".into(),
                 ca_bundle: Some(image::CA_BUNDLE.into()),
+                python: Some(image::PYTHON.into()),
             };
             image::ensure_image(&docker, TAG, &sources)
                 .await
@@ -202,7 +203,10 @@ async fn calculator_read_file_and_bash_answer_as_they_do_locally() {
             json!({"path": "notes.txt", "offset": 2, "limit": 2}),
         ),
         ("read_file", json!({"path": "../escape.txt"})),
-        ("read_file", json!({"path": "big.txt", "offset": 10, "limit": 2500})),
+        (
+            "read_file",
+            json!({"path": "big.txt", "offset": 10, "limit": 2500}),
+        ),
         (
             "bash",
             json!({"command": "printf 'a\\nb\\n' | wc -l; echo $((6*7))"}),
@@ -230,6 +234,35 @@ async fn calculator_read_file_and_bash_answer_as_they_do_locally() {
         std::fs::read_to_string(f.ws.join("out/made.txt")).unwrap(),
         "from the sandbox"
     );
+    f.sandbox.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_repl_runs_inside_keeps_state_and_sees_only_the_container() {
+    let f = fixture(settings());
+    let py = |code: &str| json!({ "code": code });
+    let local = f
+        .local("python_repl", py("print(sum(i*i for i in range(10**4)))"))
+        .await;
+    let inside = f
+        .call("python_repl", py("print(sum(i*i for i in range(10**4)))"))
+        .await;
+    assert_eq!(local.unwrap().text, inside.unwrap().text);
+    f.call("python_repl", py("kept = 'from the first call'"))
+        .await
+        .unwrap();
+    let state = f.call("python_repl", py("print(kept)")).await.unwrap();
+    assert_eq!(state.text.trim(), "from the first call");
+    let probe = f
+        .call(
+            "python_repl",
+            py("import os, json; print(json.dumps([os.getuid(), open('/etc/passwd').read().count(chr(10))]))"),
+        )
+        .await
+        .unwrap();
+    let [uid, lines]: [u64; 2] = serde_json::from_str(probe.text.trim()).unwrap();
+    assert_eq!(uid.to_string(), sandbox_uid(&f.ws));
+    assert_eq!(lines, 2, "the image's passwd, not the host's");
     f.sandbox.shutdown().await;
 }
 

@@ -38,7 +38,7 @@ fn python() -> PathBuf {
 
 #[test]
 fn a_real_mcp_client_lists_calls_and_cancels() {
-    client_scenario(&[], |_| {}, true);
+    client_scenario(&[], |_| {});
 }
 
 /// The same scenario with every call running in the Docker sandbox: the answers do
@@ -60,14 +60,12 @@ fn a_real_mcp_client_gets_the_same_answers_from_the_docker_sandbox() {
     client_scenario(
         &["--sandbox", "docker", "--config", &config],
         crate::docker::give_to_sandbox_user,
-        false,
     );
 }
 
 /// Runs `mcp_client.py` against `jianmu mcp FLAGS` and checks what it saw;
-/// `prepare` gets the workspace before the server starts. `has_python` says whether
-/// python3 is where the tools run (the sandbox image has none).
-fn client_scenario(flags: &[&str], prepare: fn(&Path), has_python: bool) {
+/// `prepare` gets the workspace before the server starts.
+fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -129,15 +127,7 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path), has_python: bool) {
     assert_eq!(seen["unknown"][0], true);
     assert_eq!(seen["structured"]["bytes_written"], 2);
     // A stateful tool keeps its state for the session.
-    if has_python {
-        assert_eq!(seen["stateful"], json!([false, "kept"]));
-    } else {
-        let missing = seen["stateful"][1].as_str().unwrap_or_default();
-        assert!(
-            missing.starts_with("cannot start the Python interpreter `python3`"),
-            "{missing}"
-        );
-    }
+    assert_eq!(seen["stateful"], json!([false, "kept"]));
     assert_eq!(seen["after_cancel"], json!([false, "42"]));
     // The audit log saw the grep end as cancelled, not completed.
     let log = std::fs::read_to_string(&audit).unwrap();

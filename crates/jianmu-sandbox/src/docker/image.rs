@@ -1,7 +1,8 @@
 //! The sandbox image, built locally with no registry: `FROM scratch`, our runner
 //! binary (`jianmu`, which `jianmu serve`s), the shared libraries it links (listed by
-//! `ldd`), and Debian's static busybox for a shell and core utilities. `bash` in the
-//! image is busybox `ash`; there is no python3, so `python_repl` does not work inside.
+//! `ldd`), Debian's static busybox for a shell and core utilities, and, when given,
+//! a Python interpreter with its standard library (Debian's `/usr/bin/python3` by
+//! default) so `python_repl` works inside. `bash` in the image is busybox `ash`.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -24,6 +25,9 @@ pub struct ImageSources {
     /// The CA certificates for HTTPS from inside the sandbox (PEM); skipped when
     /// `None` or missing, and then HTTPS tools cannot start in the image.
     pub ca_bundle: Option<PathBuf>,
+    /// A Python interpreter to copy in with its standard library and the libraries
+    /// they link, so `python_repl` works inside; `None` leaves Python out.
+    pub python: Option<PathBuf>,
 }
 
 impl ImageSources {
@@ -36,6 +40,7 @@ impl ImageSources {
             runner: std::env::current_exe()?,
             busybox: PathBuf::from("/bin/busybox"),
             ca_bundle: Some(PathBuf::from(CA_BUNDLE)),
+            python: Path::new(PYTHON).exists().then(|| PathBuf::from(PYTHON)),
         })
     }
 }
@@ -52,6 +57,9 @@ pub struct ImageContext {
 }
 
 const RUNNER_PATH: &str = "usr/local/bin/jianmu";
+
+/// Debian's Python, put in the image when present.
+pub const PYTHON: &str = "/usr/bin/python3";
 
 /// Where Debian keeps the CA bundle; the image has it at the same path.
 pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
@@ -114,21 +122,15 @@ pub fn image_context(sources: &ImageSources) -> std::io::Result<ImageContext> {
         b"#!/bin/sh\n# bash in this image is busybox ash\nexec /bin/sh \"$@\"\n".to_vec(),
         0o755,
     );
-    for lib in shared_libraries(&sources.runner)? {
-        let rel = lib
-            .strip_prefix("/")
-            .unwrap_or(&lib)
-            .to_string_lossy()
-            .into_owned();
-        let mut parent = Path::new(&rel).parent();
-        let mut parents = Vec::new();
-        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
-            parents.push(p.to_string_lossy().into_owned());
-            parent = p.parent();
-        }
-        for p in parents.iter().rev() {
-            files.dir(p, 0o755);
-        }
+    let mut libs = shared_libraries(&sources.runner)?;
+    if let Some(python) = &sources.python {
+        libs.extend(add_python(&mut files, python)?);
+    }
+    libs.sort();
+    libs.dedup();
+    for lib in libs {
+        let rel = rootfs_path(&lib);
+        files.parents(&rel);
         let data = std::fs::read(&lib)
             .map_err(|e| std::io::Error::other(format!("cannot read {}: {e}", lib.display())))?;
         files.file(&rel, data, 0o755);
@@ -154,7 +156,7 @@ pub fn image_context(sources: &ImageSources) -> std::io::Result<ImageContext> {
     let dockerfile = format!(
         "FROM scratch\n\
          COPY rootfs/ /\n\
-         ENV PATH=/usr/local/bin:/bin LANG=C.UTF-8 SSL_CERT_FILE={CA_BUNDLE}\n\
+         ENV PATH=/usr/local/bin:/usr/bin:/bin LANG=C.UTF-8 SSL_CERT_FILE={CA_BUNDLE}\n\
          USER 65534:65534\n\
          WORKDIR /workspace\n\
          LABEL {DIGEST_LABEL}={digest}\n\
@@ -256,6 +258,93 @@ fn read_stripped(runner: &Path) -> std::io::Result<Vec<u8>> {
     data
 }
 
+/// `path` inside `rootfs/`.
+fn rootfs_path(path: &Path) -> String {
+    path.strip_prefix("/")
+        .unwrap_or(path)
+        .to_string_lossy()
+        .into_owned()
+}
+
+/// Parts of the standard library an agent's scripts do not need (tests, GUIs, the
+/// installer, third-party packages, the static library).
+fn skipped_in_stdlib(name: &str) -> bool {
+    matches!(
+        name,
+        "test"
+            | "idlelib"
+            | "tkinter"
+            | "turtledemo"
+            | "ensurepip"
+            | "lib2to3"
+            | "site-packages"
+            | "dist-packages"
+    ) || name.starts_with("config-")
+}
+
+/// Copies `python` (the interpreter it points to, and a link at its own path) and
+/// its standard library into `files`; returns the shared libraries they load.
+fn add_python(files: &mut Files, python: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let real = python.canonicalize().map_err(|e| {
+        std::io::Error::other(format!("cannot find Python at {}: {e}", python.display()))
+    })?;
+    let out = crate::process::std_command(&real)
+        .args([
+            "-I",
+            "-c",
+            "import sysconfig; print(sysconfig.get_paths()['stdlib'])",
+        ])
+        .output()?;
+    if !out.status.success() {
+        return Err(std::io::Error::other(format!(
+            "cannot ask {} for its standard library",
+            real.display()
+        )));
+    }
+    let stdlib = PathBuf::from(String::from_utf8_lossy(&out.stdout).trim());
+    let rel = rootfs_path(&real);
+    files.parents(&rel);
+    files.file(&rel, std::fs::read(&real)?, 0o755);
+    if real != python {
+        let link = rootfs_path(python);
+        files.parents(&link);
+        files.symlink(&link, &real.to_string_lossy());
+    }
+    let mut libs = shared_libraries(&real)?;
+    let mut stack = vec![stdlib.clone()];
+    files.parents(&rootfs_path(&stdlib.join("x")));
+    while let Some(dir) = stack.pop() {
+        let mut entries: Vec<_> = std::fs::read_dir(&dir)?.collect::<Result<_, _>>()?;
+        entries.sort_by_key(std::fs::DirEntry::file_name);
+        for entry in entries {
+            let path = entry.path();
+            let name = entry.file_name().to_string_lossy().into_owned();
+            if dir == stdlib && skipped_in_stdlib(&name) {
+                continue;
+            }
+            let meta = std::fs::symlink_metadata(&path)?;
+            let rel = rootfs_path(&path);
+            if meta.is_dir() {
+                files.dir(&rel, 0o755);
+                stack.push(path);
+            } else if meta.file_type().is_symlink() {
+                files.symlink(&rel, &std::fs::read_link(&path)?.to_string_lossy());
+            } else if meta.is_file() {
+                use std::os::unix::fs::PermissionsExt as _;
+                files.file(
+                    &rel,
+                    std::fs::read(&path)?,
+                    meta.permissions().mode() & 0o755,
+                );
+                if name.ends_with(".so") {
+                    libs.extend(shared_libraries(&path)?);
+                }
+            }
+        }
+    }
+    Ok(libs)
+}
+
 fn busybox_applets(busybox: &Path) -> std::io::Result<Vec<String>> {
     let out = crate::process::std_command(busybox)
         .arg("--list")
@@ -329,6 +418,19 @@ impl Files {
             self.entries.push((path.to_owned(), entry));
         }
     }
+    /// Every folder above `path`, outermost first.
+    fn parents(&mut self, path: &str) {
+        let mut parents = Vec::new();
+        let mut parent = Path::new(path).parent();
+        while let Some(p) = parent.filter(|p| !p.as_os_str().is_empty()) {
+            parents.push(p.to_string_lossy().into_owned());
+            parent = p.parent();
+        }
+        for p in parents.iter().rev() {
+            self.dir(p, 0o755);
+        }
+    }
+
     fn dir(&mut self, path: &str, mode: u32) {
         if !self.seen.contains_key(path) {
             self.push(path, Entry::Dir(mode));
