@@ -63,5 +63,16 @@ pub(crate) fn run() -> anyhow::Result<()> {
         raw_cold / 1e3,
         cold / raw_cold
     );
+    let phase = |name: &str| get(name).0 / 1e3;
+    println!(
+        "  phases (p50): ours: up {:.1} ms (create, attach, start, runner ready), down {:.1} ms (stdin closed, exit, remove); \
+         raw: create {:.1}, start {:.1}, wait {:.1}, remove {:.1} ms",
+        phase("cold_phase_up"),
+        phase("cold_phase_down"),
+        phase("raw_phase_create"),
+        phase("raw_phase_start"),
+        phase("raw_phase_wait"),
+        phase("raw_phase_remove"),
+    );
     Ok(())
 }

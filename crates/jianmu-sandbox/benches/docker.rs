@@ -113,14 +113,23 @@ async fn bench(runner: String) {
     // with the same container settings, interleaved.
     let mut ours = Vec::new();
     let mut raw = Vec::new();
+    // Phases, to show where the time goes.
+    let (mut up, mut down) = (Vec::new(), Vec::new());
+    let (mut r_create, mut r_start, mut r_wait, mut r_remove) =
+        (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     for _ in 0..25 {
         let start = Instant::now();
+        sandbox.warm_up().await.unwrap();
+        let warmed = start.elapsed();
         calculator
             .execute(args.clone(), ExecuteOptions::default().runner(&tools))
             .await
             .unwrap();
+        let called = start.elapsed();
         sandbox.shutdown().await;
         ours.push(start.elapsed());
+        up.push(warmed);
+        down.push(start.elapsed() - called);
 
         let start = Instant::now();
         let mut body = sandbox.container_body();
@@ -129,9 +138,12 @@ async fn bench(runner: String) {
         body.stdin_once = Some(false);
         body.attach_stdin = Some(false);
         let created = docker.create_container(None, body).await.unwrap();
+        let t1 = start.elapsed();
         docker.start_container(&created.id, None).await.unwrap();
+        let t2 = start.elapsed();
         let mut wait = docker.wait_container(&created.id, None);
         while wait.next().await.is_some() {}
+        let t3 = start.elapsed();
         docker
             .remove_container(
                 &created.id,
@@ -140,7 +152,17 @@ async fn bench(runner: String) {
             .await
             .unwrap();
         raw.push(start.elapsed());
+        r_create.push(t1);
+        r_start.push(t2 - t1);
+        r_wait.push(t3 - t2);
+        r_remove.push(start.elapsed() - t3);
     }
     report("cold_call", ours);
     report("raw_cold", raw);
+    report("cold_phase_up", up);
+    report("cold_phase_down", down);
+    report("raw_phase_create", r_create);
+    report("raw_phase_start", r_start);
+    report("raw_phase_wait", r_wait);
+    report("raw_phase_remove", r_remove);
 }
