@@ -16,12 +16,14 @@ mod docker_bench;
 mod mcp_bench;
 mod search_bench;
 
-const USAGE: &str = "usage: cargo xtask <test-all | bench | docs>
+const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
 
   test-all  fmt, clippy, the feature matrix, tests, docs, cargo deny
   bench     benchmarks, printed as ratios against reference implementations
             [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree
-  docs      regenerate docs/tools.md from the live tool specs";
+  docs      regenerate docs/tools.md from the live tool specs
+  docker-image  build a release jianmu and the Docker sandbox image from it
+            [ARGS...] passed to `jianmu sandbox build-image` (--tag, --no-python, ...)";
 
 /// Crates whose features select tools; both expose the same tool features.
 const FEATURE_CRATES: [&str; 2] = ["jianmu-provider", "jianmu-cli"];
@@ -46,6 +48,7 @@ fn main() {
         Some("test-all") => test_all(),
         Some("bench") => bench::run(&args[1..]),
         Some("docs") => docs(),
+        Some("docker-image") => docker_image(&args[1..]),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);
@@ -259,6 +262,16 @@ fn check_linkage(set: &[String]) -> anyhow::Result<()> {
         linked.len()
     );
     Ok(())
+}
+
+/// `jianmu sandbox build-image` with a fresh release build as the runner.
+fn docker_image(args: &[String]) -> anyhow::Result<()> {
+    let mut c = cargo();
+    c.args(["build", "--release", "--locked", "-p", "jianmu-cli"]);
+    run(c)?;
+    let mut c = Command::new(root().join("target/release/jianmu"));
+    c.args(["sandbox", "build-image"]).args(args);
+    run(c)
 }
 
 fn docs() -> anyhow::Result<()> {
