@@ -3,7 +3,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
 use std::path::Path;
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::{SystemTime, UNIX_EPOCH};
 
 use jianmu_tool_core::{EventBus, EventKind, SubscriptionId};
@@ -53,7 +53,7 @@ impl AuditLog {
             });
             let mut text = line.to_string();
             text.push('\n');
-            let mut file = file.lock().unwrap_or_else(PoisonError::into_inner);
+            let mut file = crate::lock(&file);
             if let Err(err) = file.write_all(text.as_bytes()).and_then(|()| file.flush()) {
                 tracing::error!(%err, "cannot write the audit log");
             }

@@ -44,5 +44,11 @@ pub use runner::{Sandbox, ToolRunner};
 #[cfg(feature = "docker")]
 pub use docker::{DockerSandbox, DockerSettings};
 
+/// Locks `m`, taking the data even if a panicking holder poisoned it: every mutex in
+/// this crate guards plain bookkeeping that stays consistent across a panic.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
 #[cfg(test)]
 mod tests;

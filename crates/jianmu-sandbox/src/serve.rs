@@ -7,11 +7,12 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use jianmu_tool_core::{CallContext, ToolError, ToolHandle};
-use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, AsyncWriteExt as _, BufReader};
+use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use crate::wire::{CallResult, Reply, Request, WireError, to_line};
+use crate::lock;
+use crate::wire::{CallResult, Reply, Request, WireError, to_line, write_lines};
 
 /// Builds a tool by name (aliases allowed), as `BuiltinToolProvider::build` does.
 pub type Resolver = Box<dyn Fn(&str) -> Result<ToolHandle, ToolError> + Send + Sync>;
@@ -164,21 +165,6 @@ impl Tools {
         let handle = (self.resolve)(name)?;
         lock(&self.built).insert(name.to_owned(), handle.clone());
         Ok(handle)
-    }
-}
-
-fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-async fn write_lines<W: AsyncWrite + Unpin>(
-    mut output: W,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-) {
-    while let Some(line) = rx.recv().await {
-        if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
-            return;
-        }
     }
 }
 

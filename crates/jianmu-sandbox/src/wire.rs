@@ -183,6 +183,21 @@ impl WireError {
     }
 }
 
+/// Writes each line from `rx` to `output`, flushing after each, until every sender
+/// is gone (then shuts `output` down, which closes a pipe's far end) or a write fails.
+pub(crate) async fn write_lines<W: tokio::io::AsyncWrite + Unpin>(
+    mut output: W,
+    mut rx: tokio::sync::mpsc::UnboundedReceiver<Vec<u8>>,
+) {
+    use tokio::io::AsyncWriteExt as _;
+    while let Some(line) = rx.recv().await {
+        if output.write_all(&line).await.is_err() || output.flush().await.is_err() {
+            return;
+        }
+    }
+    let _ = output.shutdown().await;
+}
+
 /// Serializes `value` as one line, newline included.
 pub fn to_line<T: Serialize>(value: &T) -> Vec<u8> {
     // Our wire types hold only strings, numbers and JSON values: this cannot fail.

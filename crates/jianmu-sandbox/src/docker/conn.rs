@@ -9,17 +9,17 @@ use std::collections::{HashMap, HashSet};
 use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
 use futures::{Stream, StreamExt as _};
 use serde_json::{Map, Value};
-use tokio::io::{AsyncWrite, AsyncWriteExt as _};
 use tokio::sync::{mpsc, oneshot};
 
-use crate::wire::{CallResult, Reply, Request, to_line};
+use crate::lock;
+use crate::wire::{CallResult, Reply, Request, to_line, write_lines};
 
 /// How a call ended, as far as the connection knows.
 pub(crate) enum Outcome {
@@ -49,10 +49,6 @@ struct Shared {
     closing: AtomicBool,
 }
 
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(PoisonError::into_inner)
-}
-
 type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
 
 impl Conn {
@@ -65,7 +61,7 @@ impl Conn {
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::default());
-        tokio::spawn(write_loop(attached.input, rx));
+        tokio::spawn(write_lines(attached.input, rx));
         let reader = tokio::spawn(read_loop(
             docker.clone(),
             id.clone(),
@@ -211,19 +207,6 @@ impl Drop for CancelOnDrop<'_> {
             self.conn.cancel(self.id);
         }
     }
-}
-
-async fn write_loop(
-    mut input: Pin<Box<dyn AsyncWrite + Send>>,
-    mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
-) {
-    while let Some(line) = rx.recv().await {
-        if input.write_all(&line).await.is_err() || input.flush().await.is_err() {
-            return;
-        }
-    }
-    // Every sender is gone: close stdin so the runner exits.
-    let _ = input.shutdown().await;
 }
 
 async fn read_loop(
