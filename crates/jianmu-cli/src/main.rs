@@ -214,11 +214,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         };
         list.extend(cli.allow_host.iter().map(|h| Value::String(h.clone())));
     }
-    let mut tool_config = ToolConfig::new(workspace.clone());
-    for (tool, settings) in &tools {
-        tool_config = tool_config.with_settings(tool.clone(), settings.clone());
-    }
-    let provider = BuiltinToolProvider::new(tool_config);
+    let provider = BuiltinToolProvider::new(tool_config(workspace.clone(), tools.clone()));
     let tool_config = ToolSettings { workspace, tools };
     let cli_opts = RunOptions {
         sandbox: cli.sandbox,
@@ -299,17 +295,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     no_python,
                     verbose,
                 },
-        } => {
-            let python = match (python, no_python) {
-                (_, true) => None,
-                (Some(path), false) => Some(path),
-                (None, false) => {
-                    let debian = PathBuf::from(jianmu_sandbox::docker::image::PYTHON);
-                    debian.exists().then_some(debian)
-                }
-            };
-            build_image(&config, tag, busybox, runner, python, verbose)
-        }
+        } => build_image(&config, tag, busybox, runner, python, no_python, verbose),
     }
 }
 
@@ -379,6 +365,15 @@ fn runner(opts: &RunOptions, config: &Config, tools: &ToolSettings) -> Result<To
     Ok(runner)
 }
 
+/// The tools' configuration: the workspace root and `[tools.NAME]` settings by name.
+fn tool_config(workspace: PathBuf, tools: serde_json::Map<String, Value>) -> ToolConfig {
+    tools
+        .into_iter()
+        .fold(ToolConfig::new(workspace), |config, (tool, settings)| {
+            config.with_settings(tool, settings)
+        })
+}
+
 /// `jianmu serve`: the runner inside a sandbox container. The host sends the
 /// workspace and tool settings first, then calls; see `jianmu_sandbox::wire`.
 fn serve() -> Result<(), Failure> {
@@ -390,11 +385,7 @@ fn serve() -> Result<(), Failure> {
         .build()
         .context("cannot start the async runtime")?;
     let make_tools = |workspace: PathBuf, tools: serde_json::Map<String, Value>| {
-        let mut config = ToolConfig::new(workspace);
-        for (tool, settings) in tools {
-            config = config.with_settings(tool, settings);
-        }
-        let provider = BuiltinToolProvider::new(config);
+        let provider = BuiltinToolProvider::new(tool_config(workspace, tools));
         let resolve: jianmu_sandbox::serve::Resolver = Box::new(move |name| provider.build(name));
         Ok(resolve)
     };
@@ -414,6 +405,7 @@ fn build_image(
     busybox: PathBuf,
     runner: Option<PathBuf>,
     python: Option<PathBuf>,
+    no_python: bool,
     verbose: bool,
 ) -> Result<(), Failure> {
     use jianmu_sandbox::docker::image;
@@ -422,12 +414,13 @@ fn build_image(
         Some(path) => path,
         None => std::env::current_exe().context("cannot find this executable")?,
     };
-    let sources = image::ImageSources {
-        runner,
-        busybox,
-        ca_bundle: Some(image::CA_BUNDLE.into()),
-        python,
-    };
+    let mut sources = image::ImageSources::debian(runner);
+    sources.busybox = busybox;
+    if no_python {
+        sources.python = None;
+    } else if python.is_some() {
+        sources.python = python;
+    }
     let context = image::image_context(&sources).map_err(anyhow::Error::from)?;
     if verbose {
         eprint!("{}", context.dockerfile);

@@ -41,12 +41,7 @@ fn main() {
 
 async fn bench(runner: String) {
     let docker = image::connect(None).await.expect("a Docker engine");
-    let sources = ImageSources {
-        runner: runner.into(),
-        busybox: "/bin/busybox".into(),
-        ca_bundle: Some(image::CA_BUNDLE.into()),
-        python: Some(image::PYTHON.into()),
-    };
+    let sources = ImageSources::debian(runner.into());
     image::ensure_image(&docker, TAG, &sources)
         .await
         .expect("the image builds");

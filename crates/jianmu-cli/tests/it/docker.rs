@@ -36,12 +36,7 @@ fn build() {
             .unwrap();
         rt.block_on(async {
             let docker = image::connect(None).await.expect("the Docker engine runs");
-            let sources = ImageSources {
-                runner: env!("CARGO_BIN_EXE_jianmu").into(),
-                busybox: "/bin/busybox".into(),
-                ca_bundle: Some(image::CA_BUNDLE.into()),
-                python: Some(image::PYTHON.into()),
-            };
+            let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
             image::ensure_image(&docker, TAG, &sources)
                 .await
                 .expect("the sandbox image builds");

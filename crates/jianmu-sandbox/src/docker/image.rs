@@ -31,17 +31,15 @@ pub struct ImageSources {
 }
 
 impl ImageSources {
-    /// This executable as the runner and `/bin/busybox`.
-    ///
-    /// # Errors
-    /// When the path of this executable cannot be found.
-    pub fn this_executable() -> std::io::Result<Self> {
-        Ok(Self {
-            runner: std::env::current_exe()?,
+    /// `runner` with what Debian provides: `/bin/busybox` (`busybox-static`), the CA
+    /// bundle, and `/usr/bin/python3` when it exists.
+    pub fn debian(runner: PathBuf) -> Self {
+        Self {
+            runner,
             busybox: PathBuf::from("/bin/busybox"),
             ca_bundle: Some(PathBuf::from(CA_BUNDLE)),
             python: Path::new(PYTHON).exists().then(|| PathBuf::from(PYTHON)),
-        })
+        }
     }
 }
 

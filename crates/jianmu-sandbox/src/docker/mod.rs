@@ -204,36 +204,39 @@ impl DockerSandbox {
                 }
             }
         };
-        Ok(Self {
+        Ok(Self::from_parts(settings, workspace, user, Map::new()))
+    }
+
+    fn from_parts(
+        settings: DockerSettings,
+        workspace: PathBuf,
+        user: String,
+        tool_settings: Map<String, Value>,
+    ) -> Self {
+        Self {
             inner: Arc::new(Inner {
                 settings,
                 workspace,
                 user,
-                tool_settings: Map::new(),
+                tool_settings,
                 docker: OnceCell::new(),
                 conn: Mutex::new(None),
                 swept: AtomicBool::new(false),
                 owner: owner_label(),
             }),
-        })
+        }
     }
 
     /// Per-tool settings (`[tools.NAME]`) for the tools inside the container.
     #[must_use]
     pub fn with_tool_settings(self, tools: Map<String, Value>) -> Self {
-        let inner = Inner {
-            settings: self.inner.settings.clone(),
-            workspace: self.inner.workspace.clone(),
-            user: self.inner.user.clone(),
-            tool_settings: tools,
-            docker: OnceCell::new(),
-            conn: Mutex::new(None),
-            swept: AtomicBool::new(false),
-            owner: self.inner.owner.clone(),
-        };
-        Self {
-            inner: Arc::new(inner),
-        }
+        let Inner {
+            settings,
+            workspace,
+            user,
+            ..
+        } = &*self.inner;
+        Self::from_parts(settings.clone(), workspace.clone(), user.clone(), tools)
     }
 
     /// The user the container runs as (`uid:gid`).
