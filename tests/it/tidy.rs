@@ -59,8 +59,8 @@ fn every_source_file_says_what_it_is_for() {
 const SPAWN: &str = concat!("Command", "::new(");
 
 #[test]
-fn only_the_sandbox_spawns_processes() {
-    let allowed = ["crates/jianmu-sandbox/src/process.rs", "xtask/"];
+fn only_jianmu_process_spawns_processes() {
+    let allowed = ["crates/jianmu-process/src/lib.rs", "xtask/"];
     let offenders: Vec<String> = rust_files()
         .into_iter()
         .filter(|p| !allowed.iter().any(|a| rel(p).starts_with(a)))
@@ -73,7 +73,7 @@ fn only_the_sandbox_spawns_processes() {
         .collect();
     assert!(
         offenders.is_empty(),
-        "spawn through jianmu_sandbox::process: {offenders:?}"
+        "spawn through jianmu_process: {offenders:?}"
     );
 }
 
@@ -125,6 +125,35 @@ fn tool_crates_never_depend_on_each_other() {
             }
         }
     }
+}
+
+/// The `[dependencies]` table of a manifest (not dev- or build-dependencies).
+fn normal_dependencies(manifest: &str) -> &str {
+    manifest
+        .split("\n[dependencies]")
+        .nth(1)
+        .map_or("", |rest| rest.split("\n[").next().unwrap_or(""))
+}
+
+#[test]
+fn tool_and_support_crates_never_depend_on_the_sandbox() {
+    // Runners wrap tools, never the other way round: a tool that needs a process uses
+    // jianmu-process, so jianmu-sandbox stays free to use the provider.
+    let mut checked = 0;
+    for (path, text) in manifests() {
+        let krate = path.split('/').nth(1).unwrap_or("");
+        let leaf = krate.starts_with("jianmu-tool-")
+            || ["jianmu-process", "jianmu-workspace", "jianmu-net"].contains(&krate);
+        if !path.starts_with("crates/") || !leaf {
+            continue;
+        }
+        checked += 1;
+        assert!(
+            !normal_dependencies(&text).contains("jianmu-sandbox"),
+            "{path} depends on jianmu-sandbox: spawn through jianmu-process instead"
+        );
+    }
+    assert!(checked >= 10, "only {checked} manifests checked");
 }
 
 #[test]

@@ -1,8 +1,10 @@
 //! `jianmu mcp`: every compiled-in tool over MCP on stdio, with the `rmcp` SDK.
 //!
-//! A tool's failure (bad arguments, a refused path, a policy denial, a timeout) is a
-//! result with `isError: true` that the model reads; only a request the server cannot
-//! route is a protocol error. A cancelled request drops its call, which stops the work.
+//! The error's class decides how a failed call is answered: what the model should read
+//! and act on (bad arguments, a refused path, a tool's error, a policy denial, a
+//! timeout, an unknown tool) is a result with `isError: true`; what broke around the
+//! tool (the sandbox, an internal error, a cancellation) is a JSON-RPC error. A
+//! cancelled request drops its call, which stops the work.
 //! Tools are built once per server, so stateful tools keep their state for the session.
 
 use std::sync::Arc;
@@ -72,14 +74,20 @@ fn describe(spec: &jianmu_tool_core::ToolSpec) -> Tool {
     .annotate(annotations)
 }
 
-fn result(outcome: Result<ToolOutput, ToolError>) -> CallToolResult {
+fn result(outcome: Result<ToolOutput, ToolError>) -> Result<CallToolResult, ErrorData> {
     match outcome {
         Ok(out) => {
             let mut r = CallToolResult::success(vec![ContentBlock::text(out.text)]);
             r.structured_content = out.structured;
-            r
+            Ok(r)
         }
-        Err(e) => CallToolResult::error(vec![ContentBlock::text(crate::chain(&e))]),
+        Err(e) if e.is_model_facing() => Ok(CallToolResult::error(vec![ContentBlock::text(
+            jianmu_tool_core::error_chain(&e),
+        )])),
+        Err(e) => Err(ErrorData::internal_error(
+            jianmu_tool_core::error_chain(&e),
+            None,
+        )),
     }
 }
 
@@ -114,7 +122,7 @@ impl ServerHandler for Server {
             .call_id(&call_id);
         let call = self.tools.execute_with(&request.name, args, options);
         tokio::select! {
-            outcome = call => Ok(result(outcome).into()),
+            outcome = call => result(outcome).map(Into::into),
             () = context.ct.cancelled() => Err(ErrorData::internal_error("the call was cancelled", None)),
         }
     }

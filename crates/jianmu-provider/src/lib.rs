@@ -189,6 +189,14 @@ impl ToolProvider for BuiltinToolProvider {
     fn aliases(&self) -> &[(&'static str, &'static str)] {
         ALIASES
     }
+
+    fn names(&self) -> Result<Vec<String>, ToolError> {
+        Ok(available_tools().into_iter().map(str::to_owned).collect())
+    }
+
+    fn build(&self, name: &str) -> Result<ToolHandle, ToolError> {
+        BuiltinToolProvider::build(self, name)
+    }
 }
 
 #[cfg(test)]

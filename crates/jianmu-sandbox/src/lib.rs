@@ -1,13 +1,13 @@
-//! Where Jianmu tools run.
+//! Where Jianmu tools run: sandboxes, and the layers around them.
 //!
-//! - [`ToolRunner`] wraps a [`Sandbox`] like a layer: it emits `execution.started`,
-//!   `execution.completed` and `execution.failed` on an [`EventBus`], opens a `tracing`
-//!   span per call, and applies the per-call timeout. Dropping its future cancels the
-//!   call and emits `execution.failed` with the reason `cancelled`.
-//! - [`LocalSandbox`] runs tools in-process.
-//! - `DockerSandbox` (feature `docker`) runs any tool in a hardened container that
-//!   runs [`serve`], the runner loop, speaking the JSON lines of [`wire`].
-//! - [`process`] is the one place in the workspace that starts processes.
+//! Every sandbox implements the one runner contract, [`Runner`] from
+//! `jianmu-tool-core`:
+//! - [`LocalSandbox`] runs tools in-process;
+//! - `DockerSandbox` (feature `docker`) runs any tool in a hardened container.
+//!
+//! Layers ([`layer`]) wrap any runner with one concern each: policy, events (and so
+//! the [`AuditLog`]), timeout, tracing span. [`ToolRunner`] is the stack the command
+//! and the MCP server use.
 //!
 //! ```
 //! use std::time::Duration;
@@ -30,16 +30,17 @@
 mod audit;
 #[cfg(feature = "docker")]
 pub mod docker;
-mod local;
-pub mod process;
+pub mod layer;
 mod runner;
 pub mod serve;
 pub mod wire;
 
 pub use audit::AuditLog;
-pub use jianmu_tool_core::{EventBus, EventKind, ExecutionEvent};
-pub use local::LocalSandbox;
-pub use runner::{Sandbox, ToolRunner};
+pub use jianmu_tool_core::{
+    DynRunner, EventBus, EventKind, ExecutionEvent, LocalSandbox, Policy, Runner,
+};
+pub use layer::RunnerExt;
+pub use runner::ToolRunner;
 
 #[cfg(feature = "docker")]
 pub use docker::{DockerSandbox, DockerSettings};

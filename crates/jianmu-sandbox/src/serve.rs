@@ -1,12 +1,15 @@
 //! `serve`: the runner loop inside a sandbox container (`jianmu serve`). It reads
-//! [`Request`]s as JSON lines, runs each call on its own task, and writes [`Reply`]s
-//! as they finish; see [`crate::wire`]. Tools are built on first use, so a fresh
-//! container answers its first call without building every tool.
+//! [`Request`]s as JSON lines, runs each call on its own task through a [`ToolSet`]
+//! (the one place names resolve), and writes [`Reply`]s as they finish; see
+//! [`crate::wire`]. The set is lazy, so a fresh container answers its first call
+//! without building every tool; arguments come prepared by the host and are not
+//! validated again, and each call keeps the host's call id.
 
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, ToolError, ToolHandle};
+use jianmu_provider::BuiltinToolProvider;
+use jianmu_tool_core::{ExecuteOptions, ToolConfig, ToolError, ToolSet};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -14,12 +17,27 @@ use tokio::task::AbortHandle;
 use crate::lock;
 use crate::wire::{CallResult, Reply, Request, WireError, to_line, write_lines};
 
-/// Builds a tool by name (aliases allowed), as `BuiltinToolProvider::build` does.
-pub type Resolver = Box<dyn Fn(&str) -> Result<ToolHandle, ToolError> + Send + Sync>;
+/// Serves calls on this process's stdin and stdout until stdin ends, with every
+/// built-in tool linked into this binary: what `jianmu serve` runs inside a sandbox
+/// container.
+///
+/// # Errors
+/// Reading or writing failed, or the host's settings were refused.
+pub fn serve_stdio() -> std::io::Result<()> {
+    // Threads count against the container's pids limit: keep the pools small.
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .enable_all()
+        .build()?;
+    rt.block_on(serve(tokio::io::stdin(), tokio::io::stdout(), |config| {
+        ToolSet::lazy(BuiltinToolProvider::new(config))
+    }))
+}
 
 /// Serves calls from `input` to `output` until `input` ends. `make_tools` gets the
-/// workspace and per-tool settings of the host's [`Request::Init`] and returns how
-/// to build a tool by name.
+/// tools' configuration from the host's [`Request::Init`] and returns the set calls
+/// go through.
 ///
 /// # Errors
 /// Reading `input` or writing `output` failed, or the first line was not `init`.
@@ -27,10 +45,7 @@ pub async fn serve<R, W, F>(input: R, output: W, make_tools: F) -> std::io::Resu
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
-    F: FnOnce(
-        std::path::PathBuf,
-        serde_json::Map<String, serde_json::Value>,
-    ) -> Result<Resolver, ToolError>,
+    F: FnOnce(ToolConfig) -> Result<ToolSet, ToolError>,
 {
     let mut lines = BufReader::new(input).lines();
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
@@ -39,16 +54,13 @@ where
     let tools = match lines.next_line().await? {
         None => return Ok(()),
         Some(line) => match serde_json::from_str::<Request>(&line) {
-            Ok(Request::Init { workspace, tools }) => make_tools(workspace, tools),
+            Ok(Request::Init { config }) => make_tools(config),
             Ok(_) => Err(ToolError::failed("the first request must be `init`")),
             Err(e) => Err(ToolError::failed(format!("unreadable request: {e}"))),
         },
     };
     let tools = match tools {
-        Ok(resolve) => Arc::new(Tools {
-            resolve,
-            built: std::sync::Mutex::default(),
-        }),
+        Ok(set) => Arc::new(set),
         Err(e) => {
             let _ = tx.send(to_line(&Reply::InitFailed {
                 message: jianmu_tool_core::error_chain(&e),
@@ -82,7 +94,13 @@ where
                     handle.abort();
                 }
             }
-            Request::Call { id, tool, args } => {
+            Request::Call {
+                id,
+                tool,
+                args,
+                call_id,
+                context,
+            } => {
                 let name = tool.clone();
                 let tools = Arc::clone(&tools);
                 let tx = tx.clone();
@@ -97,13 +115,15 @@ where
                         armed: true,
                     };
                     let before = oom_kills();
-                    let result = match tools.get(&tool) {
-                        Err(e) => Err(e),
-                        Ok(handle) => match handle.prepare_args(args, None, false) {
-                            Ok(args) => handle.run_prepared(args, &CallContext::new()).await,
-                            Err(e) => Err(e),
-                        },
-                    };
+                    // The host validated the arguments: its own runner trusts them.
+                    let mut options = ExecuteOptions::default().prepared();
+                    if !call_id.is_empty() {
+                        options = options.call_id(&call_id);
+                    }
+                    if let Some(context) = &context {
+                        options = options.event_context(context);
+                    }
+                    let result = tools.execute_with(&tool, args, options).await;
                     let oom = oom_kills().saturating_sub(before);
                     // A call cancelled while it was finishing is confirmed as cancelled.
                     if lock(&done).remove(&id).is_some() {
@@ -148,23 +168,6 @@ impl Drop for ConfirmCancel {
                 oom_kills: 0,
             }));
         }
-    }
-}
-
-/// The tools built so far, by the name they were asked for.
-struct Tools {
-    resolve: Resolver,
-    built: std::sync::Mutex<HashMap<String, ToolHandle>>,
-}
-
-impl Tools {
-    fn get(&self, name: &str) -> Result<ToolHandle, ToolError> {
-        if let Some(handle) = lock(&self.built).get(name) {
-            return Ok(handle.clone());
-        }
-        let handle = (self.resolve)(name)?;
-        lock(&self.built).insert(name.to_owned(), handle.clone());
-        Ok(handle)
     }
 }
 

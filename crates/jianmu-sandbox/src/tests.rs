@@ -3,40 +3,18 @@
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolError, ToolHandle, ToolSet, ToolSpec};
+use jianmu_tool_core::{
+    ExecuteOptions, FunctionTool, ToolConfig, ToolError, ToolHandle, ToolSet, ToolSpec,
+};
 use serde_json::json;
 
 use crate::ToolRunner;
 
-fn tools() -> ToolSet {
-    let echo = FunctionTool::from_sync(ToolSpec::new("echo", "Echoes."), |v| {
-        Ok(v.as_str().unwrap_or_default().into())
-    });
-    let fail = FunctionTool::from_sync(ToolSpec::new("fail", "Fails."), |_| {
-        Err(ToolError::failed("no luck"))
-    });
-    let slow = FunctionTool::new(ToolSpec::new("slow", "Sleeps."), |_| async {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-        Ok("woke".into())
-    });
-    let boom = FunctionTool::from_sync(ToolSpec::new("boom", "Panics."), |_| panic!("kaboom"));
-    ToolSet::from_tools([echo, fail, slow, boom].map(|t| ToolHandle::new(t).unwrap()))
-}
+use crate::layer::tests::probes as tools;
 
-fn recorder(runner: &ToolRunner) -> Arc<Mutex<Vec<String>>> {
-    let log = Arc::new(Mutex::new(Vec::new()));
-    let sink = log.clone();
-    runner.events().subscribe(move |e| {
-        sink.lock().unwrap().push(format!(
-            "{} {} {} ctx={} err={}",
-            e.kind.as_str(),
-            e.tool,
-            e.call_id,
-            e.context.map_or("-".into(), |c| c.to_string()),
-            e.error.unwrap_or("-"),
-        ));
-    });
-    log
+/// Every event of `runner`, one line each.
+fn recorder<S>(runner: &ToolRunner<S>) -> Arc<Mutex<Vec<String>>> {
+    crate::layer::tests::recorder(runner.events())
 }
 
 #[tokio::test]
@@ -146,13 +124,6 @@ async fn a_panicking_tool_is_an_error_not_a_crash() {
 }
 
 #[tokio::test]
-async fn process_commands_close_stdin() {
-    let out = crate::process::command("cat").output().await.unwrap();
-    assert!(out.status.success());
-    assert!(out.stdout.is_empty());
-}
-
-#[tokio::test]
 async fn policy_denials_are_tool_errors_with_events_and_the_audit_log_records_all() {
     use jianmu_tool_core::Policy;
 
@@ -244,12 +215,7 @@ mod serve {
     }
 
     fn start(
-        make: impl FnOnce(
-            std::path::PathBuf,
-            serde_json::Map<String, Value>,
-        ) -> Result<crate::serve::Resolver, ToolError>
-        + Send
-        + 'static,
+        make: impl FnOnce(ToolConfig) -> Result<ToolSet, ToolError> + Send + 'static,
     ) -> (Host, tokio::task::JoinHandle<std::io::Result<()>>) {
         let (host, runner) = tokio::io::duplex(64 * 1024);
         let (rd, wr) = tokio::io::split(runner);
@@ -263,9 +229,9 @@ mod serve {
     async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_named() {
         let dropped = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&dropped);
-        let (mut host, server) = start(move |ws, settings| {
-            assert_eq!(ws, std::path::Path::new("/w"));
-            assert_eq!(settings["echo"], json!({"loud": true}));
+        let (mut host, server) = start(move |config| {
+            assert_eq!(config.workspace(), std::path::Path::new("/w"));
+            assert_eq!(config.raw_settings("echo"), Some(&json!({"loud": true})));
             let mut set = tools();
             let flag = Arc::clone(&flag);
             let hang = FunctionTool::new(ToolSpec::new("hang", "Hangs."), move |_| {
@@ -277,20 +243,11 @@ mod serve {
                 }
             });
             set.insert(ToolHandle::new(hang).unwrap());
-            Ok(Box::new(move |name: &str| {
-                set.get(name)
-                    .cloned()
-                    .ok_or_else(|| ToolError::UnknownTool {
-                        name: name.to_owned(),
-                        known: Vec::new(),
-                    })
-            }))
+            set.insert(ToolHandle::new(WhoAmI).unwrap());
+            Ok(set)
         });
-        let mut settings = serde_json::Map::new();
-        settings.insert("echo".into(), json!({"loud": true}));
         host.send(Request::Init {
-            workspace: "/w".into(),
-            tools: settings,
+            config: ToolConfig::new("/w").with_settings("echo", json!({"loud": true})),
         })
         .await;
         let Reply::Ready { version } = host.reply().await else {
@@ -302,12 +259,16 @@ mod serve {
             id: 1,
             tool: "hang".into(),
             args: json!(""),
+            call_id: String::new(),
+            context: None,
         })
         .await;
         host.send(Request::Call {
             id: 2,
             tool: "echo".into(),
             args: json!("hi"),
+            call_id: String::new(),
+            context: None,
         })
         .await;
         assert_eq!(
@@ -346,6 +307,8 @@ mod serve {
             id: 3,
             tool: "nope".into(),
             args: json!({}),
+            call_id: String::new(),
+            context: None,
         })
         .await;
         let Reply::Done {
@@ -365,6 +328,8 @@ mod serve {
             id: 4,
             tool: "fail".into(),
             args: json!(""),
+            call_id: String::new(),
+            context: None,
         })
         .await;
         let Reply::Done { id: 4, result, .. } = host.reply().await else {
@@ -375,6 +340,73 @@ mod serve {
             "no luck"
         );
         // End of input ends the runner.
+        host.input.shutdown().await.unwrap();
+        server.await.unwrap().unwrap();
+    }
+
+    /// Answers the id of the call it runs in.
+    struct WhoAmI;
+
+    impl jianmu_tool_core::Tool for WhoAmI {
+        type Args = Value;
+        type Output = String;
+        type Error = ToolError;
+        fn name(&self) -> &str {
+            "whoami"
+        }
+        fn description(&self) -> &str {
+            "Says its call id and event context."
+        }
+        async fn call(
+            &self,
+            _: Value,
+            cx: &jianmu_tool_core::CallContext,
+        ) -> Result<String, ToolError> {
+            Ok(format!("{} {:?}", cx.call_id(), cx.event_context()))
+        }
+    }
+
+    #[tokio::test]
+    async fn calls_keep_the_host_call_id_and_are_not_validated_again() {
+        let (mut host, server) = start(|_| {
+            let mut set = tools();
+            set.insert(ToolHandle::new(WhoAmI).unwrap());
+            Ok(set)
+        });
+        host.send(Request::Init {
+            config: ToolConfig::new("/w"),
+        })
+        .await;
+        assert!(matches!(host.reply().await, Reply::Ready { .. }));
+        host.send(Request::Call {
+            id: 1,
+            tool: "whoami".into(),
+            args: json!({}),
+            call_id: "mcp-42".into(),
+            context: Some(json!({"turn": 2})),
+        })
+        .await;
+        let Reply::Done { id: 1, result, .. } = host.reply().await else {
+            panic!("no answer")
+        };
+        assert_eq!(
+            result.into_result("whoami").unwrap().text,
+            r#"mcp-42 Some(Object {"turn": Number(2)})"#
+        );
+        // `echo` takes a string; the host would have refused 42. Its runner trusts the
+        // host and runs the tool as asked (the tool sees no string).
+        host.send(Request::Call {
+            id: 2,
+            tool: "echo".into(),
+            args: json!(42),
+            call_id: "c2".into(),
+            context: None,
+        })
+        .await;
+        let Reply::Done { id: 2, result, .. } = host.reply().await else {
+            panic!("no answer")
+        };
+        assert_eq!(result.into_result("echo").unwrap().text, "");
         host.input.shutdown().await.unwrap();
         server.await.unwrap().unwrap();
     }
@@ -395,7 +427,7 @@ mod serve {
         let started = Arc::new(AtomicBool::new(false));
         let flag = Arc::clone(&finished);
         let begun = Arc::clone(&started);
-        let (mut host, server) = start(move |_, _| {
+        let (mut host, server) = start(move |_| {
             let flag = Arc::clone(&flag);
             let stuck = FunctionTool::new(ToolSpec::new("stuck", "Blocks."), move |_| {
                 let flag = Arc::clone(&flag);
@@ -408,12 +440,10 @@ mod serve {
                     Ok("done".into())
                 }
             });
-            let stuck = ToolHandle::new(stuck).unwrap();
-            Ok(Box::new(move |_: &str| Ok(stuck.clone())))
+            Ok(ToolSet::from_tools([ToolHandle::new(stuck).unwrap()]))
         });
         host.send(Request::Init {
-            workspace: "/w".into(),
-            tools: Default::default(),
+            config: ToolConfig::new("/w"),
         })
         .await;
         assert!(matches!(host.reply().await, Reply::Ready { .. }));
@@ -421,6 +451,8 @@ mod serve {
             id: 7,
             tool: "stuck".into(),
             args: json!(""),
+            call_id: String::new(),
+            context: None,
         })
         .await;
         while !started.load(Ordering::SeqCst) {
@@ -446,10 +478,9 @@ mod serve {
 
     #[tokio::test]
     async fn tools_that_cannot_be_built_are_reported_and_end_the_runner() {
-        let (mut host, server) = start(|_, _| Err(ToolError::failed("bad settings")));
+        let (mut host, server) = start(|_| Err(ToolError::failed("bad settings")));
         host.send(Request::Init {
-            workspace: "/w".into(),
-            tools: Default::default(),
+            config: ToolConfig::new("/w"),
         })
         .await;
         assert_eq!(

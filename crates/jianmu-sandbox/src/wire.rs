@@ -6,33 +6,38 @@
 //! order. [`Request::Cancel`] stops a call's work; its `Done` may still arrive and is
 //! ignored. End of input ends the runner.
 
-use std::path::PathBuf;
 use std::time::Duration;
 
-use jianmu_tool_core::{ToolError, ToolOutput};
+use jianmu_tool_core::{ToolConfig, ToolError, ToolOutput};
 use serde::{Deserialize, Serialize};
-use serde_json::{Map, Value};
+use serde_json::Value;
 
 /// What the host sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub enum Request {
-    /// The workspace root and the per-tool settings (`[tools.NAME]`) to build tools with.
+    /// What to build tools from: the workspace root (the same path as on the host)
+    /// and the per-tool settings.
     Init {
-        /// The workspace root, the same path as on the host.
-        workspace: PathBuf,
-        /// Per-tool settings by tool name.
-        #[serde(default)]
-        tools: Map<String, Value>,
+        /// The tools' configuration.
+        config: ToolConfig,
     },
-    /// Run one tool on arguments the host already validated.
+    /// Run one tool on arguments the host already merged and validated: the runner
+    /// trusts its host and does not validate again.
     Call {
         /// Chosen by the host, unique per connection.
         id: u64,
         /// The tool's canonical name.
         tool: String,
-        /// The arguments.
+        /// The prepared arguments.
         args: Value,
+        /// The call's id on the host, so events, audit lines and errors on both sides
+        /// name the same call.
+        #[serde(default, skip_serializing_if = "String::is_empty")]
+        call_id: String,
+        /// The caller's event context on the host, if any.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        context: Option<Value>,
     },
     /// Stop the work of call `id`.
     Cancel {

@@ -6,8 +6,8 @@
 //! - [`ToolSpec`] describes a tool: name, description, input and output JSON Schema,
 //!   `parallel_safe`, `effect_tags`.
 //! - [`ToolHandle::execute`] is the call path: merge injected arguments, validate against
-//!   the input schema (every violation, with its JSON pointer), then run in-process or
-//!   through a [`Runner`].
+//!   the input schema (every violation, with its JSON pointer), then run through a
+//!   [`Runner`] ([`LocalSandbox`] when none is given).
 //! - [`EventBus`] carries `execution.started` / `completed` / `failed` events.
 //! - [`ToolSet`] holds the tools an agent may call; [`ToolRegistration`] is what tool
 //!   crates submit to the `inventory` registry.
@@ -56,7 +56,7 @@ pub use node::ToolNode;
 pub use output::{IntoToolOutput, Json, ToolOutput, cut_chars};
 pub use policy::{Policy, WRITE_EFFECTS};
 pub use registry::{BuildFn, ToolConfig, ToolRegistration, registrations};
-pub use runner::Runner;
+pub use runner::{BoxFuture, DynRunner, LocalSandbox, Runner};
 pub use set::{ToolCall, ToolProvider, ToolSet};
 pub use spec::{ToolSpec, schema_for};
 pub use tool::{CallContext, DynTool, ExecuteOptions, Tool, ToolHandle};

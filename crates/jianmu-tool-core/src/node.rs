@@ -2,7 +2,7 @@
 
 use serde_json::{Map, Value};
 
-use crate::{ExecuteOptions, Runner, ToolError, ToolHandle, ToolOutput};
+use crate::{DynRunner, ExecuteOptions, ToolError, ToolHandle, ToolOutput};
 
 /// A tool with fixed arguments and injected values. Running it goes through the same
 /// call path as a model's call: merge, validate, runner.
@@ -46,7 +46,7 @@ impl ToolNode {
     ///
     /// # Errors
     /// As [`ToolHandle::execute`].
-    pub async fn run(&self, runner: Option<&dyn Runner>) -> Result<ToolOutput, ToolError> {
+    pub async fn run(&self, runner: Option<&dyn DynRunner>) -> Result<ToolOutput, ToolError> {
         self.run_with(&Map::new(), runner).await
     }
 
@@ -58,7 +58,7 @@ impl ToolNode {
     pub async fn run_with(
         &self,
         state: &Map<String, Value>,
-        runner: Option<&dyn Runner>,
+        runner: Option<&dyn DynRunner>,
     ) -> Result<ToolOutput, ToolError> {
         let mut injected = self.injected.clone();
         injected.extend(state.iter().map(|(k, v)| (k.clone(), v.clone())));

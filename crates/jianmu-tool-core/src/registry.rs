@@ -4,6 +4,7 @@
 use std::path::{Path, PathBuf};
 
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
 use crate::{ToolError, ToolHandle};
@@ -59,11 +60,16 @@ macro_rules! register_tool {
     };
 }
 
-/// What factories build tools from: the workspace root every path is confined to, and
-/// per-tool settings (the `[tools.NAME]` tables of `jianmu.toml`).
-#[derive(Debug, Clone)]
+/// What factories build tools from: the workspace root every path is confined to,
+/// the hosts every network tool may reach despite its guard, and per-tool settings
+/// (the `[tools.NAME]` tables of `jianmu.toml`, whose keys each tool owns). It
+/// serializes, so a sandbox can build the same tools on the other side of its wire.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolConfig {
     workspace: PathBuf,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    allow_hosts: Vec<String>,
+    #[serde(default, rename = "tools")]
     settings: Map<String, Value>,
 }
 
@@ -72,8 +78,16 @@ impl ToolConfig {
     pub fn new(workspace: impl Into<PathBuf>) -> Self {
         Self {
             workspace: workspace.into(),
+            allow_hosts: Vec::new(),
             settings: Map::new(),
         }
+    }
+
+    /// The same settings, rooted at `workspace`.
+    #[must_use]
+    pub fn with_workspace(mut self, workspace: impl Into<PathBuf>) -> Self {
+        self.workspace = workspace.into();
+        self
     }
 
     /// Sets the settings of one tool.
@@ -83,9 +97,23 @@ impl ToolConfig {
         self
     }
 
+    /// Adds hosts that every network tool may reach although its guard (against
+    /// requests to loopback, private and metadata addresses) would refuse them.
+    #[must_use]
+    pub fn with_allow_hosts(mut self, hosts: impl IntoIterator<Item = String>) -> Self {
+        self.allow_hosts.extend(hosts);
+        self
+    }
+
     /// The workspace root.
     pub fn workspace(&self) -> &Path {
         &self.workspace
+    }
+
+    /// Hosts every network tool may reach despite its guard; each network tool adds
+    /// them to its own `allow_hosts`.
+    pub fn allow_hosts(&self) -> &[String] {
+        &self.allow_hosts
     }
 
     /// The raw settings of `tool`, if any.

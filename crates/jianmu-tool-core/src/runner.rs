@@ -1,46 +1,165 @@
-//! The `Runner` trait: where a validated call actually runs (in-process, in a container).
+//! The one runner contract: [`Runner`] runs a prepared call; [`DynRunner`] is its
+//! object-safe twin; [`LocalSandbox`] is the runner every call without one goes
+//! through.
+//!
+//! Sandboxes (in-process, in a container) implement [`Runner`] directly. Policy,
+//! events, timeouts and tracing spans are layers: runners that hold another runner
+//! and add one concern each (see `jianmu-sandbox`). Layers are generic over the
+//! runner they wrap, so a stack of them costs no allocation per layer; the one boxed
+//! future of a call is where it crosses [`DynRunner`].
 
-use async_trait::async_trait;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+
 use serde_json::Value;
 
 use crate::{CallContext, ToolError, ToolHandle, ToolOutput};
 
-/// Runs validated calls. Sandboxes, timeouts, events and policies are runners that
-/// wrap other runners, like layers.
-#[async_trait]
+/// A boxed, sendable future, as [`DynRunner`] returns.
+pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
+
+/// Runs prepared calls: arguments already merged and validated by
+/// [`ToolHandle::execute`] (or by a trusted host, see
+/// [`crate::ExecuteOptions::prepared`]).
+///
+/// ```
+/// use jianmu_tool_core::{CallContext, Runner, ToolError, ToolHandle, ToolOutput};
+/// use serde_json::Value;
+///
+/// /// Runs every call in-process and counts them.
+/// #[derive(Default)]
+/// struct Counting(std::sync::atomic::AtomicU64);
+///
+/// impl Runner for Counting {
+///     async fn run(
+///         &self,
+///         tool: &ToolHandle,
+///         args: Value,
+///         cx: &CallContext,
+///     ) -> Result<ToolOutput, ToolError> {
+///         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+///         tool.run_prepared(args, cx).await
+///     }
+/// }
+/// ```
 pub trait Runner: Send + Sync {
-    /// Runs `tool` on `args`, which already went through [`ToolHandle::prepare_args`].
+    /// Runs `tool` on prepared `args`.
     ///
     /// # Errors
-    /// The tool's own errors, or the runner's when it cannot run the tool.
-    async fn run(
+    /// The tool's own errors, or the runner's when it cannot run the tool
+    /// ([`ToolError::Runner`], [`ToolError::Cancelled`]).
+    fn run(
         &self,
         tool: &ToolHandle,
         args: Value,
         cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError>;
-}
+    ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send;
 
-#[async_trait]
-impl<R: Runner + ?Sized> Runner for std::sync::Arc<R> {
-    async fn run(
-        &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError> {
-        (**self).run(tool, args, cx).await
+    /// A short name for logs and spans (`local`, `docker`); layers report the name of
+    /// the runner they wrap.
+    fn name(&self) -> &str {
+        "runner"
+    }
+
+    /// Releases what the runner holds (containers); it may start again on the next
+    /// call. The default does nothing.
+    fn shutdown(&self) -> impl Future<Output = ()> + Send {
+        async {}
     }
 }
 
-#[async_trait]
-impl<R: Runner + ?Sized> Runner for Box<R> {
+/// The object-safe form of [`Runner`], for `&dyn DynRunner` and `Arc<dyn DynRunner>`.
+/// Every [`Runner`] is a `DynRunner`; implement [`Runner`], not this.
+pub trait DynRunner: Send + Sync {
+    /// [`Runner::run`], boxed.
+    fn run_dyn<'a>(
+        &'a self,
+        tool: &'a ToolHandle,
+        args: Value,
+        cx: &'a CallContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
+
+    /// [`Runner::name`].
+    fn name_dyn(&self) -> &str;
+
+    /// [`Runner::shutdown`], boxed.
+    fn shutdown_dyn(&self) -> BoxFuture<'_, ()>;
+}
+
+impl<R: Runner> DynRunner for R {
+    fn run_dyn<'a>(
+        &'a self,
+        tool: &'a ToolHandle,
+        args: Value,
+        cx: &'a CallContext,
+    ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
+        Box::pin(self.run(tool, args, cx))
+    }
+
+    fn name_dyn(&self) -> &str {
+        self.name()
+    }
+
+    fn shutdown_dyn(&self) -> BoxFuture<'_, ()> {
+        Box::pin(self.shutdown())
+    }
+}
+
+impl Runner for dyn DynRunner {
     async fn run(
         &self,
         tool: &ToolHandle,
         args: Value,
         cx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
-        (**self).run(tool, args, cx).await
+        self.run_dyn(tool, args, cx).await
+    }
+
+    fn name(&self) -> &str {
+        self.name_dyn()
+    }
+
+    fn shutdown(&self) -> impl Future<Output = ()> + Send {
+        self.shutdown_dyn()
+    }
+}
+
+impl<R: Runner + ?Sized> Runner for Arc<R> {
+    fn run(
+        &self,
+        tool: &ToolHandle,
+        args: Value,
+        cx: &CallContext,
+    ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send {
+        (**self).run(tool, args, cx)
+    }
+
+    fn name(&self) -> &str {
+        (**self).name()
+    }
+
+    fn shutdown(&self) -> impl Future<Output = ()> + Send {
+        (**self).shutdown()
+    }
+}
+
+/// Runs every call in this process, on the calling task: the runner of every call
+/// that names none.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct LocalSandbox;
+
+impl Runner for LocalSandbox {
+    fn run(
+        &self,
+        tool: &ToolHandle,
+        args: Value,
+        cx: &CallContext,
+    ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send {
+        tool.run_prepared(args, cx)
+    }
+
+    fn name(&self) -> &str {
+        "local"
     }
 }

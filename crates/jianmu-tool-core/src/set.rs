@@ -2,10 +2,11 @@
 //! `ToolProvider`, where sets come from.
 
 use std::collections::HashMap;
+use std::sync::{Arc, OnceLock};
 
 use serde_json::Value;
 
-use crate::{ExecuteOptions, Runner, ToolError, ToolHandle, ToolOutput, ToolSpec};
+use crate::{DynRunner, ExecuteOptions, ToolError, ToolHandle, ToolOutput, ToolSpec};
 
 /// A source of tools, such as the built-in provider.
 pub trait ToolProvider {
@@ -24,6 +25,27 @@ pub trait ToolProvider {
     /// Alias → canonical name pairs the provider understands.
     fn aliases(&self) -> &[(&'static str, &'static str)] {
         &[]
+    }
+
+    /// The canonical names of every tool the provider offers, without building them.
+    ///
+    /// # Errors
+    /// As [`ToolProvider::tools`], which the default calls.
+    fn names(&self) -> Result<Vec<String>, ToolError> {
+        Ok(self.tools()?.iter().map(|t| t.name().to_owned()).collect())
+    }
+
+    /// Builds the tool of canonical name `name`.
+    ///
+    /// # Errors
+    /// An unknown name (the provider may say which feature would add it), or a tool
+    /// that cannot be built.
+    fn build(&self, name: &str) -> Result<ToolHandle, ToolError> {
+        let mut tools = self.resolve(&[name])?;
+        tools.pop().ok_or_else(|| ToolError::UnknownTool {
+            name: name.to_owned(),
+            known: Vec::new(),
+        })
     }
 }
 
@@ -57,13 +79,44 @@ impl ToolCall {
     }
 }
 
-/// An ordered set of tools with unique names. Adding a tool whose name is already
-/// present replaces the old one in place (last wins), so merges are deterministic.
-#[derive(Debug, Clone, Default)]
+/// An ordered set of tools with unique names, and the one place a call's name or
+/// alias is resolved: every front end (library, `jianmu call`, `jianmu mcp`, a
+/// sandbox's runner) calls through [`ToolSet::execute`]. Adding a tool whose name is
+/// already present replaces the old one in place (last wins), so merges are
+/// deterministic. A set made by [`ToolSet::lazy`] builds each tool on first use.
+/// Clones share their tools (and so the state of stateful tools).
+#[derive(Clone, Default)]
 pub struct ToolSet {
-    tools: Vec<ToolHandle>,
+    tools: Vec<Slot>,
     index: HashMap<String, usize>,
     aliases: HashMap<String, String>,
+    source: Option<Arc<dyn ToolProvider + Send + Sync>>,
+}
+
+/// A tool, or the place it is built into on first use.
+#[derive(Clone)]
+struct Slot {
+    name: String,
+    tool: Arc<OnceLock<ToolHandle>>,
+}
+
+impl Slot {
+    fn built(tool: ToolHandle) -> Self {
+        Self {
+            name: tool.name().to_owned(),
+            tool: Arc::new(OnceLock::from(tool)),
+        }
+    }
+}
+
+impl std::fmt::Debug for ToolSet {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ToolSet")
+            .field("tools", &self.names())
+            .field("aliases", &self.aliases)
+            .field("lazy", &self.source.is_some())
+            .finish()
+    }
 }
 
 impl ToolSet {
@@ -107,13 +160,36 @@ impl ToolSet {
         Ok(set)
     }
 
+    /// Every tool of `provider`, each built on its first call (or when its spec is
+    /// first asked for), with the provider's aliases. A tool that cannot be built
+    /// fails the calls to it, not the set.
+    ///
+    /// # Errors
+    /// As [`ToolProvider::names`].
+    pub fn lazy(provider: impl ToolProvider + Send + Sync + 'static) -> Result<Self, ToolError> {
+        let mut set = Self::new();
+        for name in provider.names()? {
+            set.insert_slot(Slot {
+                name,
+                tool: Arc::default(),
+            });
+        }
+        set.add_aliases(provider.aliases());
+        set.source = Some(Arc::new(provider));
+        Ok(set)
+    }
+
     /// Adds `tool`, replacing a tool of the same name in place.
     pub fn insert(&mut self, tool: ToolHandle) {
-        match self.index.get(tool.name()) {
-            Some(&i) => self.tools[i] = tool,
+        self.insert_slot(Slot::built(tool));
+    }
+
+    fn insert_slot(&mut self, slot: Slot) {
+        match self.index.get(&slot.name) {
+            Some(&i) => self.tools[i] = slot,
             None => {
-                self.index.insert(tool.name().to_owned(), self.tools.len());
-                self.tools.push(tool);
+                self.index.insert(slot.name.clone(), self.tools.len());
+                self.tools.push(slot);
             }
         }
     }
@@ -121,17 +197,23 @@ impl ToolSet {
     /// Both sets together; on a name clash `other`'s tool wins.
     #[must_use]
     pub fn merge(mut self, other: ToolSet) -> Self {
-        for tool in other.tools {
-            self.insert(tool);
+        for slot in other.tools {
+            self.insert_slot(slot);
         }
         self.aliases.extend(other.aliases);
+        if self.source.is_none() {
+            self.source = other.source;
+        }
         self
     }
 
+    /// Adds the aliases whose tool is in the set.
     fn add_aliases(&mut self, aliases: &[(&'static str, &'static str)]) {
         for (alias, canonical) in aliases {
-            self.aliases
-                .insert((*alias).to_owned(), (*canonical).to_owned());
+            if self.index.contains_key(*canonical) {
+                self.aliases
+                    .insert((*alias).to_owned(), (*canonical).to_owned());
+            }
         }
     }
 
@@ -143,26 +225,58 @@ impl ToolSet {
         self.aliases.get(name).map_or(name, String::as_str)
     }
 
-    /// The tool called `name` or aliased by it.
+    /// The tool called `name` or aliased by it, built now if the set is lazy.
+    ///
+    /// # Errors
+    /// [`ToolError::UnknownTool`] listing the known names, [`ToolError::NotCompiled`]
+    /// when the set's provider knows which feature would add the tool, or the tool's
+    /// build error ([`ToolError::Config`]).
+    pub fn tool(&self, name: &str) -> Result<&ToolHandle, ToolError> {
+        let canonical = self.canonical_name(name);
+        let Some(&i) = self.index.get(canonical) else {
+            return Err(match &self.source {
+                Some(source) => match source.build(canonical) {
+                    Err(e @ ToolError::NotCompiled { .. }) => e,
+                    _ => self.unknown(name),
+                },
+                None => self.unknown(name),
+            });
+        };
+        self.built(&self.tools[i])
+    }
+
+    fn built<'a>(&'a self, slot: &'a Slot) -> Result<&'a ToolHandle, ToolError> {
+        if let Some(tool) = slot.tool.get() {
+            return Ok(tool);
+        }
+        let Some(source) = &self.source else {
+            return Err(self.unknown(&slot.name));
+        };
+        let tool = source.build(&slot.name)?;
+        // Two callers may race to build; the first one stored wins, for both.
+        Ok(slot.tool.get_or_init(|| tool))
+    }
+
+    /// The tool called `name` or aliased by it; `None` when it is unknown or cannot
+    /// be built (see [`ToolSet::tool`] for why).
     pub fn get(&self, name: &str) -> Option<&ToolHandle> {
-        self.index
-            .get(self.canonical_name(name))
-            .map(|&i| &self.tools[i])
+        self.tool(name).ok()
     }
 
-    /// The tools, in order.
+    /// The tools, in order, building those of a lazy set that are not built yet; a
+    /// tool that cannot be built is left out (calling it reports why).
     pub fn iter(&self) -> impl Iterator<Item = &ToolHandle> {
-        self.tools.iter()
+        self.tools.iter().filter_map(|slot| self.built(slot).ok())
     }
 
-    /// Every tool's spec, in order.
+    /// Every tool's spec, in order (see [`ToolSet::iter`]).
     pub fn specs(&self) -> Vec<&ToolSpec> {
-        self.tools.iter().map(ToolHandle::spec).collect()
+        self.iter().map(ToolHandle::spec).collect()
     }
 
-    /// The names, in order.
+    /// The names, in order, without building anything.
     pub fn names(&self) -> Vec<&str> {
-        self.tools.iter().map(ToolHandle::name).collect()
+        self.tools.iter().map(|slot| slot.name.as_str()).collect()
     }
 
     /// How many tools.
@@ -184,7 +298,7 @@ impl ToolSet {
         &self,
         name: &str,
         args: Value,
-        runner: Option<&dyn Runner>,
+        runner: Option<&dyn DynRunner>,
     ) -> Result<ToolOutput, ToolError> {
         let mut options = ExecuteOptions::default();
         if let Some(runner) = runner {
@@ -203,8 +317,7 @@ impl ToolSet {
         args: Value,
         options: ExecuteOptions<'_>,
     ) -> Result<ToolOutput, ToolError> {
-        let tool = self.get(name).ok_or_else(|| self.unknown(name))?;
-        tool.execute(args, options).await
+        self.tool(name)?.execute(args, options).await
     }
 
     /// Runs a batch of calls and returns their results in call order. Consecutive
@@ -214,7 +327,7 @@ impl ToolSet {
     pub async fn execute_batch(
         &self,
         calls: &[ToolCall],
-        runner: Option<&dyn Runner>,
+        runner: Option<&dyn DynRunner>,
     ) -> Vec<Result<ToolOutput, ToolError>> {
         let exclusive = |call: &ToolCall| {
             self.get(&call.name)
@@ -241,7 +354,7 @@ impl ToolSet {
     async fn run_call(
         &self,
         call: &ToolCall,
-        runner: Option<&dyn Runner>,
+        runner: Option<&dyn DynRunner>,
     ) -> Result<ToolOutput, ToolError> {
         let mut options = ExecuteOptions::default();
         if let Some(runner) = runner {

@@ -2,7 +2,6 @@
 
 use std::sync::{Arc, Mutex};
 
-use async_trait::async_trait;
 use expect_test::{Expect, expect};
 use serde_json::{Map, Value, json};
 
@@ -217,7 +216,6 @@ fn invalid_schema_is_a_config_error() {
 #[derive(Default)]
 struct Recording(Mutex<Vec<(String, Value, String)>>);
 
-#[async_trait]
 impl Runner for Recording {
     async fn run(
         &self,
@@ -545,4 +543,77 @@ mod policy {
             "call to `bash` denied: effect `process:exec` is denied (deny `process:exec`)",
         );
     }
+}
+
+#[test]
+fn a_lazy_set_builds_each_tool_on_first_use_and_names_missing_ones_by_its_provider() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+
+    /// Offers `y` (aliased `why`) and `broken`; knows `z` is not compiled in.
+    struct P(Arc<AtomicUsize>);
+    impl ToolProvider for P {
+        fn tools(&self) -> Result<Vec<ToolHandle>, ToolError> {
+            unreachable_in_test()
+        }
+        fn resolve(&self, _: &[&str]) -> Result<Vec<ToolHandle>, ToolError> {
+            unreachable_in_test()
+        }
+        fn aliases(&self) -> &[(&'static str, &'static str)] {
+            &[("why", "y"), ("zed", "z")]
+        }
+        fn names(&self) -> Result<Vec<String>, ToolError> {
+            Ok(vec!["broken".into(), "y".into()])
+        }
+        fn build(&self, name: &str) -> Result<ToolHandle, ToolError> {
+            self.0.fetch_add(1, Ordering::SeqCst);
+            match name {
+                "y" => Ok(echo(ToolSpec::new("y", "y"))),
+                "z" => Err(ToolError::NotCompiled {
+                    name: "z".into(),
+                    feature: "zz".into(),
+                }),
+                _ => Err(ToolError::Config {
+                    tool: name.into(),
+                    message: "bad setting".into(),
+                }),
+            }
+        }
+    }
+    fn unreachable_in_test() -> Result<Vec<ToolHandle>, ToolError> {
+        Err(ToolError::failed("a lazy set never builds everything"))
+    }
+
+    let builds = Arc::new(AtomicUsize::new(0));
+    let set = ToolSet::lazy(P(builds.clone())).unwrap();
+    assert_eq!(set.names(), ["broken", "y"]);
+    assert_eq!(
+        builds.load(Ordering::SeqCst),
+        0,
+        "nothing is built up front"
+    );
+    // The alias of a tool not in the set is not kept.
+    assert_eq!(set.canonical_name("zed"), "zed");
+    let out = block_on(set.execute("why", json!("q"), None)).unwrap();
+    assert_eq!(out.text, r#""q""#);
+    block_on(set.execute("y", json!("r"), None)).unwrap();
+    assert_eq!(builds.load(Ordering::SeqCst), 1, "built once, then kept");
+    // Clones share what was built.
+    let clone = set.clone();
+    block_on(clone.execute("y", json!("s"), None)).unwrap();
+    assert_eq!(builds.load(Ordering::SeqCst), 1);
+    // A tool that cannot be built fails its calls, not the set.
+    let err = set.tool("broken").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "invalid configuration for `broken`: bad setting"
+    );
+    assert_eq!(set.specs().len(), 1);
+    // A missing tool is named by the provider when it knows which feature adds it.
+    let err = set.tool("z").unwrap_err();
+    assert!(matches!(err, ToolError::NotCompiled { .. }), "{err}");
+    let err = set.tool("nope").unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "unknown tool `nope`; known tools: broken, why, y"
+    );
 }

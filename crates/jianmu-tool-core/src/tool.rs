@@ -5,14 +5,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+use crate::args::ArgsValidator;
+use crate::{
+    DynRunner, IntoToolOutput, LocalSandbox, Runner, ToolError, ToolNode, ToolOutput, ToolSpec,
+    Violation,
+};
 use async_trait::async_trait;
 use futures::FutureExt;
 use serde::de::DeserializeOwned;
 use serde_json::{Map, Value};
-use tracing::Instrument;
-
-use crate::args::ArgsValidator;
-use crate::{IntoToolOutput, Runner, ToolError, ToolNode, ToolOutput, ToolSpec, Violation};
 
 /// A tool with typed arguments, the trait to implement by hand.
 ///
@@ -192,12 +193,15 @@ pub struct ExecuteOptions<'a> {
     pub injected: Option<&'a Map<String, Value>>,
     /// When true (the default), injected values override the model's.
     pub prefer_injected: bool,
-    /// Run through this runner (a sandbox) instead of in-process.
-    pub runner: Option<&'a dyn Runner>,
+    /// Run through this runner (layers around a sandbox); [`LocalSandbox`] when absent.
+    pub runner: Option<&'a dyn DynRunner>,
     /// The caller's context for events.
     pub event_context: Option<&'a Value>,
     /// The call id; a fresh one when absent.
     pub call_id: Option<&'a str>,
+    /// The arguments were already merged and validated by a trusted host (a sandbox
+    /// runner receiving a call from its own host): skip both.
+    pub prepared: bool,
 }
 
 impl Default for ExecuteOptions<'_> {
@@ -208,6 +212,7 @@ impl Default for ExecuteOptions<'_> {
             runner: None,
             event_context: None,
             call_id: None,
+            prepared: false,
         }
     }
 }
@@ -220,6 +225,7 @@ impl std::fmt::Debug for ExecuteOptions<'_> {
             .field("runner", &self.runner.map(|_| "dyn Runner"))
             .field("event_context", &self.event_context)
             .field("call_id", &self.call_id)
+            .field("prepared", &self.prepared)
             .finish()
     }
 }
@@ -227,7 +233,7 @@ impl std::fmt::Debug for ExecuteOptions<'_> {
 impl<'a> ExecuteOptions<'a> {
     /// Sets the runner.
     #[must_use]
-    pub fn runner(mut self, runner: &'a dyn Runner) -> Self {
+    pub fn runner(mut self, runner: &'a dyn DynRunner) -> Self {
         self.runner = Some(runner);
         self
     }
@@ -257,6 +263,13 @@ impl<'a> ExecuteOptions<'a> {
     #[must_use]
     pub fn call_id(mut self, id: &'a str) -> Self {
         self.call_id = Some(id);
+        self
+    }
+
+    /// Marks the arguments as prepared by a trusted host: no merge, no validation.
+    #[must_use]
+    pub fn prepared(mut self) -> Self {
+        self.prepared = true;
         self
     }
 }
@@ -324,8 +337,8 @@ impl ToolHandle {
             .prepare(self.name(), args, injected, prefer_injected)
     }
 
-    /// The call path: merge injected arguments, validate them, then run through
-    /// `options.runner` if given, else in-process.
+    /// The call path: merge injected arguments, validate them (unless
+    /// `options.prepared`), then run through `options.runner`, else [`LocalSandbox`].
     ///
     /// # Errors
     /// Invalid arguments, the tool's own failures, and runner failures; see
@@ -335,7 +348,11 @@ impl ToolHandle {
         args: Value,
         options: ExecuteOptions<'_>,
     ) -> Result<ToolOutput, ToolError> {
-        let args = self.prepare_args(args, options.injected, options.prefer_injected)?;
+        let args = if options.prepared {
+            args
+        } else {
+            self.prepare_args(args, options.injected, options.prefer_injected)?
+        };
         let mut cx = CallContext::new();
         if let Some(id) = options.call_id {
             cx = cx.with_call_id(id);
@@ -344,11 +361,8 @@ impl ToolHandle {
             cx = cx.with_event_context(context.clone());
         }
         match options.runner {
-            Some(runner) => runner.run(self, args, &cx).await,
-            None => {
-                let span = tracing::debug_span!("tool", name = self.name(), call_id = cx.call_id());
-                self.run_prepared(args, &cx).instrument(span).await
-            }
+            Some(runner) => runner.run_dyn(self, args, &cx).await,
+            None => LocalSandbox.run(self, args, &cx).await,
         }
     }
 

@@ -114,7 +114,7 @@ fn bench(c: &mut Criterion) {
     group.finish();
 
     if let Some(python) = std::env::var_os("JIANMU_BENCH_PYTHON") {
-        let out = jianmu_sandbox::process::std_command(python)
+        let out = jianmu_process::std_command(python)
             .args(["-c", SEED_CLIENT, &url, "2000"])
             .output()
             .unwrap();

@@ -342,7 +342,11 @@ impl Tool for HttpRequest {
 }
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    let settings: HttpSettings = config.settings("http_request")?;
+    let mut settings: HttpSettings = config.settings("http_request")?;
+    settings
+        .net
+        .allow_hosts
+        .extend_from_slice(config.allow_hosts());
     let client = jianmu_net::client_for("http_request", &settings.net)?;
     ToolHandle::new(HttpRequest::new(client, settings))
 }

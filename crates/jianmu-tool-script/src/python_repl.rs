@@ -131,7 +131,7 @@ impl PythonRepl {
 
     async fn start(&self) -> Result<Interpreter, ToolError> {
         let python = &self.settings.python;
-        let mut cmd = jianmu_sandbox::process::command(python);
+        let mut cmd = jianmu_process::command(python);
         cmd.args(["-u", "-I", "-c", RUNNER])
             .current_dir(&self.cwd)
             .env_clear()

@@ -269,7 +269,11 @@ impl Tool for DuckDuckGoSearch {
 }
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    let settings: SearchSettings = config.settings("duckduckgo_search")?;
+    let mut settings: SearchSettings = config.settings("duckduckgo_search")?;
+    settings
+        .net
+        .allow_hosts
+        .extend_from_slice(config.allow_hosts());
     let client = jianmu_net::client_for("duckduckgo_search", &settings.net)?;
     ToolHandle::new(DuckDuckGoSearch::new(client, settings))
 }

@@ -22,7 +22,7 @@ fn bench(c: &mut Criterion) {
     });
     group.bench_function("bare_spawn_echo_hi", |b| {
         b.to_async(&rt).iter(|| async {
-            let out = jianmu_sandbox::process::command("bash")
+            let out = jianmu_process::command("bash")
                 .args(["-c", "echo hi"])
                 .output()
                 .await

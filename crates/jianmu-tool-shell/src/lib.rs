@@ -6,7 +6,7 @@
 //! process tree, children that called `setsid` included; stdin is `/dev/null`; the
 //! working directory is the workspace; stdout and stderr keep their first and last
 //! bytes and are always drained; and the environment is an allow-list, so host secrets
-//! do not leak. Processes start only through [`jianmu_sandbox::process`].
+//! do not leak. Processes start only through [`jianmu_process`].
 #![deny(missing_docs)]
 
 use std::path::PathBuf;
@@ -98,7 +98,7 @@ impl Bash {
             .find(|c| !c.is_empty())
             .ok_or_else(|| ToolError::failed("no command given: pass it as `command`"))?;
         let marker = reap::marker();
-        let mut cmd = jianmu_sandbox::process::command(&self.settings.shell);
+        let mut cmd = jianmu_process::command(&self.settings.shell);
         cmd.arg("-c")
             .arg(command)
             .current_dir(&self.cwd)

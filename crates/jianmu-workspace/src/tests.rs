@@ -30,7 +30,7 @@ fn fixture() -> Fixture {
 }
 
 fn run(cmd: &str, args: &[&Path]) {
-    let status = jianmu_sandbox::process::std_command(cmd)
+    let status = jianmu_process::std_command(cmd)
         .args(args)
         .status()
         .unwrap_or_else(|e| panic!("cannot run {cmd}: {e}"));

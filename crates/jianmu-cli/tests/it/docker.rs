@@ -67,7 +67,7 @@ struct Fixture {
     ws: std::path::PathBuf,
     provider: BuiltinToolProvider,
     sandbox: DockerSandbox,
-    runner: ToolRunner,
+    runner: ToolRunner<DockerSandbox>,
 }
 
 fn fixture(settings: DockerSettings) -> Fixture {
@@ -95,7 +95,7 @@ impl Fixture {
 
     async fn call_with(
         &self,
-        runner: &ToolRunner,
+        runner: &ToolRunner<DockerSandbox>,
         tool: &str,
         args: Value,
     ) -> Result<ToolOutput, ToolError> {

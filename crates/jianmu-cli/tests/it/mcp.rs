@@ -12,19 +12,19 @@ fn python() -> PathBuf {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-venv");
     let python = venv.join("bin/python");
     let has_mcp = |p: &Path| {
-        jianmu_sandbox::process::std_command(p)
+        jianmu_process::std_command(p)
             .args(["-c", &format!("import mcp, importlib.metadata as m; assert m.version('mcp') == '{MCP_VERSION}'")])
             .status()
             .is_ok_and(|s| s.success())
     };
     if !has_mcp(&python) {
-        let status = jianmu_sandbox::process::std_command("python3")
+        let status = jianmu_process::std_command("python3")
             .args(["-m", "venv"])
             .arg(&venv)
             .status()
             .expect("python3 is needed for the MCP client test");
         assert!(status.success(), "cannot create {}", venv.display());
-        let status = jianmu_sandbox::process::std_command(&python)
+        let status = jianmu_process::std_command(&python)
             .args(["-m", "pip", "install", "-q", &format!("mcp=={MCP_VERSION}")])
             .status()
             .unwrap();
@@ -80,7 +80,7 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
     prepare(&ws);
     let audit = dir.path().join("audit.jsonl");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_client.py");
-    let out = jianmu_sandbox::process::std_command(python())
+    let out = jianmu_process::std_command(python())
         .arg(&script)
         .arg(env!("CARGO_BIN_EXE_jianmu"))
         .arg(&ws)

@@ -6,7 +6,6 @@
 //! the reader removes the container: no async drop needed.
 
 use std::collections::{HashMap, HashSet};
-use std::path::Path;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -15,7 +14,8 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
 use futures::{Stream, StreamExt as _};
-use serde_json::{Map, Value};
+use jianmu_tool_core::{CallContext, ToolConfig};
+use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::lock;
@@ -94,16 +94,11 @@ impl Conn {
     }
 
     /// Sends `init`; [`Conn::wait_ready`] waits for the answer.
-    pub(crate) fn send_init(
-        &self,
-        workspace: &Path,
-        tools: &Map<String, Value>,
-    ) -> oneshot::Receiver<Result<(), String>> {
+    pub(crate) fn send_init(&self, config: &ToolConfig) -> oneshot::Receiver<Result<(), String>> {
         let (tx, rx) = oneshot::channel();
         *lock(&self.shared.ready) = Some(tx);
         self.send(&Request::Init {
-            workspace: workspace.to_owned(),
-            tools: tools.clone(),
+            config: config.clone(),
         });
         rx
     }
@@ -121,7 +116,7 @@ impl Conn {
     }
 
     /// Runs one call; dropping the future cancels it inside the container.
-    pub(crate) async fn call(&self, tool: &str, args: Value) -> Outcome {
+    pub(crate) async fn call(&self, tool: &str, args: Value, cx: &CallContext) -> Outcome {
         let id = self.shared.next.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = oneshot::channel();
         {
@@ -141,6 +136,8 @@ impl Conn {
             id,
             tool: tool.to_owned(),
             args,
+            call_id: cx.call_id().to_owned(),
+            context: cx.event_context().cloned(),
         });
         let outcome = rx
             .await

@@ -240,7 +240,7 @@ fn read_stripped(runner: &Path) -> std::io::Result<Vec<u8>> {
     static NEXT: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
     let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let tmp = std::env::temp_dir().join(format!(".jianmu-runner-{}-{n}", std::process::id()));
-    let stripped = crate::process::std_command("strip")
+    let stripped = jianmu_process::std_command("strip")
         .arg("--strip-debug")
         .arg("-o")
         .arg(&tmp)
@@ -286,7 +286,7 @@ fn add_python(files: &mut Files, python: &Path) -> std::io::Result<Vec<PathBuf>>
     let real = python.canonicalize().map_err(|e| {
         std::io::Error::other(format!("cannot find Python at {}: {e}", python.display()))
     })?;
-    let out = crate::process::std_command(&real)
+    let out = jianmu_process::std_command(&real)
         .args([
             "-I",
             "-c",
@@ -344,7 +344,7 @@ fn add_python(files: &mut Files, python: &Path) -> std::io::Result<Vec<PathBuf>>
 }
 
 fn busybox_applets(busybox: &Path) -> std::io::Result<Vec<String>> {
-    let out = crate::process::std_command(busybox)
+    let out = jianmu_process::std_command(busybox)
         .arg("--list")
         .output()?;
     if !out.status.success() {
@@ -365,7 +365,7 @@ fn busybox_applets(busybox: &Path) -> std::io::Result<Vec<String>> {
 /// The shared libraries `binary` loads, its loader included, as `ldd` lists them;
 /// none for a static binary.
 fn shared_libraries(binary: &Path) -> std::io::Result<Vec<PathBuf>> {
-    let out = crate::process::std_command("ldd")
+    let out = jianmu_process::std_command("ldd")
         .arg(binary)
         .output()
         .map_err(|e| std::io::Error::other(format!("cannot run `ldd` on the runner: {e}")))?;

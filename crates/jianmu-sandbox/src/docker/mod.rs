@@ -29,7 +29,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use async_trait::async_trait;
 use bollard::Docker;
 use bollard::models::{
     ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountTmpfsOptions, MountType,
@@ -37,12 +36,11 @@ use bollard::models::{
 use bollard::query_parameters::{
     AttachContainerOptionsBuilder, ListContainersOptionsBuilder, RemoveContainerOptionsBuilder,
 };
-use jianmu_tool_core::{CallContext, ToolError, ToolHandle, ToolOutput};
+use jianmu_tool_core::{CallContext, Runner, ToolConfig, ToolError, ToolHandle, ToolOutput};
 use serde::Deserialize;
-use serde_json::{Map, Value};
+use serde_json::Value;
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::Sandbox;
 use conn::{Conn, Outcome};
 
 /// The label on every sandbox container; its value names the owning process.
@@ -93,7 +91,7 @@ impl Default for DockerSettings {
     }
 }
 
-/// A [`Sandbox`] that runs tools in a hardened container; see the module docs.
+/// A [`Runner`] that runs tools in a hardened container; see the module docs.
 #[derive(Clone)]
 pub struct DockerSandbox {
     inner: Arc<Inner>,
@@ -103,7 +101,7 @@ struct Inner {
     settings: DockerSettings,
     workspace: PathBuf,
     user: String,
-    tool_settings: Map<String, Value>,
+    tools: ToolConfig,
     docker: OnceCell<Docker>,
     conn: Mutex<Option<Arc<Conn>>>,
     swept: AtomicBool,
@@ -204,21 +202,22 @@ impl DockerSandbox {
                 }
             }
         };
-        Ok(Self::from_parts(settings, workspace, user, Map::new()))
+        let tools = ToolConfig::new(&workspace);
+        Ok(Self::from_parts(settings, workspace, user, tools))
     }
 
     fn from_parts(
         settings: DockerSettings,
         workspace: PathBuf,
         user: String,
-        tool_settings: Map<String, Value>,
+        tools: ToolConfig,
     ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 settings,
                 workspace,
                 user,
-                tool_settings,
+                tools,
                 docker: OnceCell::new(),
                 conn: Mutex::new(None),
                 swept: AtomicBool::new(false),
@@ -227,15 +226,17 @@ impl DockerSandbox {
         }
     }
 
-    /// Per-tool settings (`[tools.NAME]`) for the tools inside the container.
+    /// The configuration the tools inside the container are built from (per-tool
+    /// settings); its workspace is replaced by this sandbox's, the one mounted.
     #[must_use]
-    pub fn with_tool_settings(self, tools: Map<String, Value>) -> Self {
+    pub fn with_tools(self, tools: ToolConfig) -> Self {
         let Inner {
             settings,
             workspace,
             user,
             ..
         } = &*self.inner;
+        let tools = tools.with_workspace(workspace);
         Self::from_parts(settings.clone(), workspace.clone(), user.clone(), tools)
     }
 
@@ -346,7 +347,7 @@ impl DockerSandbox {
         );
         // Written before the start: the pipe holds it, so the runner finds its
         // settings as soon as it boots, while the daemon is still answering.
-        let ready = conn.send_init(&self.inner.workspace, &self.inner.tool_settings);
+        let ready = conn.send_init(&self.inner.tools);
         if let Err(e) = docker.start_container(&id, None).await {
             conn.remove().await;
             return Err(format!("cannot start the sandbox container: {e}"));
@@ -422,20 +423,19 @@ impl DockerSandbox {
     }
 }
 
-#[async_trait]
-impl Sandbox for DockerSandbox {
-    async fn run_tool(
+impl Runner for DockerSandbox {
+    async fn run(
         &self,
         tool: &ToolHandle,
         args: Value,
-        _cx: &CallContext,
+        cx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
         let name = tool.name();
         let conn = self
             .connection()
             .await
             .map_err(|m| ToolError::runner(name, m))?;
-        match conn.call(name, args).await {
+        match conn.call(name, args, cx).await {
             Outcome::Done { result, oom_kills } => {
                 let result = result.into_result(name);
                 if oom_kills == 0 {

@@ -105,7 +105,7 @@ fn agrees_with_python_eval() {
     std::fs::create_dir_all(&dir).unwrap();
     let file = dir.join("exprs.txt");
     std::fs::write(&file, exprs.join("\n") + "\n").unwrap();
-    let output = jianmu_sandbox::process::std_command("python3")
+    let output = jianmu_process::std_command("python3")
         .arg("-c")
         .arg(PYTHON)
         .arg(&file)

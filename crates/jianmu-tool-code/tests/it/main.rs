@@ -40,7 +40,7 @@ impl Fx {
 }
 
 fn run(program: &str, args: &[&str], dir: &Path) -> String {
-    let out = jianmu_sandbox::process::std_command(program)
+    let out = jianmu_process::std_command(program)
         .args(args)
         .current_dir(dir)
         .output()
@@ -113,7 +113,7 @@ fn sorted(text: &str) -> Vec<String> {
 
 fn fd() -> &'static str {
     let found = |p: &str| {
-        jianmu_sandbox::process::std_command(p)
+        jianmu_process::std_command(p)
             .arg("--version")
             .output()
             .is_ok_and(|o| o.status.success())

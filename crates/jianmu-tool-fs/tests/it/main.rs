@@ -178,7 +178,7 @@ async fn read_file_refusals_name_the_rule() {
 #[tokio::test]
 async fn read_file_on_a_fifo_returns_at_once() {
     let fx = Fx::new();
-    let status = jianmu_sandbox::process::std_command("mkfifo")
+    let status = jianmu_process::std_command("mkfifo")
         .arg(fx.path("pipe"))
         .status()
         .unwrap();

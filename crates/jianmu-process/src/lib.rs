@@ -1,5 +1,20 @@
-//! The one place in the workspace that starts processes. `clippy.toml` bans
-//! `Command::new` everywhere else, so every spawn gets the same safe defaults.
+//! The one place in the workspace that starts processes.
+//!
+//! `clippy.toml` bans `Command::new` everywhere else (a tidy test checks the source
+//! too), so every spawn gets the same safe defaults: standard input closed, and for
+//! async commands the child killed when its handle is dropped, so a cancelled call
+//! leaves no process behind. Tool crates (`jianmu-tool-shell`, `jianmu-tool-script`)
+//! and the sandbox's image build all start processes through here.
+//!
+//! ```
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> std::io::Result<()> {
+//! let out = jianmu_process::command("echo").arg("hi").output().await?;
+//! assert_eq!(out.stdout, b"hi\n");
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
 
 use std::ffi::OsStr;
 use std::process::Stdio;
@@ -21,3 +36,6 @@ pub fn std_command(program: impl AsRef<OsStr>) -> std::process::Command {
     cmd.stdin(Stdio::null());
     cmd
 }
+
+#[cfg(test)]
+mod tests;

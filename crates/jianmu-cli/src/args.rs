@@ -1,0 +1,122 @@
+//! The command line: every flag and subcommand of `jianmu`, as clap parses them.
+
+use std::path::PathBuf;
+
+use clap::{Parser, Subcommand};
+use jianmu_tool_core::SchemaFormat;
+
+use crate::config::SandboxKind;
+
+#[derive(Debug, Parser)]
+#[command(
+    name = "jianmu",
+    version,
+    about = "Fast, confined built-in tools for LLM agents"
+)]
+pub(crate) struct Cli {
+    /// Settings file (TOML); `./jianmu.toml` is read if present.
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Workspace root every path is confined to [default: the current directory].
+    #[arg(long, global = true, value_name = "DIR")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// Where calls run [default: local, or `[execution] tool_runner`].
+    #[arg(long, global = true, value_enum)]
+    pub(crate) sandbox: Option<SandboxKind>,
+    /// Per-call time limit in seconds [default: 120, or `[execution] timeout_secs`].
+    #[arg(long, global = true, value_name = "SECS")]
+    pub(crate) timeout: Option<f64>,
+    /// Allow only these tools or effect tags (repeatable; adds to `[policy] allow`).
+    #[arg(long, global = true, value_name = "TOOL_OR_EFFECT")]
+    pub(crate) allow: Vec<String>,
+    /// Deny these tools or effect tags (repeatable; adds to `[policy] deny`).
+    #[arg(long, global = true, value_name = "TOOL_OR_EFFECT")]
+    pub(crate) deny: Vec<String>,
+    /// Deny writes, process and code execution, and network access.
+    #[arg(long, global = true)]
+    pub(crate) read_only: bool,
+    /// Let every network tool reach HOST although the SSRF guard would refuse it
+    /// (repeatable; adds to each network tool's own `allow_hosts`).
+    #[arg(long, global = true, value_name = "HOST")]
+    pub(crate) allow_host: Vec<String>,
+    /// Append a JSON line per finished call to FILE [default: `[execution] audit_log`].
+    #[arg(long, global = true, value_name = "FILE")]
+    pub(crate) audit_log: Option<PathBuf>,
+    #[command(subcommand)]
+    pub(crate) command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// List every compiled-in tool: name, effect tags, parallel-safe, description.
+    Tools {
+        /// Print the full specs as JSON.
+        #[arg(long, conflicts_with = "markdown")]
+        json: bool,
+        /// With --json: the shape to print (jianmu, openai, openai-strict, anthropic,
+        /// gemini, mcp).
+        #[arg(long, requires = "json", default_value = "jianmu")]
+        format: SchemaFormat,
+        /// Print the reference page `docs/tools.md` is made from.
+        #[arg(long)]
+        markdown: bool,
+    },
+    /// Print one tool's spec as JSON.
+    Schema {
+        /// Tool name or alias.
+        name: String,
+        /// The shape to print (jianmu, openai, openai-strict, anthropic, gemini, mcp).
+        #[arg(long, default_value = "jianmu")]
+        format: SchemaFormat,
+    },
+    /// Serve every compiled-in tool over MCP on stdio.
+    #[cfg(feature = "mcp")]
+    Mcp,
+    /// Run calls sent as JSON lines on stdin (the runner inside a sandbox container).
+    #[command(hide = true)]
+    Serve,
+    /// Manage the Docker sandbox.
+    #[cfg(feature = "docker")]
+    Sandbox {
+        #[command(subcommand)]
+        command: SandboxCommand,
+    },
+    /// Call a tool and print its output.
+    Call {
+        /// Tool name or alias.
+        name: String,
+        /// Arguments as JSON (`-` reads them from stdin). A bare-string tool takes a
+        /// JSON string: '"2+2"'.
+        #[arg(default_value = "{}")]
+        args: String,
+    },
+}
+
+/// `jianmu sandbox ...`.
+#[cfg(feature = "docker")]
+#[derive(Debug, Subcommand)]
+pub(crate) enum SandboxCommand {
+    /// Build the sandbox image locally (no registry): this `jianmu` binary, the
+    /// libraries it links and a static busybox, `FROM scratch`.
+    BuildImage {
+        /// The tag [default: `[execution.docker] image`, else jianmu-sandbox:VERSION].
+        #[arg(long)]
+        tag: Option<String>,
+        /// The static busybox to copy in.
+        #[arg(long, default_value = "/bin/busybox")]
+        busybox: PathBuf,
+        /// The runner binary [default: this executable].
+        #[arg(long)]
+        runner: Option<PathBuf>,
+        /// The Python to copy in, with its standard library, for `python_repl`
+        /// [default: /usr/bin/python3 when it exists].
+        #[arg(long, conflicts_with = "no_python")]
+        python: Option<PathBuf>,
+        /// Leave Python out (`python_repl` then fails inside the sandbox).
+        #[arg(long)]
+        no_python: bool,
+        /// Print the generated Dockerfile too.
+        #[arg(long)]
+        verbose: bool,
+    },
+}

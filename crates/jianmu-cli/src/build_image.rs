@@ -1,0 +1,49 @@
+//! `jianmu sandbox build-image`: the Docker sandbox's image, built locally.
+
+use std::path::PathBuf;
+
+use anyhow::{Context, anyhow};
+use jianmu_sandbox::docker::image;
+
+use crate::settings::Settings;
+
+/// What `build-image` was asked for.
+pub(crate) struct Request {
+    pub(crate) tag: Option<String>,
+    pub(crate) busybox: PathBuf,
+    pub(crate) runner: Option<PathBuf>,
+    pub(crate) python: Option<PathBuf>,
+    pub(crate) no_python: bool,
+    pub(crate) verbose: bool,
+}
+
+/// Builds the image and says what was built.
+pub(crate) fn run(settings: &Settings, request: Request) -> anyhow::Result<String> {
+    let tag = request.tag.unwrap_or_else(|| settings.docker.image.clone());
+    let runner = match request.runner {
+        Some(path) => path,
+        None => std::env::current_exe().context("cannot find this executable")?,
+    };
+    let mut sources = image::ImageSources::debian(runner);
+    sources.busybox = request.busybox;
+    if request.no_python {
+        sources.python = None;
+    } else if request.python.is_some() {
+        sources.python = request.python;
+    }
+    let context = image::image_context(&sources)?;
+    if request.verbose {
+        eprint!("{}", context.dockerfile);
+    }
+    crate::runtime()?
+        .block_on(async {
+            let docker = image::connect(settings.docker.docker_host.as_deref()).await?;
+            image::build_image(&docker, &tag, &context).await
+        })
+        .map_err(|e| anyhow!(e))?;
+    Ok(format!(
+        "built {tag} ({} MB of files, digest {})\n",
+        context.tar.len() / 1_000_000,
+        context.digest
+    ))
+}

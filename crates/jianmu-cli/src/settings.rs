@@ -1,0 +1,123 @@
+//! `Settings`: the flags over `jianmu.toml`, lowered once into the finished values a
+//! command runs with: the tools' configuration and the runner's.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, anyhow, bail};
+use jianmu_provider::BuiltinToolProvider;
+use jianmu_sandbox::{AuditLog, LocalSandbox, Policy, ToolRunner};
+use jianmu_tool_core::ToolConfig;
+
+use crate::args::Cli;
+use crate::config::{Config, SandboxKind};
+
+/// The default per-call time limit.
+const DEFAULT_TIMEOUT_SECS: f64 = 120.0;
+
+/// Everything a command needs, settled: flags win over the file, the file over the
+/// defaults.
+#[derive(Debug)]
+pub(crate) struct Settings {
+    /// What tools are built from: workspace, allowed hosts, `[tools.NAME]`.
+    pub(crate) tools: ToolConfig,
+    sandbox: SandboxKind,
+    timeout: Duration,
+    policy: Policy,
+    audit_log: Option<PathBuf>,
+    /// `[execution.docker]`.
+    #[cfg(feature = "docker")]
+    pub(crate) docker: jianmu_sandbox::DockerSettings,
+}
+
+impl Settings {
+    /// Reads `--config` (else `./jianmu.toml`) and lays the flags over it.
+    ///
+    /// # Errors
+    /// An unreadable or invalid file, a workspace that is not a folder, a time limit
+    /// that is not a positive number of seconds.
+    pub(crate) fn from_args(cli: &Cli) -> anyhow::Result<Self> {
+        let config = Config::load(cli.config.as_deref())?;
+        let workspace = match cli.workspace.clone().or(config.workspace) {
+            Some(dir) => dir,
+            None => std::env::current_dir().context("cannot read the current directory")?,
+        };
+        let workspace = workspace.canonicalize().with_context(|| {
+            format!(
+                "workspace {} is not an existing directory",
+                workspace.display()
+            )
+        })?;
+        if !workspace.is_dir() {
+            bail!("workspace {} is not a directory", workspace.display());
+        }
+        let tools = config
+            .tools
+            .into_iter()
+            .fold(ToolConfig::new(workspace), |tools, (name, settings)| {
+                tools.with_settings(name, settings)
+            })
+            .with_allow_hosts(cli.allow_host.iter().cloned());
+
+        let timeout = cli
+            .timeout
+            .or(config.execution.timeout_secs)
+            .unwrap_or(DEFAULT_TIMEOUT_SECS);
+        let timeout = Duration::try_from_secs_f64(timeout)
+            .ok()
+            .filter(|t| !t.is_zero())
+            .ok_or_else(|| anyhow!("--timeout must be a positive number of seconds"))?;
+        let mut policy = config.policy;
+        policy.allow.extend(cli.allow.iter().cloned());
+        policy.deny.extend(cli.deny.iter().cloned());
+        policy.read_only |= cli.read_only;
+        Ok(Self {
+            tools,
+            sandbox: cli
+                .sandbox
+                .or(config.execution.tool_runner)
+                .unwrap_or(SandboxKind::Local),
+            timeout,
+            policy,
+            audit_log: cli.audit_log.clone().or(config.execution.audit_log),
+            #[cfg(feature = "docker")]
+            docker: config.execution.docker,
+        })
+    }
+
+    /// The built-in tools, built from these settings.
+    pub(crate) fn provider(&self) -> BuiltinToolProvider {
+        BuiltinToolProvider::new(self.tools.clone())
+    }
+
+    /// The runner calls go through: the sandbox, with the time limit, the policy and
+    /// the audit log. Call it inside the runtime (the Docker sandbox spawns tasks).
+    ///
+    /// # Errors
+    /// A sandbox that cannot be set up (bad settings, not compiled in), an audit log
+    /// that cannot be opened.
+    pub(crate) fn runner(&self) -> anyhow::Result<ToolRunner> {
+        let runner = match self.sandbox {
+            SandboxKind::Local => ToolRunner::dynamic(LocalSandbox),
+            #[cfg(feature = "docker")]
+            SandboxKind::Docker => ToolRunner::dynamic(
+                jianmu_sandbox::DockerSandbox::new(self.tools.workspace(), self.docker.clone())
+                    .map_err(|e| anyhow!(jianmu_tool_core::error_chain(&e)))?
+                    .with_tools(self.tools.clone()),
+            ),
+            #[cfg(not(feature = "docker"))]
+            SandboxKind::Docker => {
+                bail!("sandbox `docker` is not compiled into this build of jianmu")
+            }
+        };
+        let runner = runner
+            .with_timeout(self.timeout)
+            .with_policy(self.policy.clone());
+        if let Some(path) = &self.audit_log {
+            AuditLog::open(path)
+                .with_context(|| format!("cannot open the audit log {}", path.display()))?
+                .attach(runner.events());
+        }
+        Ok(runner)
+    }
+}
