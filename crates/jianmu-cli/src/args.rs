@@ -73,6 +73,7 @@ pub(crate) enum Command {
     #[cfg(feature = "mcp")]
     Mcp,
     /// Run calls sent as JSON lines on stdin (the runner inside a sandbox container).
+    #[cfg(feature = "docker")]
     #[command(hide = true)]
     Serve,
     /// Manage the Docker sandbox.

@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use anyhow::{Context, anyhow};
+use anyhow::Context;
 use jianmu_sandbox::docker::image;
 
 use crate::settings::Settings;
@@ -35,12 +35,10 @@ pub(crate) fn run(settings: &Settings, request: Request) -> anyhow::Result<Strin
     if request.verbose {
         eprint!("{}", context.dockerfile);
     }
-    crate::runtime()?
-        .block_on(async {
-            let docker = image::connect(settings.docker.docker_host.as_deref()).await?;
-            image::build_image(&docker, &tag, &context).await
-        })
-        .map_err(|e| anyhow!(e))?;
+    crate::runtime()?.block_on(async {
+        let docker = image::connect(settings.docker.docker_host.as_deref()).await?;
+        image::build_image(&docker, &tag, &context).await
+    })?;
     Ok(format!(
         "built {tag} ({} MB of files, digest {})\n",
         context.tar.len() / 1_000_000,

@@ -70,8 +70,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
     // `serve` takes everything from its host, so settings are read per command.
     let load = || Settings::from_args(&cli);
     match &cli.command {
+        #[cfg(feature = "docker")]
         Command::Serve => {
-            jianmu_sandbox::serve::serve_stdio().context("the sandbox runner failed")?;
+            jianmu_sandbox::docker::serve_stdio().context("the sandbox runner failed")?;
             Ok(())
         }
         &Command::Tools {

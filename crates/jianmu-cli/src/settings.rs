@@ -101,8 +101,7 @@ impl Settings {
             SandboxKind::Local => ToolRunner::dynamic(LocalSandbox),
             #[cfg(feature = "docker")]
             SandboxKind::Docker => ToolRunner::dynamic(
-                jianmu_sandbox::DockerSandbox::new(self.tools.workspace(), self.docker.clone())
-                    .map_err(|e| anyhow!(jianmu_tool_core::error_chain(&e)))?
+                jianmu_sandbox::DockerSandbox::new(self.tools.workspace(), self.docker.clone())?
                     .with_tools(self.tools.clone()),
             ),
             #[cfg(not(feature = "docker"))]

@@ -4,6 +4,8 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 use url::{Host, Url};
 
+use crate::Refused;
+
 /// Why an address may not be reached, or `None` when it may.
 pub fn refused_ip(ip: IpAddr) -> Option<&'static str> {
     match ip {
@@ -66,19 +68,19 @@ fn refused_v6(ip: Ipv6Addr) -> Option<&'static str> {
 /// a host that is an IP address. `allowed` says whether a host is on the allow-list.
 ///
 /// # Errors
-/// A message naming the rule that refuses the URL.
-pub fn check_url(url: &Url, allowed: &dyn Fn(&str) -> bool) -> Result<(), String> {
+/// [`Refused`], naming the rule that refuses the URL.
+pub fn check_url(url: &Url, allowed: &dyn Fn(&str) -> bool) -> Result<(), Refused> {
     if !matches!(url.scheme(), "http" | "https") {
-        return Err(format!(
+        return Err(Refused(format!(
             "refused `{url}`: only http and https URLs are allowed"
-        ));
+        )));
     }
     if !url.username().is_empty() || url.password().is_some() {
-        return Err("refused the URL: it carries credentials (user:password@); send them as a header instead".to_owned());
+        return Err(Refused("refused the URL: it carries credentials (user:password@); send them as a header instead".to_owned()));
     }
     let host = url
         .host()
-        .ok_or_else(|| format!("refused `{url}`: it has no host"))?;
+        .ok_or_else(|| Refused(format!("refused `{url}`: it has no host")))?;
     let name = match &host {
         Host::Domain(d) => d.to_string(),
         Host::Ipv4(ip) => ip.to_string(),
@@ -93,9 +95,9 @@ pub fn check_url(url: &Url, allowed: &dyn Fn(&str) -> bool) -> Result<(), String
         Host::Ipv6(ip) => IpAddr::V6(ip),
     };
     match refused_ip(ip) {
-        Some(why) => Err(format!(
+        Some(why) => Err(Refused(format!(
             "refused `{url}`: {ip} is {why}; allow it with --allow-host {name}"
-        )),
+        ))),
         None => Ok(()),
     }
 }
@@ -178,7 +180,7 @@ mod tests {
             ),
         ] {
             let url = Url::parse(raw).unwrap();
-            assert_eq!(check_url(&url, &none).unwrap_err(), expect, "{raw}");
+            assert_eq!(check_url(&url, &none).unwrap_err().0, expect, "{raw}");
         }
         assert!(check_url(&Url::parse("https://example.com/").unwrap(), &none).is_ok());
         let loopback_ok = |h: &str| h == "127.0.0.1";

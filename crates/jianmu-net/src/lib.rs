@@ -68,18 +68,30 @@ impl NetSettings {
     }
 }
 
-/// A refusal by the guard, kept as the source of the client's error so the tool can
-/// find it and show it.
-#[derive(Debug)]
+/// A refusal by the guard, naming the rule (and how to allow the host). Inside a
+/// request it travels as the source of the client's error, so the tool can find it
+/// and show it.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
 pub struct Refused(pub String);
 
-impl std::fmt::Display for Refused {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.0)
-    }
+/// Why a guarded client could not be built.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetError {
+    /// The configured proxy is not a usable URL.
+    #[error("invalid proxy `{proxy}`")]
+    Proxy {
+        /// The proxy as configured.
+        proxy: String,
+        /// Why it was refused.
+        #[source]
+        source: reqwest::Error,
+    },
+    /// The HTTP client could not be set up (TLS, resolver).
+    #[error("cannot build the HTTP client")]
+    Client(#[source] reqwest::Error),
 }
-
-impl std::error::Error for Refused {}
 
 /// The guard's message, if `e` (or one of its sources) is a refusal.
 pub fn refusal(e: &(dyn std::error::Error + 'static)) -> Option<String> {
@@ -142,7 +154,7 @@ impl Resolve for GuardedResolver {
 ///
 /// # Errors
 /// A bad proxy URL, or a client that cannot be built.
-pub fn build_client(settings: &NetSettings, lookup: Lookup) -> Result<reqwest::Client, String> {
+pub fn build_client(settings: &NetSettings, lookup: Lookup) -> Result<reqwest::Client, NetError> {
     static PROVIDER: OnceLock<()> = OnceLock::new();
     PROVIDER.get_or_init(|| {
         // Another part of the process may have installed one already; either is fine.
@@ -171,14 +183,13 @@ pub fn build_client(settings: &NetSettings, lookup: Lookup) -> Result<reqwest::C
         .connect_timeout(Duration::from_secs(10))
         .pool_idle_timeout(Duration::from_secs(60));
     builder = match &settings.proxy {
-        Some(p) => {
-            builder.proxy(reqwest::Proxy::all(p).map_err(|e| format!("invalid proxy `{p}`: {e}"))?)
-        }
+        Some(p) => builder.proxy(reqwest::Proxy::all(p).map_err(|source| NetError::Proxy {
+            proxy: p.clone(),
+            source,
+        })?),
         None => builder.no_proxy(),
     };
-    builder
-        .build()
-        .map_err(|e| format!("cannot build the HTTP client: {e}"))
+    builder.build().map_err(NetError::Client)
 }
 
 /// One client per distinct settings for the whole process, so connections are reused
@@ -186,7 +197,7 @@ pub fn build_client(settings: &NetSettings, lookup: Lookup) -> Result<reqwest::C
 ///
 /// # Errors
 /// As [`build_client`].
-pub fn shared_client(settings: &NetSettings) -> Result<reqwest::Client, String> {
+pub fn shared_client(settings: &NetSettings) -> Result<reqwest::Client, NetError> {
     static CLIENTS: OnceLock<Mutex<HashMap<NetSettings, reqwest::Client>>> = OnceLock::new();
     let mut clients = CLIENTS
         .get_or_init(Default::default)
@@ -246,9 +257,9 @@ pub fn client_for(
     tool: &str,
     settings: &NetSettings,
 ) -> Result<reqwest::Client, jianmu_tool_core::ToolError> {
-    shared_client(settings).map_err(|message| jianmu_tool_core::ToolError::Config {
+    shared_client(settings).map_err(|e| jianmu_tool_core::ToolError::Config {
         tool: tool.to_owned(),
-        message,
+        message: jianmu_tool_core::error_chain(&e),
     })
 }
 

@@ -30,12 +30,12 @@
 mod audit;
 #[cfg(feature = "docker")]
 pub mod docker;
+mod error;
 pub mod layer;
 mod runner;
-pub mod serve;
-pub mod wire;
 
 pub use audit::AuditLog;
+pub use error::SandboxError;
 pub use jianmu_tool_core::{
     DynRunner, EventBus, EventKind, ExecutionEvent, LocalSandbox, Policy, Runner,
 };

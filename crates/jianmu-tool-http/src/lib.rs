@@ -139,7 +139,8 @@ impl HttpRequest {
     pub async fn request(&self, args: &HttpArgs) -> Result<ToolOutput, ToolError> {
         let url = Url::parse(&args.url)
             .map_err(|e| ToolError::failed(format!("invalid URL `{}`: {e}", args.url)))?;
-        jianmu_net::check_url(&url, &|h| self.settings.net.allows(h)).map_err(ToolError::failed)?;
+        jianmu_net::check_url(&url, &|h| self.settings.net.allows(h))
+            .map_err(|refused| ToolError::failed(refused.0))?;
         let headers = headers(args.headers.as_ref())?;
         let total = Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
             .unwrap_or(Duration::from_secs(30));

@@ -139,7 +139,8 @@ impl DuckDuckGoSearch {
                 );
             }
         }
-        jianmu_net::check_url(&url, &|h| self.settings.net.allows(h)).map_err(ToolError::failed)?;
+        jianmu_net::check_url(&url, &|h| self.settings.net.allows(h))
+            .map_err(|refused| ToolError::failed(refused.0))?;
         Ok(url)
     }
 

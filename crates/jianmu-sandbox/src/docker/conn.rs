@@ -18,8 +18,8 @@ use jianmu_tool_core::{CallContext, ToolConfig};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use super::wire::{CallResult, Reply, Request, to_line, write_lines};
 use crate::lock;
-use crate::wire::{CallResult, Reply, Request, to_line, write_lines};
 
 /// How a call ended, as far as the connection knows.
 pub(crate) enum Outcome {
@@ -175,7 +175,7 @@ impl Conn {
 
     /// Kills and removes the container now.
     pub(crate) async fn remove(&self) {
-        super::remove(&self.docker, &self.id).await;
+        super::container::remove(&self.docker, &self.id).await;
     }
 
     /// Closes the runner's stdin so it exits, and waits until the reader has removed
@@ -259,7 +259,7 @@ async fn read_loop(
     if let Some(tx) = lock(&shared.ready).take() {
         let _ = tx.send(Err(reason));
     }
-    super::remove(&docker, &id).await;
+    super::container::remove(&docker, &id).await;
 }
 
 fn dispatch(shared: &Shared, line: &[u8]) {

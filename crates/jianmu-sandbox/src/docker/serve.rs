@@ -1,7 +1,7 @@
 //! `serve`: the runner loop inside a sandbox container (`jianmu serve`). It reads
 //! [`Request`]s as JSON lines, runs each call on its own task through a [`ToolSet`]
 //! (the one place names resolve), and writes [`Reply`]s as they finish; see
-//! [`crate::wire`]. The set is lazy, so a fresh container answers its first call
+//! [`super::wire`]. The set is lazy, so a fresh container answers its first call
 //! without building every tool; arguments come prepared by the host and are not
 //! validated again, and each call keeps the host's call id.
 
@@ -14,8 +14,8 @@ use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
+use super::wire::{CallResult, Reply, Request, WireError, to_line, write_lines};
 use crate::lock;
-use crate::wire::{CallResult, Reply, Request, WireError, to_line, write_lines};
 
 /// Serves calls on this process's stdin and stdout until stdin ends, with every
 /// built-in tool linked into this binary: what `jianmu serve` runs inside a sandbox
@@ -41,7 +41,7 @@ pub fn serve_stdio() -> std::io::Result<()> {
 ///
 /// # Errors
 /// Reading `input` or writing `output` failed, or the first line was not `init`.
-pub async fn serve<R, W, F>(input: R, output: W, make_tools: F) -> std::io::Result<()>
+pub(crate) async fn serve<R, W, F>(input: R, output: W, make_tools: F) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
     W: AsyncWrite + Unpin + Send + 'static,
@@ -173,7 +173,7 @@ impl Drop for ConfirmCancel {
 
 /// How many processes the kernel has OOM-killed in this cgroup (v2 `memory.events`,
 /// else v1 `memory.oom_control`); 0 when neither is readable.
-pub fn oom_kills() -> u64 {
+pub(crate) fn oom_kills() -> u64 {
     for path in [
         "/sys/fs/cgroup/memory.events",
         "/sys/fs/cgroup/memory/memory.oom_control",
@@ -191,3 +191,6 @@ pub fn oom_kills() -> u64 {
     }
     0
 }
+
+#[cfg(test)]
+mod tests;

@@ -15,7 +15,7 @@ use serde_json::Value;
 /// What the host sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum Request {
+pub(crate) enum Request {
     /// What to build tools from: the workspace root (the same path as on the host)
     /// and the per-tool settings.
     Init {
@@ -49,7 +49,7 @@ pub enum Request {
 /// What the runner answers.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
-pub enum Reply {
+pub(crate) enum Reply {
     /// The runner took the settings; tools are built on first use.
     Ready {
         /// The runner's version.
@@ -76,7 +76,7 @@ pub enum Reply {
 /// The outcome of one call.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "status", rename_all = "snake_case")]
-pub enum CallResult {
+pub(crate) enum CallResult {
     /// The tool's output.
     Ok {
         /// The text for the model.
@@ -92,22 +92,22 @@ pub enum CallResult {
 /// A [`ToolError`] on the wire: its kind, the message the model reads, and the fields
 /// the host needs to rebuild it.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub struct WireError {
+pub(crate) struct WireError {
     /// `failed`, `timeout`, `config`, `runner`, `cancelled`, `unknown_tool` or `other`.
-    pub kind: String,
+    pub(crate) kind: String,
     /// The tool, when the error names one.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub tool: Option<String>,
+    pub(crate) tool: Option<String>,
     /// The full message, causes included.
-    pub message: String,
+    pub(crate) message: String,
     /// For timeouts: the limit, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub after_ms: Option<u64>,
+    pub(crate) after_ms: Option<u64>,
 }
 
 impl CallResult {
     /// The wire form of a call's result.
-    pub fn from_result(result: Result<ToolOutput, ToolError>) -> Self {
+    pub(crate) fn from_result(result: Result<ToolOutput, ToolError>) -> Self {
         match result {
             Ok(out) => CallResult::Ok {
                 text: out.text,
@@ -121,7 +121,7 @@ impl CallResult {
     ///
     /// # Errors
     /// The tool's error, rebuilt by [`WireError::into_error`].
-    pub fn into_result(self, tool: &str) -> Result<ToolOutput, ToolError> {
+    pub(crate) fn into_result(self, tool: &str) -> Result<ToolOutput, ToolError> {
         match self {
             CallResult::Ok { text, structured } => {
                 let mut out = ToolOutput::text(text);
@@ -135,7 +135,7 @@ impl CallResult {
 
 impl WireError {
     /// The wire form of `error`.
-    pub fn from_error(error: &ToolError) -> Self {
+    pub(crate) fn from_error(error: &ToolError) -> Self {
         let (kind, tool, after_ms) = match error {
             ToolError::Failed { .. } => ("failed", None, None),
             ToolError::Timeout { tool, after } => (
@@ -166,7 +166,7 @@ impl WireError {
     }
 
     /// The [`ToolError`] again; `tool` names the call when the wire form does not.
-    pub fn into_error(self, tool: &str) -> ToolError {
+    pub(crate) fn into_error(self, tool: &str) -> ToolError {
         let name = self.tool.unwrap_or_else(|| tool.to_owned());
         match self.kind.as_str() {
             "timeout" => ToolError::Timeout {
@@ -204,7 +204,7 @@ pub(crate) async fn write_lines<W: tokio::io::AsyncWrite + Unpin>(
 }
 
 /// Serializes `value` as one line, newline included.
-pub fn to_line<T: Serialize>(value: &T) -> Vec<u8> {
+pub(crate) fn to_line<T: Serialize>(value: &T) -> Vec<u8> {
     // Our wire types hold only strings, numbers and JSON values: this cannot fail.
     let mut line = serde_json::to_vec(value).unwrap_or_else(|_| b"{}".to_vec());
     line.push(b'\n');

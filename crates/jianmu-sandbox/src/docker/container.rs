@@ -1,0 +1,162 @@
+//! One sandbox container's life outside the connection: the hardened create body,
+//! the owner label, and the sweep that removes containers whose owner is gone.
+
+use std::collections::HashMap;
+use std::path::Path;
+
+use bollard::Docker;
+use bollard::models::{
+    ContainerCreateBody, HostConfig, Mount, MountBindOptions, MountTmpfsOptions, MountType,
+};
+use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
+
+use super::{DockerSettings, LABEL};
+
+/// The body sandbox containers are created with: image, user, owner label, the
+/// workspace mounted at its own path, a tmpfs `/tmp`, and every limit.
+pub(crate) fn body(
+    s: &DockerSettings,
+    workspace: &Path,
+    user: &str,
+    owner: &str,
+) -> ContainerCreateBody {
+    let ws = workspace.to_string_lossy().into_owned();
+    let memory = i64::try_from(s.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+    let tmp = i64::try_from(s.tmp_size_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+    let host = HostConfig {
+        mounts: Some(vec![
+            Mount {
+                typ: Some(MountType::TMPFS),
+                target: Some("/tmp".into()),
+                tmpfs_options: Some(MountTmpfsOptions {
+                    size_bytes: Some(tmp),
+                    mode: Some(0o1777),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Mount {
+                typ: Some(MountType::BIND),
+                source: Some(ws.clone()),
+                target: Some(ws.clone()),
+                read_only: Some(false),
+                bind_options: Some(MountBindOptions {
+                    non_recursive: Some(true),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+        ]),
+        network_mode: Some(if s.network { "bridge" } else { "none" }.into()),
+        readonly_rootfs: Some(true),
+        cap_drop: Some(vec!["ALL".into()]),
+        security_opt: Some(vec!["no-new-privileges".into()]),
+        pids_limit: Some(s.pids_limit),
+        memory: Some(memory),
+        memory_swap: Some(memory),
+        nano_cpus: Some((s.cpus * 1e9) as i64),
+        init: Some(true),
+        ipc_mode: Some("private".into()),
+        ..Default::default()
+    };
+    ContainerCreateBody {
+        image: Some(s.image.clone()),
+        user: Some(user.to_owned()),
+        working_dir: Some(ws),
+        labels: Some(HashMap::from([(LABEL.to_owned(), owner.to_owned())])),
+        attach_stdin: Some(true),
+        attach_stdout: Some(true),
+        attach_stderr: Some(true),
+        open_stdin: Some(true),
+        stdin_once: Some(true),
+        tty: Some(false),
+        network_disabled: Some(!s.network),
+        host_config: Some(host),
+        ..Default::default()
+    }
+}
+
+/// `host:pid:start-time` of this process, so a later sweep can tell whether the
+/// owner of a container is still alive.
+pub(crate) fn owner_label() -> String {
+    let pid = std::process::id();
+    format!("{}:{pid}:{}", hostname(), start_time(pid).unwrap_or(0))
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .map(|h| h.trim().to_owned())
+        .unwrap_or_default()
+}
+
+/// Field 22 of `/proc/PID/stat`: when the process started, in clock ticks since boot.
+fn start_time(pid: u32) -> Option<u64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &stat[stat.rfind(')')? + 2..];
+    rest.split(' ').nth(19)?.parse().ok()
+}
+
+/// True when `owner` names a process of this host that is gone.
+fn owner_is_gone(owner: &str) -> bool {
+    let mut parts = owner.rsplitn(3, ':');
+    let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+        return false;
+    };
+    if host != hostname() {
+        return false;
+    }
+    let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
+        return false;
+    };
+    start_time(pid) != Some(start)
+}
+
+/// Removes the sandbox containers left by processes of this host that are gone.
+pub(crate) async fn sweep(docker: &Docker) {
+    let filters = HashMap::from([("label", vec![LABEL])]);
+    let options = ListContainersOptionsBuilder::default()
+        .all(true)
+        .filters(&filters)
+        .build();
+    let Ok(list) = docker.list_containers(Some(options)).await else {
+        return;
+    };
+    for c in list {
+        let owner = c.labels.as_ref().and_then(|l| l.get(LABEL));
+        if let (Some(id), Some(owner)) = (c.id.as_deref(), owner)
+            && owner_is_gone(owner)
+        {
+            tracing::info!(
+                container = id,
+                owner = owner.as_str(),
+                "removing a stale sandbox"
+            );
+            remove(docker, id).await;
+        }
+    }
+}
+
+pub(crate) async fn remove(docker: &Docker, id: &str) {
+    let options = RemoveContainerOptionsBuilder::default().force(true).build();
+    if let Err(e) = docker.remove_container(id, Some(options)).await {
+        tracing::debug!(container = id, "cannot remove the sandbox container: {e}");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_of_this_process_is_alive_and_a_dead_pid_is_gone() {
+        let me = owner_label();
+        assert!(!owner_is_gone(&me));
+        let host = hostname();
+        // Same pid, other start time: the pid was reused.
+        let reused = format!("{host}:{}:1", std::process::id());
+        assert!(owner_is_gone(&reused));
+        // Another host's containers are never ours to remove.
+        assert!(!owner_is_gone("elsewhere.example:1:1"));
+        assert!(!owner_is_gone("garbage"));
+    }
+}

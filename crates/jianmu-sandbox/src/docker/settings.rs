@@ -1,0 +1,137 @@
+//! `DockerSettings` (`[execution.docker]`), and the checks a workspace and the
+//! settings pass before any container starts.
+
+use std::path::{Path, PathBuf};
+
+use serde::Deserialize;
+
+use crate::SandboxError;
+
+/// The image tag used unless [`DockerSettings::image`] says otherwise.
+pub const DEFAULT_IMAGE: &str = concat!("jianmu-sandbox:", env!("CARGO_PKG_VERSION"));
+
+/// Settings of [`DockerSandbox`] (`[execution.docker]` in `jianmu.toml`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DockerSettings {
+    /// The image, built by `jianmu sandbox build-image`.
+    pub image: String,
+    /// The daemon's address (`unix:///...`, `tcp://...`); default `DOCKER_HOST`, else
+    /// the local socket.
+    pub docker_host: Option<String>,
+    /// Give the container a network (bridge). Off by default: network tools fail.
+    pub network: bool,
+    /// Memory limit in MiB; swap is not added on top.
+    pub memory_mib: u64,
+    /// CPU quota in CPUs (1.5 = one and a half cores).
+    pub cpus: f64,
+    /// Most processes and threads alive at once in the container.
+    pub pids_limit: i64,
+    /// Size of the tmpfs `/tmp`, in MiB.
+    pub tmp_size_mib: u64,
+    /// `uid:gid` to run as; default: the workspace's owner, or 65534 (nobody) when
+    /// that is root. Root (0) is refused.
+    pub user: Option<String>,
+    /// How long a cancelled call may take to stop before the container is replaced.
+    pub cancel_grace_secs: f64,
+}
+
+impl Default for DockerSettings {
+    fn default() -> Self {
+        Self {
+            image: DEFAULT_IMAGE.to_owned(),
+            docker_host: None,
+            network: false,
+            memory_mib: 512,
+            cpus: 1.0,
+            pids_limit: 256,
+            tmp_size_mib: 64,
+            user: None,
+            cancel_grace_secs: 5.0,
+        }
+    }
+}
+
+/// Where the image keeps its own files; a workspace may not cover them.
+const IMAGE_DIRS: &[&str] = &[
+    "/bin",
+    "/lib",
+    "/lib64",
+    "/usr/lib",
+    "/usr/local/bin",
+    "/etc",
+    "/tmp",
+    "/proc",
+    "/sys",
+    "/dev",
+];
+
+impl DockerSettings {
+    /// The canonical workspace and the `uid:gid` to run as, once both are checked.
+    ///
+    /// # Errors
+    /// [`SandboxError::Settings`] for a workspace that is not a folder or would hide
+    /// the image's own files, settings out of range, and a root user.
+    pub(crate) fn check(&self, workspace: &Path) -> Result<(PathBuf, String), SandboxError> {
+        let settings = self;
+        let bad = SandboxError::Settings;
+        let workspace = workspace.canonicalize().map_err(|e| {
+            bad(format!(
+                "workspace {} is not usable: {e}",
+                workspace.display()
+            ))
+        })?;
+        let meta = std::fs::metadata(&workspace)
+            .map_err(|e| bad(format!("workspace {}: {e}", workspace.display())))?;
+        if !meta.is_dir() {
+            return Err(bad(format!(
+                "workspace {} is not a folder",
+                workspace.display()
+            )));
+        }
+        for dir in IMAGE_DIRS {
+            let dir = Path::new(dir);
+            let inside_system = workspace.starts_with(dir) && !dir.starts_with("/tmp");
+            if dir.starts_with(&workspace) || inside_system {
+                return Err(bad(format!(
+                    "workspace {} cannot be mounted in the sandbox: it would cover or sit \
+                     inside the image's {}",
+                    workspace.display(),
+                    dir.display()
+                )));
+            }
+        }
+        if !(settings.cpus.is_finite() && settings.cpus > 0.0) {
+            return Err(bad("cpus must be a positive number".into()));
+        }
+        if settings.memory_mib < 16 {
+            return Err(bad("memory_mib must be at least 16".into()));
+        }
+        if settings.pids_limit < 8 {
+            return Err(bad("pids_limit must be at least 8".into()));
+        }
+        if !(settings.cancel_grace_secs.is_finite() && settings.cancel_grace_secs > 0.0) {
+            return Err(bad("cancel_grace_secs must be a positive number".into()));
+        }
+        let user = match &settings.user {
+            Some(user) => {
+                let uid = user.split(':').next().unwrap_or_default();
+                if uid == "0" || uid == "root" || uid.is_empty() {
+                    return Err(bad(format!(
+                        "user `{user}` is refused: the sandbox never runs as root"
+                    )));
+                }
+                user.clone()
+            }
+            None => {
+                use std::os::unix::fs::MetadataExt as _;
+                if meta.uid() == 0 {
+                    "65534:65534".to_owned()
+                } else {
+                    format!("{}:{}", meta.uid(), meta.gid())
+                }
+            }
+        };
+        Ok((workspace, user))
+    }
+}
