@@ -3,4 +3,5 @@
 
 mod call_path;
 mod export;
+mod outputs;
 mod tidy;

@@ -1,7 +1,7 @@
-"""The reference for the dispatch benchmark: the seed's call path in asyncio.
+"""The reference for the dispatch benchmark: the Python tools' call path in asyncio.
 
 Tool.execute merges injected arguments and delegates to a ToolRunner, which emits
-execution.started / execution.completed around LocalSandbox.run_tool, as the seed's
+execution.started / execution.completed around LocalSandbox.run_tool, as the Python tools'
 base.py, runner.py and set.py describe. Prints seconds per call.
 """
 import asyncio

@@ -92,7 +92,7 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
         Row {
             what: "no-op call via ToolSet + ToolRunner + events",
             ours_ns: median_ns("dispatch/toolset_runner_events")?,
-            reference: "seed call path in asyncio (Python)",
+            reference: "the Python tools' call path in asyncio",
             reference_ns: seed_dispatch,
             goal: "<= 2 us",
         },
@@ -141,7 +141,7 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
         Row {
             what: "http_request: loopback GET, small JSON body",
             ours_ns: median_ns("http/loopback_get_small")?,
-            reference: "aiohttp, the seed's way (session per call)",
+            reference: "aiohttp, the Python tool's way (session per call)",
             reference_ns: aiohttp_seed,
             goal: ">= 2x aiohttp",
         },

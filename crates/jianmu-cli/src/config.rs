@@ -22,7 +22,7 @@ pub(crate) struct Config {
     pub(crate) tools: Map<String, Value>,
 }
 
-/// `[execution]`, the seed's `execution.*` keys.
+/// `[execution]`, the Python tools' `execution.*` keys (docs/python-compat.md).
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Execution {

@@ -66,12 +66,17 @@ fn describe(spec: &jianmu_tool_core::ToolSpec) -> Tool {
         .destructive(a.destructive)
         .idempotent(a.idempotent)
         .open_world(a.open_world);
-    Tool::new(
+    let tool = Tool::new(
         spec.name.clone(),
         spec.description.clone(),
         Arc::new(schema),
     )
-    .annotate(annotations)
+    .annotate(annotations);
+    // Tools with structured output say its shape; their `structuredContent` matches it.
+    match spec.structured_output_schema().and_then(Value::as_object) {
+        Some(output) => tool.with_raw_output_schema(Arc::new(output.clone())),
+        None => tool,
+    }
 }
 
 fn result(outcome: Result<ToolOutput, ToolError>) -> Result<CallToolResult, ErrorData> {

@@ -64,7 +64,7 @@ use jianmu_tool_search as _;
 #[cfg(feature = "shell")]
 use jianmu_tool_shell as _;
 
-/// Alias → canonical name, as the seed defines them.
+/// Alias → canonical name, as the Python tool set defines them (docs/python-compat.md).
 pub const ALIASES: &[(&str, &str)] = &[
     ("file_read", "read_file"),
     ("file_write", "write_file"),

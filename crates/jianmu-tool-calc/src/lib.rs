@@ -1,6 +1,7 @@
-//! The `calculator` tool: the seed's calculator language, evaluated as Python 3 would.
+//! The `calculator` tool: the Python tools' calculator language (docs/python-compat.md),
+//! evaluated as Python 3 would.
 //!
-//! The input is a string of the characters `0123456789+-*/().% ` (the seed's
+//! The input is a string of the characters `0123456789+-*/().% ` (the Python tool's
 //! allow-list): numbers, `+ - * / // % **`, parentheses and unary signs. The answer is
 //! what Python's `str(eval(input))` prints: integers are exact (`2**100` is
 //! `1267650600228229401496703205376`), `/` is true division (`7/2` is `3.5`), `//` and

@@ -113,7 +113,7 @@ fn python_errors() {
 }
 
 #[test]
-fn refused_characters_use_the_seed_message() {
+fn refused_characters_use_the_python_tools_message() {
     check(
         "2+a",
         "error: Only math expressions allowed, got: 2+a (character 'a' at byte 2 is not one of: digits, + - * / % ( ) . and space)",

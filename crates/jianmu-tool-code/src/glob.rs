@@ -6,8 +6,7 @@ use globset::{GlobBuilder, GlobMatcher};
 use ignore::WalkState;
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::Workspace;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use crate::walk;
 use jianmu_workspace::blocking;
@@ -91,11 +90,17 @@ impl GlobSearch {
             jianmu_workspace::show(&root.rel)
         );
         let text = walk::listing(paths.iter().cloned(), total, "paths", &none);
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "paths": paths,
-            "total": total,
-        })))
+        Ok(ToolOutput::text(text).with_data(&GlobOutput { paths, total }))
     }
+}
+
+/// The structured result of `glob_search`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct GlobOutput {
+    /// The first `limit` matching paths, relative to the workspace, sorted.
+    pub paths: Vec<String>,
+    /// How many paths matched in all, shown or not.
+    pub total: u64,
 }
 
 impl Tool for GlobSearch {
@@ -113,6 +118,10 @@ impl Tool for GlobSearch {
          Respects .gitignore (inside git repositories) and .ignore, skips hidden entries \
          unless `include_hidden`, does not follow symbolic links. A pattern with `/` \
          matches the path below `path` (`src/**/*.rs`); `**` crosses folders, `*` does not."
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<GlobOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

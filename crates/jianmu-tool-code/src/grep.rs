@@ -10,8 +10,7 @@ use ignore::WalkState;
 use ignore::overrides::OverrideBuilder;
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::Workspace;
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use crate::walk;
 use jianmu_workspace::blocking;
@@ -59,12 +58,24 @@ pub struct GrepSearch {
     ws: Arc<Workspace>,
 }
 
-/// One hit, ordered as the output is: by path, then line.
-#[derive(Debug, PartialEq, Eq, PartialOrd, Ord)]
-struct Hit {
-    path: String,
-    line: u64,
-    text: String,
+/// One matching line; hits are ordered as the output is: by path, then line.
+#[derive(Debug, PartialEq, Eq, PartialOrd, Ord, Serialize, schemars::JsonSchema)]
+pub struct Hit {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// The line number, from 1.
+    pub line: u64,
+    /// The line, without its terminator, cut at 500 characters with a marker.
+    pub text: String,
+}
+
+/// The structured result of `grep_search`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct GrepOutput {
+    /// The first `limit` matching lines, sorted by path and line.
+    pub matches: Vec<Hit>,
+    /// How many lines matched in all, shown or not.
+    pub total: u64,
 }
 
 impl GrepSearch {
@@ -156,11 +167,11 @@ impl GrepSearch {
             .iter()
             .map(|h| format!("{}:{}:{}", h.path, h.line, h.text));
         let text = walk::listing(lines, total, "matches", &none);
-        let matches: Vec<_> = hits
-            .iter()
-            .map(|h| json!({"path": h.path, "line": h.line, "text": h.text}))
-            .collect();
-        Ok(ToolOutput::text(text).with_structured(json!({"matches": matches, "total": total})))
+        let out = GrepOutput {
+            matches: hits,
+            total,
+        };
+        Ok(ToolOutput::text(text).with_data(&out))
     }
 }
 
@@ -189,6 +200,10 @@ impl Tool for GrepSearch {
          Respects .gitignore (inside git repositories) and .ignore, skips hidden and binary \
          files, does not follow symbolic links; `glob` filters files as `rg -g`. Lines \
          over 500 characters are cut with a marker."
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<GrepOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

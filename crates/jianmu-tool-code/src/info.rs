@@ -5,8 +5,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WorkspaceError, show};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use jianmu_workspace::blocking;
 
@@ -84,14 +83,15 @@ impl FileInfo {
                 &extension
             }
         ));
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "path": show(&rel),
-            "type": kind,
-            "size": meta.len(),
-            "modified": modified,
-            "extension": extension,
-            "target": target,
-        })))
+        let out = InfoOutput {
+            path: show(&rel),
+            kind: kind.to_owned(),
+            size: meta.len(),
+            modified,
+            extension,
+            target,
+        };
+        Ok(ToolOutput::text(text).with_data(&out))
     }
 }
 
@@ -120,6 +120,24 @@ fn rfc3339(t: SystemTime) -> String {
     )
 }
 
+/// The structured result of `file_info`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct InfoOutput {
+    /// The path, relative to the workspace.
+    pub path: String,
+    /// `file`, `directory`, `symlink`, or another kind of special file.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The size in bytes.
+    pub size: u64,
+    /// When it was last modified (RFC 3339, UTC), if known.
+    pub modified: Option<String>,
+    /// The file's extension with its dot (`.rs`); empty when it has none.
+    pub extension: String,
+    /// Where a symbolic link points; absent for anything else.
+    pub target: Option<String>,
+}
+
 impl Tool for FileInfo {
     type Args = InfoArgs;
     type Output = ToolOutput;
@@ -133,6 +151,10 @@ impl Tool for FileInfo {
         "Describes a file or folder of the workspace: type (file, directory, symlink), size in \
          bytes, last modification time (UTC, RFC 3339) and extension.\n\
          A symbolic link is described itself, with its target."
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<InfoOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

@@ -1,5 +1,5 @@
 //! Coding tools: `glob_search`, `grep_search`, `file_info` and `str_replace` (the
-//! seed's `coding.py`), built on ripgrep's crates (`ignore`, `grep-searcher`,
+//! Python tools' `coding.py`; docs/python-compat.md), built on ripgrep's crates (`ignore`, `grep-searcher`,
 //! `grep-regex`, `globset`).
 //!
 //! Searches behave like `rg` and `fd` run from the workspace root: `.gitignore` inside
@@ -20,10 +20,10 @@ mod info;
 mod replace;
 mod walk;
 
-pub use glob::{GlobArgs, GlobSearch};
-pub use grep::{GrepArgs, GrepSearch, MAX_LINE_CHARS};
-pub use info::{FileInfo, InfoArgs};
-pub use replace::{ReplaceArgs, ReplaceSettings, StrReplace};
+pub use glob::{GlobArgs, GlobOutput, GlobSearch};
+pub use grep::{GrepArgs, GrepOutput, GrepSearch, Hit, MAX_LINE_CHARS};
+pub use info::{FileInfo, InfoArgs, InfoOutput};
+pub use replace::{ReplaceArgs, ReplaceOutput, ReplaceSettings, StrReplace};
 
 /// How many results a search returns: 200 by default, at most 10,000.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]

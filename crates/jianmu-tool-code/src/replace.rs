@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WriteOptions, show};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use jianmu_workspace::blocking;
 
@@ -134,8 +133,23 @@ impl StrReplace {
             "Replaced {done} occurrence{plural} in {}",
             show(&rel)
         ))
-        .with_structured(json!({"path": show(&rel), "replacements": done, "matches": matches})))
+        .with_data(&ReplaceOutput {
+            path: show(&rel),
+            replacements: done,
+            matches,
+        }))
     }
+}
+
+/// The structured result of `str_replace`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ReplaceOutput {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// How many occurrences were replaced.
+    pub replacements: u64,
+    /// How many occurrences the file had.
+    pub matches: u64,
 }
 
 impl Tool for StrReplace {
@@ -157,6 +171,10 @@ impl Tool for StrReplace {
 
     fn parallel_safe(&self) -> bool {
         false
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<ReplaceOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

@@ -105,7 +105,7 @@ impl ToolSpec {
             }),
             SchemaFormat::Mcp => {
                 let a = self.annotations();
-                json!({
+                let mut tool = json!({
                     "name": self.name,
                     "description": self.description,
                     "inputSchema": self.parameters(),
@@ -115,7 +115,11 @@ impl ToolSpec {
                         "idempotentHint": a.idempotent,
                         "openWorldHint": a.open_world,
                     },
-                })
+                });
+                if let Some(schema) = self.structured_output_schema() {
+                    tool["outputSchema"] = schema.clone();
+                }
+                tool
             }
         }
     }

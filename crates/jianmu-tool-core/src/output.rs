@@ -31,6 +31,16 @@ impl ToolOutput {
         self.structured = Some(value);
         self
     }
+
+    /// Adds `data` as the structured form of the result. A tool that does this derives
+    /// its output schema from the same type (`schema_for::<T>()`), so the two cannot
+    /// drift apart. A value that cannot be encoded (a map with non-string keys) is
+    /// left out.
+    #[must_use]
+    pub fn with_data<T: Serialize>(mut self, data: &T) -> Self {
+        self.structured = serde_json::to_value(data).ok();
+        self
+    }
 }
 
 /// Values a tool body may return. `Result<T, E>` turns `Err` into a tool failure the

@@ -3,7 +3,8 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
-/// The static description of a tool, as the seed's attribute table lists it.
+/// The static description of a tool: the attributes of the Python tools'
+/// (docs/python-compat.md).
 ///
 /// `input_schema` and `output_schema` are JSON Schemas. A bare-string input schema
 /// (`{"type": "string"}`) is allowed: such a tool accepts a JSON string or
@@ -17,7 +18,8 @@ pub struct ToolSpec {
     pub description: String,
     /// JSON Schema of the arguments.
     pub input_schema: Value,
-    /// JSON Schema of the output.
+    /// JSON Schema of the output: of its structured JSON when the tool returns one
+    /// (an object schema), else of its text (a string schema).
     pub output_schema: Value,
     /// Whether calls may run concurrently with other calls.
     pub parallel_safe: bool,
@@ -26,14 +28,14 @@ pub struct ToolSpec {
 }
 
 impl ToolSpec {
-    /// A spec with the seed's defaults: a string input, a string output, parallel-safe,
-    /// no effects.
+    /// A spec with the defaults: a string input, a text output, parallel-safe, no
+    /// effects.
     pub fn new(name: impl Into<String>, description: impl Into<String>) -> Self {
         Self {
             name: name.into(),
             description: description.into(),
             input_schema: default_string_schema("Tool input string"),
-            output_schema: default_string_schema("Tool output string"),
+            output_schema: default_string_schema("The tool's answer, as text"),
             parallel_safe: true,
             effect_tags: Vec::new(),
         }
@@ -69,6 +71,14 @@ impl ToolSpec {
     {
         self.effect_tags = tags.into_iter().map(Into::into).collect();
         self
+    }
+
+    /// The schema of the tool's structured output, when it has one: the output schema
+    /// if it describes an object (what MCP's `outputSchema` may hold), else `None`
+    /// (the tool answers with text only).
+    pub fn structured_output_schema(&self) -> Option<&Value> {
+        (self.output_schema.get("type").and_then(Value::as_str) == Some("object"))
+            .then_some(&self.output_schema)
     }
 
     /// True when the input schema is a bare string (`{"type": "string"}`).

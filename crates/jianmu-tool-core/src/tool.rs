@@ -184,7 +184,8 @@ impl Default for CallContext {
     }
 }
 
-/// Options of [`ToolHandle::execute`], as the seed's `execute()` keywords. Start from
+/// Options of [`ToolHandle::execute`], as the Python tools' `execute()`
+/// keywords (docs/python-compat.md). Start from
 /// `ExecuteOptions::default()` and chain the setters.
 #[derive(Clone, Copy)]
 #[non_exhaustive]

@@ -1,8 +1,8 @@
-//! File tools: `read_file`, `write_file` and `list_dir` (the seed's `file.py`).
+//! File tools: `read_file`, `write_file` and `list_dir` (the Python tools' `file.py`; docs/python-compat.md).
 //!
 //! Every path is confined to the workspace by [`jianmu_workspace::Workspace`]: relative
 //! paths resolve against the workspace root, absolute ones must lie inside it, and no
-//! symlink leads out. On top of that each tool applies the seed's checks: an optional
+//! symlink leads out. On top of that each tool applies the Python tools' checks: an optional
 //! extension allow-list (`read_file`, `write_file`; the final suffix, compared
 //! case-insensitively), existence and type checks, and size limits (`max_file_size`,
 //! `max_content_size`, 1 MiB by default).
@@ -30,11 +30,11 @@ mod list;
 mod read;
 mod write;
 
-pub use list::{ListArgs, ListDir, ListSettings};
-pub use read::{ReadArgs, ReadFile, ReadSettings};
-pub use write::{WriteArgs, WriteFile, WriteSettings};
+pub use list::{Entry, ListArgs, ListDir, ListOutput, ListSettings};
+pub use read::{ReadArgs, ReadFile, ReadOutput, ReadSettings};
+pub use write::{WriteArgs, WriteFile, WriteOutput, WriteSettings};
 
-/// One mebibyte, the seed's default size limit.
+/// One mebibyte, the default size limit of the Python tools.
 pub const MIB: u64 = 1024 * 1024;
 
 /// An allow-list of extensions such as `[".rs", "md"]`: normalised to a leading dot

@@ -4,8 +4,7 @@ use std::sync::Arc;
 
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WorkspaceError, show};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use jianmu_workspace::blocking;
 
@@ -44,7 +43,7 @@ pub struct ListDir {
     settings: ListSettings,
 }
 
-/// Sizes as the seed prints them: B, KB, MB.
+/// Sizes as the Python `list_dir` prints them: B, KB, MB.
 pub(crate) fn human_size(bytes: u64) -> String {
     const K: f64 = 1024.0;
     let b = bytes as f64;
@@ -105,16 +104,43 @@ impl ListDir {
         if total == 0 {
             text.push_str(&format!("(`{}` is empty)\n", show(&rel)));
         }
-        let entries: Vec<_> = rows
-            .iter()
-            .map(|(name, kind, size)| json!({"name": name, "type": kind, "size": size}))
+        let entries = rows
+            .into_iter()
+            .map(|(name, kind, size)| Entry {
+                name,
+                kind: kind.to_owned(),
+                size,
+            })
             .collect();
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "path": show(&rel),
-            "entries": entries,
-            "total": total,
-        })))
+        Ok(ToolOutput::text(text).with_data(&ListOutput {
+            path: show(&rel),
+            entries,
+            total: total as u64,
+        }))
     }
+}
+
+/// The structured result of `list_dir`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ListOutput {
+    /// The folder, relative to the workspace.
+    pub path: String,
+    /// The first `max_entries` entries, sorted by name.
+    pub entries: Vec<Entry>,
+    /// How many entries the folder has, shown or not.
+    pub total: u64,
+}
+
+/// One entry of a folder.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct Entry {
+    /// The entry's name.
+    pub name: String,
+    /// `FILE`, `DIR`, `LINK` or `OTHER`.
+    #[serde(rename = "type")]
+    pub kind: String,
+    /// The size in bytes, for files.
+    pub size: Option<u64>,
 }
 
 impl Tool for ListDir {
@@ -130,6 +156,10 @@ impl Tool for ListDir {
         "Lists a folder of the workspace: one line per entry with its type (FILE, DIR, LINK), \
          size (B, KB, MB) and name, sorted by name.\n\
          Symbolic links are listed, not followed."
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<ListOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

@@ -6,8 +6,7 @@ use std::sync::Arc;
 
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WorkspaceError, show};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use jianmu_workspace::blocking;
 
@@ -81,7 +80,15 @@ impl ReadFile {
                 "`{}` is a binary file ({size} bytes); its content is not shown",
                 show(&rel)
             ))
-            .with_structured(json!({"path": show(&rel), "binary": true, "size": size})));
+            .with_data(&ReadOutput {
+                path: show(&rel),
+                size,
+                binary: true,
+                first_line: None,
+                lines: None,
+                total_lines: None,
+                cut: None,
+            }));
         }
         if args.offset.is_none() && args.limit.is_none() {
             if size > limit {
@@ -103,7 +110,17 @@ impl ReadFile {
                 }
                 .into());
             }
-            return Ok(ToolOutput::text(utf8(&rel, bytes, 0)?));
+            let text = utf8(&rel, bytes, 0)?;
+            let lines = text.lines().count() as u64;
+            return Ok(ToolOutput::text(text).with_data(&ReadOutput {
+                path: show(&rel),
+                size,
+                binary: false,
+                first_line: Some(1),
+                lines: Some(lines),
+                total_lines: Some(lines),
+                cut: Some(false),
+            }));
         }
         let first = args.offset.unwrap_or(1).max(1);
         let count = args.limit.unwrap_or(u64::MAX).max(1);
@@ -127,13 +144,15 @@ impl ReadFile {
                 text.push_str(&format!("(lines {first}-{last} of {}{cut})", window.total));
             }
         }
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "path": show(&rel),
-            "first_line": first,
-            "lines": window.lines,
-            "total_lines": window.total,
-            "cut": window.cut,
-        })))
+        Ok(ToolOutput::text(text).with_data(&ReadOutput {
+            path: show(&rel),
+            size,
+            binary: false,
+            first_line: Some(first),
+            lines: Some(window.lines),
+            total_lines: Some(window.total),
+            cut: Some(window.cut),
+        }))
     }
 }
 
@@ -234,6 +253,29 @@ fn window<R: BufRead>(
     Ok(out)
 }
 
+/// The structured result of `read_file`. The line fields are absent for a binary file.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ReadOutput {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// The file's size in bytes.
+    pub size: u64,
+    /// True when the file is binary (it has NUL bytes): its content is not shown.
+    pub binary: bool,
+    /// The first line shown, from 1.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub first_line: Option<u64>,
+    /// How many lines were shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub lines: Option<u64>,
+    /// How many lines the file has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub total_lines: Option<u64>,
+    /// True when the window stopped at the size limit before `limit` lines.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cut: Option<bool>,
+}
+
 impl Tool for ReadFile {
     type Args = ReadArgs;
     type Output = ToolOutput;
@@ -249,6 +291,10 @@ impl Tool for ReadFile {
          `offset` (first line, from 1) and `limit` (number of lines); a window ends with a \
          line such as `(lines 10-20 of 500)`. Binary files are reported with their size, \
          not shown."
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<ReadOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

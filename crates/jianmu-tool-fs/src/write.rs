@@ -4,8 +4,7 @@ use std::sync::Arc;
 
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WorkspaceError, WriteOptions, show};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 use jianmu_workspace::blocking;
 
@@ -95,16 +94,29 @@ impl WriteFile {
             .ws
             .write_atomic(&rel, args.content.as_bytes(), &options)?;
         Ok(
-            ToolOutput::text(format!("Wrote {} ({size} bytes)", show(&rel))).with_structured(
-                json!({
-                    "path": show(&rel),
-                    "bytes_written": size,
-                    "file_size": file_size,
-                    "appended": args.append,
-                }),
+            ToolOutput::text(format!("Wrote {} ({size} bytes)", show(&rel))).with_data(
+                &WriteOutput {
+                    path: show(&rel),
+                    bytes_written: size,
+                    file_size,
+                    appended: args.append,
+                },
             ),
         )
     }
+}
+
+/// The structured result of `write_file`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct WriteOutput {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// How many bytes were written.
+    pub bytes_written: u64,
+    /// The file's size afterwards.
+    pub file_size: u64,
+    /// True when the content was appended rather than replacing the file.
+    pub appended: bool,
 }
 
 impl Tool for WriteFile {
@@ -121,6 +133,10 @@ impl Tool for WriteFile {
          Missing parent folders are created unless `create_dirs` is false. The write is \
          atomic: readers see the old file or the new one, never a mix, and a failure \
          leaves the old file intact. Answers `Wrote PATH (N bytes)`."
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<WriteOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

@@ -1,5 +1,5 @@
 //! Sequential loopback GETs of a small body through `http_request`, against a local
-//! hyper server; then, against the same server, Python aiohttp doing the seed's request
+//! hyper server; then, against the same server, Python aiohttp doing the Python tool's request
 //! (when `JIANMU_BENCH_PYTHON` names a python with aiohttp; `cargo xtask bench` sets it).
 
 use std::convert::Infallible;
@@ -16,7 +16,7 @@ const SEED_CLIENT: &str = r#"
 import asyncio, sys, time, aiohttp
 
 async def seed_request(url):
-    # The seed's HTTPTool: a session per call, JSON parsed when the type says so.
+    # The Python tools' HTTPTool: a session per call, JSON parsed when the type says so.
     async with aiohttp.ClientSession() as session:
         async with session.request("GET", url, timeout=aiohttp.ClientTimeout(total=30)) as resp:
             if "application/json" in resp.headers.get("Content-Type", ""):

@@ -1,6 +1,7 @@
-//! The `http_request` tool (the seed's `HTTPTool`), on one shared `reqwest` client.
+//! The `http_request` tool (the Python tools' `HTTPTool`; docs/python-compat.md), on one
+//! shared `reqwest` client.
 //!
-//! Beyond the seed: HEAD and PATCH; the status line and selected response headers;
+//! Beyond the Python tool: HEAD and PATCH; the status line and selected response headers;
 //! retries only where they are safe (connection errors, timeouts, 429/502/503/504; never
 //! POST or PATCH unless asked) with exponential backoff, jitter and `Retry-After`; a
 //! total deadline per call; a cap on decoded body bytes (a gzip bomb or an endless body
@@ -8,12 +9,13 @@
 //! [`jianmu_net`], on by default.
 #![deny(missing_docs)]
 
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use jianmu_net::{NetSettings, Url, reqwest};
 use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
-use serde::Deserialize;
-use serde_json::{Map, Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
 
 /// Settings of `http_request` (`[tools.http_request]`).
 #[derive(Debug, Clone, Deserialize)]
@@ -205,7 +207,7 @@ impl HttpRequest {
         deadline: Instant,
     ) -> Result<ToolOutput, ToolError> {
         let status = resp.status();
-        let mut shown = Map::new();
+        let mut shown = BTreeMap::new();
         let mut text = format!(
             "HTTP {} {}\n",
             status.as_u16(),
@@ -214,7 +216,7 @@ impl HttpRequest {
         for name in SHOWN_HEADERS {
             if let Some(v) = resp.headers().get(name).and_then(|v| v.to_str().ok()) {
                 text.push_str(&format!("{name}: {v}\n"));
-                shown.insert(name.to_owned(), json!(v));
+                shown.insert(name.to_owned(), v.to_owned());
             }
         }
         let json_body = resp
@@ -223,8 +225,11 @@ impl HttpRequest {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.contains("json"));
         if method == Method::HEAD {
-            return Ok(ToolOutput::text(text)
-                .with_structured(json!({"status": status.as_u16(), "headers": shown})));
+            return Ok(ToolOutput::text(text).with_data(&HttpOutput {
+                status: status.as_u16(),
+                headers: shown,
+                json: None,
+            }));
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let read = tokio::time::timeout(
@@ -263,11 +268,11 @@ impl HttpRequest {
                 self.settings.max_body_bytes
             ));
         }
-        Ok(ToolOutput::text(text).with_structured(json!({
-            "status": status.as_u16(),
-            "headers": shown,
-            "json": parsed,
-        })))
+        Ok(ToolOutput::text(text).with_data(&HttpOutput {
+            status: status.as_u16(),
+            headers: shown,
+            json: parsed,
+        }))
     }
 }
 
@@ -316,6 +321,18 @@ fn backoff(attempt: u32) -> Duration {
     jianmu_net::backoff(attempt, Duration::from_millis(200), Duration::from_secs(5))
 }
 
+/// The structured result of `http_request`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct HttpOutput {
+    /// The response's status code; 4xx and 5xx are answers too, not errors.
+    pub status: u16,
+    /// The response headers worth reading (content type, length, location, ...).
+    pub headers: BTreeMap<String, String>,
+    /// The body parsed as JSON, when it is JSON and was read whole.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub json: Option<Value>,
+}
+
 impl Tool for HttpRequest {
     type Args = HttpArgs;
     type Output = ToolOutput;
@@ -331,6 +348,10 @@ impl Tool for HttpRequest {
          Retries connection errors, timeouts and 429/502/503/504 with backoff (not POST or \
          PATCH unless `retry_non_idempotent`). Private, loopback and cloud-metadata addresses \
          are refused unless allow-listed."
+    }
+
+    fn output_schema(&self) -> Value {
+        jianmu_tool_core::schema_for::<HttpOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

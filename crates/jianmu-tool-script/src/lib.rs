@@ -20,7 +20,8 @@ mod rhai_repl;
 pub use python_repl::{PythonArgs, PythonRepl, PythonSettings};
 pub use rhai_repl::{RhaiArgs, RhaiRepl, RhaiSettings};
 
-/// `text` cut to `max` characters, with the seed's truncation notice when cut.
+/// `text` cut to `max` characters, with the Python tools' truncation notice when cut
+/// (docs/python-compat.md).
 pub(crate) fn truncate(text: &str, max: usize) -> String {
     match jianmu_tool_core::cut_chars(text, max) {
         (kept, 0) => kept.to_owned(),

@@ -3,7 +3,7 @@
 //!
 //! Results are parsed with a real HTML parser (`scraper`): title, target URL (the
 //! redirect link decoded) and snippet, markup stripped and lengths capped, formatted as
-//! the seed does (`[n] title\nURL: link\nSnippet: text\n`). A rate-limit or challenge
+//! the Python tool does (`[n] title\nURL: link\nSnippet: text\n`; docs/python-compat.md). A rate-limit or challenge
 //! page is a clear rate-limit error (retried with backoff first), never "no results";
 //! a page of unknown layout says so.
 #![deny(missing_docs)]
@@ -12,8 +12,8 @@ use std::time::Duration;
 
 use jianmu_net::{NetSettings, Url, reqwest};
 use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 mod parse;
 
@@ -192,7 +192,9 @@ impl DuckDuckGoSearch {
                         "No results for `{}`.",
                         args.query
                     ))
-                    .with_structured(json!({"results": []}))),
+                    .with_data(&SearchOutput {
+                        results: Vec::new(),
+                    })),
                     Page::Unrecognised if status >= 400 => Err(ToolError::failed(format!(
                         "the search failed with HTTP {status}"
                     ))),
@@ -231,17 +233,22 @@ fn render(hits: &[Hit]) -> ToolOutput {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    let results: Vec<_> = hits
-        .iter()
-        .map(|h| json!({"title": h.title, "url": h.url, "snippet": h.snippet}))
-        .collect();
-    ToolOutput::text(text).with_structured(json!({"results": results}))
+    ToolOutput::text(text).with_data(&SearchOutput {
+        results: hits.to_vec(),
+    })
 }
 
 /// The wait before retry `attempt`: from 500 ms, doubling, at most 8 s; a rate limit
 /// needs a real pause.
 fn backoff(attempt: u32) -> Duration {
     jianmu_net::backoff(attempt, Duration::from_millis(500), Duration::from_secs(8))
+}
+
+/// The structured result of `duckduckgo_search`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct SearchOutput {
+    /// The results, in the page's order; empty when the search found nothing.
+    pub results: Vec<Hit>,
 }
 
 impl Tool for DuckDuckGoSearch {
@@ -258,6 +265,10 @@ impl Tool for DuckDuckGoSearch {
          and snippet.\n\
          Good for current information, news and general knowledge. Options: `max_results`, \
          `region` (e.g. us-en), `safesearch` (on, moderate, off), `timelimit` (d, w, m, y)."
+    }
+
+    fn output_schema(&self) -> Value {
+        jianmu_tool_core::schema_for::<SearchOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

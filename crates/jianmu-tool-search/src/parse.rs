@@ -4,7 +4,7 @@ use jianmu_net::Url;
 use scraper::{ElementRef, Html, Selector};
 
 /// One result.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, schemars::JsonSchema)]
 pub struct Hit {
     /// The title, markup stripped.
     pub title: String,

@@ -1,8 +1,9 @@
-//! The `bash` tool (the seed's `BashTool`): runs a command with `bash -c`.
+//! The `bash` tool (the Python tools' `BashTool`; docs/python-compat.md): runs a command
+//! with `bash -c`.
 //!
-//! The seed's contract: the command comes from `command`, else `input`, else `cmd`;
+//! The Python tool's contract: the command comes from `command`, else `input`, else `cmd`;
 //! success answers stdout; failure is a tool error `Error ({code}):\n{stderr}`. Beyond
-//! the seed: a timeout (120 s by default, per call overridable) that kills the whole
+//! it: a timeout (120 s by default, per call overridable) that kills the whole
 //! process tree, children that called `setsid` included; stdin is `/dev/null`; the
 //! working directory is the workspace; stdout and stderr keep their first and last
 //! bytes and are always drained; and the environment is an allow-list, so host secrets
@@ -14,8 +15,7 @@ use std::process::Stdio;
 use std::time::Duration;
 
 use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
-use serde::Deserialize;
-use serde_json::json;
+use serde::{Deserialize, Serialize};
 
 mod capture;
 mod reap;
@@ -55,16 +55,16 @@ impl Default for BashSettings {
     }
 }
 
-/// Arguments of `bash`: the command in `command` (or, as the seed accepts, `input` or
+/// Arguments of `bash`: the command in `command` (or, as the Python tool accepts, `input` or
 /// `cmd`).
 #[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BashArgs {
     /// The command line, run with `bash -c` in the workspace.
     pub command: Option<String>,
-    /// Same as `command` (the seed's fallback).
+    /// Same as `command`, for callers that name it `input`.
     pub input: Option<String>,
-    /// Same as `command` (the seed's second fallback).
+    /// Same as `command`, for callers that name it `cmd`.
     pub cmd: Option<String>,
     /// Time limit in seconds (default 120); when it passes the whole process tree is
     /// killed.
@@ -162,15 +162,28 @@ impl Bash {
         let stdout = stdout.map_err(|e| ToolError::runner("bash", e))?.text();
         let stderr = stderr.map_err(|e| ToolError::runner("bash", e))?.text();
         match status.code() {
-            Some(0) => Ok(ToolOutput::text(stdout.clone()).with_structured(json!({
-                "exit_code": 0, "stdout": stdout, "stderr": stderr,
-            }))),
+            Some(0) => Ok(ToolOutput::text(stdout.clone()).with_data(&BashOutput {
+                exit_code: 0,
+                stdout,
+                stderr,
+            })),
             Some(code) => Err(ToolError::failed(format!("Error ({code}):\n{stderr}"))),
             None => Err(ToolError::failed(format!(
                 "Error (killed by a signal):\n{stderr}"
             ))),
         }
     }
+}
+
+/// The structured result of `bash` (a command that exits non-zero is an error).
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct BashOutput {
+    /// The exit code: 0.
+    pub exit_code: i32,
+    /// What the command printed, head and tail kept when it was long.
+    pub stdout: String,
+    /// What the command printed on stderr, likewise.
+    pub stderr: String,
 }
 
 impl Tool for Bash {
@@ -192,6 +205,10 @@ impl Tool for Bash {
 
     fn parallel_safe(&self) -> bool {
         false
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<BashOutput>()
     }
 
     fn effect_tags(&self) -> &[&str] {

@@ -174,7 +174,7 @@ pub fn for_tool(
         })
 }
 
-/// Runs blocking file work off the async threads (the seed's `run_in_executor`).
+/// Runs blocking file work off the async threads (as the Python tools' `run_in_executor`).
 ///
 /// # Errors
 /// What `f` returns, or [`jianmu_tool_core::ToolError::Runner`] if it panicked.

@@ -99,9 +99,24 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
     assert!(tools.len() >= 8, "{tools:?}");
     assert_eq!(
         tools["calculator"],
-        json!({"schema_type": "object", "read_only": true, "destructive": false})
+        json!({"schema_type": "object", "read_only": true, "destructive": false, "output_schema": false})
     );
     assert_eq!(tools["write_file"]["destructive"], true);
+    // Every tool with structured output advertises its schema, and what it returned
+    // passed the client's check against it.
+    for name in [
+        "write_file",
+        "read_file",
+        "list_dir",
+        "glob_search",
+        "grep_search",
+    ] {
+        assert_eq!(tools[name]["output_schema"], true, "{name}");
+    }
+    for (name, outcome) in seen["checked"].as_object().unwrap() {
+        assert_eq!(outcome, &json!([false, true]), "{name}");
+    }
+    assert_eq!(seen["checked"].as_object().unwrap().len(), 7);
     assert_eq!(
         seen["ok"],
         json!([false, "1267650600228229401496703205376"])
@@ -134,7 +149,7 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
     let grep: Vec<Value> = log
         .lines()
         .map(|l| serde_json::from_str::<Value>(l).unwrap())
-        .filter(|l| l["tool"] == "grep_search")
+        .filter(|l| l["tool"] == "grep_search" && l["arguments"]["glob"] == "big.txt")
         .collect();
     assert_eq!(grep.len(), 1, "{log}");
     assert_eq!(

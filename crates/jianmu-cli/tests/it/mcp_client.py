@@ -30,6 +30,7 @@ async def main(jianmu, workspace, audit_log, *flags):
                     "schema_type": t.input_schema.get("type"),
                     "read_only": t.annotations.read_only_hint if t.annotations else None,
                     "destructive": t.annotations.destructive_hint if t.annotations else None,
+                    "output_schema": t.output_schema is not None,
                 }
                 for t in tools.tools
             }
@@ -48,6 +49,21 @@ async def main(jianmu, workspace, audit_log, *flags):
             seen["stateful"] = [kept.is_error, text(kept)]
             listing = await session.call_tool("write_file", {"path": "a.txt", "content": "hi"})
             seen["structured"] = listing.structured_content
+            # The client checks every structuredContent against the tool's
+            # outputSchema and raises when it does not match.
+            checked = {}
+            for name, args in [
+                ("read_file", {"path": "a.txt"}),
+                ("list_dir", {"path": "."}),
+                ("glob_search", {"pattern": "*.txt"}),
+                ("grep_search", {"query": "hi", "glob": "a.txt"}),
+                ("file_info", {"path": "a.txt"}),
+                ("str_replace", {"path": "a.txt", "old": "hi", "new": "ho"}),
+                ("bash", {"command": "echo out; echo err >&2"}),
+            ]:
+                result = await session.call_tool(name, args)
+                checked[name] = [result.is_error, result.structured_content is not None]
+            seen["checked"] = checked
             # Abandoning a call makes the client send notifications/cancelled; the
             # grep over a big file is still running then.
             with anyio.move_on_after(0.02):

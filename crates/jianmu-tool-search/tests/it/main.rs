@@ -98,7 +98,7 @@ async fn call(tool: &ToolHandle, args: Value) -> String {
 }
 
 #[tokio::test]
-async fn results_are_parsed_decoded_and_formatted_like_the_seed() {
+async fn results_are_parsed_decoded_and_formatted_like_the_python_tool() {
     let (port, seen) = serve().await;
     let t = tool(port, "/results/");
     let out = call(&t, json!({"query": "rust async", "max_results": 5, "region": "us-en", "safesearch": "off", "timelimit": "w"})).await;

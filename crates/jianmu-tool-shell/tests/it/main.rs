@@ -1,4 +1,4 @@
-//! bash through the real call path: the seed's contract, timeouts that kill the whole
+//! bash through the real call path: the Python tool's contract, timeouts that kill the whole
 //! tree, bounded output, a clean environment.
 
 use std::time::{Duration, Instant};
@@ -19,7 +19,7 @@ async fn call(tool: &ToolHandle, args: Value) -> String {
 }
 
 #[tokio::test]
-async fn the_seeds_contract() {
+async fn the_python_tools_contract() {
     let dir = tempfile::tempdir().unwrap();
     let b = bash(dir.path(), BashSettings::default());
     assert_eq!(call(&b, json!({"command": "echo hi"})).await, "hi\n");

@@ -1,0 +1,124 @@
+//! Specs tell the truth: every built-in tool, called for real, returns structured JSON
+//! that validates against its output schema, and a tool without structured output
+//! says so with a text schema.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpListener;
+
+use jianmu_provider::BuiltinToolProvider;
+use jianmu_tool_core::{ToolConfig, ToolSet};
+use serde_json::{Value, json};
+
+/// Answers every connection on `listener` with `body` as `content_type`, until the
+/// test process ends (a test-only loopback server; it never reaches out).
+fn serve(listener: TcpListener, content_type: &'static str, body: &'static str) {
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let reply = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: {content_type}\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                body.len()
+            );
+            let _ = stream.write_all(reply.as_bytes());
+        }
+    });
+}
+
+const RESULTS_PAGE: &str = "<html><body><div class=\"result\"><a class=\"result__a\" \
+     href=\"https://example.com/\">Example</a><a class=\"result__snippet\">An example \
+     page.</a></div></body></html>";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_tool_returns_structured_output_that_matches_its_schema() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("notes.txt"), "hello\nworld\n").unwrap();
+    std::fs::write(dir.path().join("bin.dat"), b"\0\x01\x02").unwrap();
+    let api = TcpListener::bind("127.0.0.1:0").unwrap();
+    let api_url = format!("http://{}/v1", api.local_addr().unwrap());
+    serve(api, "application/json", r#"{"ok": true}"#);
+    let search = TcpListener::bind("127.0.0.1:0").unwrap();
+    let search_url = format!("http://{}/html/", search.local_addr().unwrap());
+    serve(search, "text/html", RESULTS_PAGE);
+
+    let config = ToolConfig::new(dir.path())
+        .with_allow_hosts(["127.0.0.1".to_owned()])
+        .with_settings("duckduckgo_search", json!({"endpoint": search_url}));
+    let tools = ToolSet::from_providers(&[&BuiltinToolProvider::new(config)]).unwrap();
+
+    let calls: Vec<(&str, Value)> = vec![
+        ("calculator", json!("6*7")),
+        ("read_file", json!({"path": "notes.txt"})),
+        (
+            "read_file",
+            json!({"path": "notes.txt", "offset": 2, "limit": 1}),
+        ),
+        ("read_file", json!({"path": "bin.dat"})),
+        ("write_file", json!({"path": "out.txt", "content": "hi"})),
+        ("list_dir", json!({"path": "."})),
+        ("glob_search", json!({"pattern": "*.txt"})),
+        ("grep_search", json!({"query": "world"})),
+        ("file_info", json!({"path": "notes.txt"})),
+        (
+            "str_replace",
+            json!({"path": "out.txt", "old": "hi", "new": "ho"}),
+        ),
+        ("bash", json!({"command": "echo out; echo err >&2"})),
+        ("rhai_repl", json!({"code": "40 + 2"})),
+        ("python_repl", json!({"code": "print(42)"})),
+        ("http_request", json!({"url": api_url})),
+        ("http_request", json!({"url": api_url, "method": "HEAD"})),
+        ("duckduckgo_search", json!({"query": "example"})),
+    ];
+    let mut structured_tools = Vec::new();
+    for (name, args) in &calls {
+        let out = tools
+            .execute(name, args.clone(), None)
+            .await
+            .unwrap_or_else(|e| panic!("{name} {args}: {e}"));
+        let spec = tools.tool(name).unwrap().spec();
+        match (&out.structured, spec.structured_output_schema()) {
+            (Some(data), Some(schema)) => {
+                let validator = jsonschema::validator_for(schema)
+                    .unwrap_or_else(|e| panic!("{name}: the output schema is invalid: {e}"));
+                let errors: Vec<String> = validator
+                    .iter_errors(data)
+                    .map(|e| format!("{}: {e}", e.instance_path()))
+                    .collect();
+                assert!(
+                    errors.is_empty(),
+                    "{name} {args}: {data} breaks its schema: {errors:?}"
+                );
+                structured_tools.push(*name);
+            }
+            (None, None) => {
+                assert_eq!(spec.output_schema["type"], "string", "{name}");
+            }
+            (data, schema) => panic!("{name}: structured {data:?} but output schema {schema:?}"),
+        }
+    }
+    structured_tools.dedup();
+    assert_eq!(
+        structured_tools,
+        [
+            "read_file",
+            "write_file",
+            "list_dir",
+            "glob_search",
+            "grep_search",
+            "file_info",
+            "str_replace",
+            "bash",
+            "http_request",
+            "duckduckgo_search",
+        ]
+    );
+    // Every tool of the provider was called.
+    let mut called: Vec<&str> = calls.iter().map(|(n, _)| *n).collect();
+    called.sort_unstable();
+    called.dedup();
+    let mut all = tools.names();
+    all.sort_unstable();
+    assert_eq!(called, all);
+}
