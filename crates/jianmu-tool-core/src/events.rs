@@ -153,17 +153,14 @@ impl EventBus {
 
     /// Delivers `event` to every subscriber and to `tracing`.
     pub fn emit(&self, event: &ExecutionEvent<'_>) {
-        tracing::debug!(
-            event = event.kind.as_str(),
-            tool = event.tool,
-            call_id = event.call_id,
-            elapsed_us = event.elapsed.as_micros() as u64,
-            error = event.error,
-        );
-        for (_, subscriber) in self.snapshot().iter() {
-            if catch_unwind(AssertUnwindSafe(|| subscriber(event))).is_err() {
-                tracing::error!(event = event.kind.as_str(), "an event subscriber panicked");
-            }
+        self.emitter().emit(event);
+    }
+
+    /// The subscribers as they are now, to emit several events of one call without
+    /// looking them up again (a subscriber added meanwhile sees the next call).
+    pub fn emitter(&self) -> Emitter {
+        Emitter {
+            subscribers: self.snapshot(),
         }
     }
 
@@ -173,5 +170,43 @@ impl EventBus {
             .read()
             .unwrap_or_else(PoisonError::into_inner)
             .clone()
+    }
+}
+
+/// The subscribers of an [`EventBus`] at one moment; see [`EventBus::emitter`].
+#[derive(Clone)]
+pub struct Emitter {
+    subscribers: Arc<[(u64, Subscriber)]>,
+}
+
+impl std::fmt::Debug for Emitter {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Emitter")
+            .field("subscribers", &self.subscribers.len())
+            .finish()
+    }
+}
+
+impl Emitter {
+    /// True when no one listens (events still go to `tracing`).
+    pub fn is_empty(&self) -> bool {
+        self.subscribers.is_empty()
+    }
+
+    /// Delivers `event` to these subscribers and to `tracing`; a panicking subscriber
+    /// is logged, not propagated.
+    pub fn emit(&self, event: &ExecutionEvent<'_>) {
+        tracing::debug!(
+            event = event.kind.as_str(),
+            tool = event.tool,
+            call_id = event.call_id,
+            elapsed_us = event.elapsed.as_micros() as u64,
+            error = event.error,
+        );
+        for (_, subscriber) in self.subscribers.iter() {
+            if catch_unwind(AssertUnwindSafe(|| subscriber(event))).is_err() {
+                tracing::error!(event = event.kind.as_str(), "an event subscriber panicked");
+            }
+        }
     }
 }

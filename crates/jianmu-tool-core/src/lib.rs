@@ -49,7 +49,7 @@ mod tool;
 
 pub use args::INPUT_KEY;
 pub use error::{BoxError, ToolError, Violation, error_chain};
-pub use events::{EventBus, EventKind, ExecutionEvent, SubscriptionId};
+pub use events::{Emitter, EventBus, EventKind, ExecutionEvent, SubscriptionId};
 pub use export::{Annotations, SchemaFormat};
 pub use function::FunctionTool;
 pub use node::ToolNode;

@@ -232,7 +232,10 @@ impl ToolSet {
     /// when the set's provider knows which feature would add the tool, or the tool's
     /// build error ([`ToolError::Config`]).
     pub fn tool(&self, name: &str) -> Result<&ToolHandle, ToolError> {
-        let canonical = self.canonical_name(name);
+        if let Some(&i) = self.index.get(name) {
+            return self.built(&self.tools[i]);
+        }
+        let canonical = self.aliases.get(name).map_or(name, String::as_str);
         let Some(&i) = self.index.get(canonical) else {
             return Err(match &self.source {
                 Some(source) => match source.build(canonical) {
@@ -294,17 +297,19 @@ impl ToolSet {
     /// # Errors
     /// [`ToolError::UnknownTool`] listing the known names, else as
     /// [`ToolHandle::execute`].
-    pub async fn execute(
-        &self,
-        name: &str,
+    pub fn execute<'a>(
+        &'a self,
+        name: &'a str,
         args: Value,
-        runner: Option<&dyn DynRunner>,
-    ) -> Result<ToolOutput, ToolError> {
+        runner: Option<&'a dyn DynRunner>,
+    ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send + 'a {
+        // Not an `async fn`: the call's future is `execute_with`'s, not one more layer
+        // around it to move.
         let mut options = ExecuteOptions::default();
         if let Some(runner) = runner {
             options = options.runner(runner);
         }
-        self.execute_with(name, args, options).await
+        self.execute_with(name, args, options)
     }
 
     /// As [`ToolSet::execute`], with every option of the call path.

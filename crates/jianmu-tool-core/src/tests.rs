@@ -617,3 +617,19 @@ fn a_lazy_set_builds_each_tool_on_first_use_and_names_missing_ones_by_its_provid
         "unknown tool `nope`; known tools: broken, why, y"
     );
 }
+
+#[test]
+fn fresh_call_ids_are_distinct_call_numbers_and_given_ones_are_kept() {
+    let a = CallContext::new();
+    let b = CallContext::new();
+    let number = |cx: &CallContext| {
+        cx.call_id()
+            .strip_prefix("call-")
+            .and_then(|n| n.parse::<u64>().ok())
+            .unwrap_or_else(|| panic!("not a call number: {}", cx.call_id()))
+    };
+    assert!(number(&b) > number(&a));
+    let given = CallContext::new().with_call_id("toolu_01");
+    assert_eq!(given.call_id(), "toolu_01");
+    assert_eq!(given.clone().call_id(), "toolu_01");
+}

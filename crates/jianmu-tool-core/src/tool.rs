@@ -138,17 +138,57 @@ impl<T: Tool> DynTool for T {
 /// Identity and caller context of one call, passed down to runners and events.
 #[derive(Debug, Clone)]
 pub struct CallContext {
-    call_id: Arc<str>,
+    call_id: CallId,
     event_context: Option<Arc<Value>>,
+}
+
+/// A call id: `call-N` kept inline (no allocation on the hot path), or one given.
+#[derive(Debug, Clone)]
+enum CallId {
+    Counted { text: [u8; 25], len: u8 },
+    Given(Arc<str>),
+}
+
+impl CallId {
+    fn counted(n: u64) -> Self {
+        let mut text = [0u8; 25];
+        text[..5].copy_from_slice(b"call-");
+        let mut digits = [0u8; 20];
+        let mut at = digits.len();
+        let mut rest = n;
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        let count = digits.len() - at;
+        text[5..5 + count].copy_from_slice(&digits[at..]);
+        Self::Counted {
+            text,
+            len: (5 + count) as u8,
+        }
+    }
+
+    fn as_str(&self) -> &str {
+        match self {
+            // Only ASCII digits and `call-` are ever written there.
+            Self::Counted { text, len } => {
+                std::str::from_utf8(&text[..usize::from(*len)]).unwrap_or("call")
+            }
+            Self::Given(id) => id,
+        }
+    }
 }
 
 impl CallContext {
     /// A context with a fresh, process-unique call id.
     pub fn new() -> Self {
         static NEXT: AtomicU64 = AtomicU64::new(1);
-        let n = NEXT.fetch_add(1, Ordering::Relaxed);
         Self {
-            call_id: format!("call-{n}").into(),
+            call_id: CallId::counted(NEXT.fetch_add(1, Ordering::Relaxed)),
             event_context: None,
         }
     }
@@ -156,7 +196,7 @@ impl CallContext {
     /// Uses `id` (for example the model's tool-call id) as the call id.
     #[must_use]
     pub fn with_call_id(mut self, id: impl Into<Arc<str>>) -> Self {
-        self.call_id = id.into();
+        self.call_id = CallId::Given(id.into());
         self
     }
 
@@ -169,7 +209,7 @@ impl CallContext {
 
     /// The call id.
     pub fn call_id(&self) -> &str {
-        &self.call_id
+        self.call_id.as_str()
     }
 
     /// The caller's context, if any.

@@ -4,7 +4,8 @@
 use std::time::Instant;
 
 use jianmu_tool_core::{
-    CallContext, EventBus, EventKind, ExecutionEvent, Runner, ToolError, ToolHandle, ToolOutput,
+    CallContext, Emitter, EventBus, EventKind, ExecutionEvent, Runner, ToolError, ToolHandle,
+    ToolOutput,
 };
 use serde_json::Value;
 
@@ -50,8 +51,9 @@ impl<R> WithEvents<R> {
 /// Emits `execution.failed` with `cancelled` if the call's future is dropped before it
 /// finishes.
 struct Pending<'a> {
-    bus: &'a EventBus,
+    emitter: Emitter,
     tool: &'a str,
+    call_id: &'a str,
     cx: &'a CallContext,
     args: Option<&'a Value>,
     started: Instant,
@@ -60,12 +62,14 @@ struct Pending<'a> {
 
 impl Pending<'_> {
     fn emit(&self, kind: EventKind, error: Option<&str>) {
-        let mut event = ExecutionEvent::new(kind, self.tool, self.cx.call_id());
+        let mut event = ExecutionEvent::new(kind, self.tool, self.call_id);
         event.context = self.cx.event_context();
         event.arguments = self.args;
-        event.elapsed = self.started.elapsed();
+        if kind != EventKind::Started {
+            event.elapsed = self.started.elapsed();
+        }
         event.error = error;
-        self.bus.emit(&event);
+        self.emitter.emit(&event);
     }
 }
 
@@ -84,10 +88,14 @@ impl<R: Runner> Runner for WithEvents<R> {
         args: Value,
         cx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
-        let logged = self.bus.has_subscribers().then(|| args.clone());
+        // One look at the subscribers per call; events carry the arguments, copied only
+        // when someone listens.
+        let emitter = self.bus.emitter();
+        let logged = (!emitter.is_empty()).then(|| args.clone());
         let mut pending = Pending {
-            bus: &self.bus,
+            emitter,
             tool: tool.name(),
+            call_id: cx.call_id(),
             cx,
             args: logged.as_ref(),
             started: Instant::now(),

@@ -1,5 +1,7 @@
 //! `WithTimeout`: stops a call that runs past its time limit.
 
+use std::future::Future as _;
+use std::task::Poll;
 use std::time::Duration;
 
 use jianmu_tool_core::{CallContext, Runner, ToolError, ToolHandle, ToolOutput};
@@ -50,16 +52,25 @@ impl<R: Runner> Runner for WithTimeout<R> {
         args: Value,
         cx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
-        let work = self.inner.run(tool, args, cx);
-        match self.limit {
-            None => work.await,
-            Some(limit) => tokio::time::timeout(limit, work).await.unwrap_or_else(|_| {
+        let mut work = std::pin::pin!(self.inner.run(tool, args, cx));
+        let Some(limit) = self.limit else {
+            return work.await;
+        };
+        // The timer lives on the heap: inline, it would grow every future that holds
+        // this one, and a stack of layers moves those futures around.
+        let mut timer = Box::pin(tokio::time::sleep(limit));
+        std::future::poll_fn(|task| {
+            if let Poll::Ready(result) = work.as_mut().poll(task) {
+                return Poll::Ready(result);
+            }
+            timer.as_mut().poll(task).map(|()| {
                 Err(ToolError::Timeout {
                     tool: tool.name().to_owned(),
                     after: limit,
                 })
-            }),
-        }
+            })
+        })
+        .await
     }
 
     delegate!();
