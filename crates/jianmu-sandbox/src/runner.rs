@@ -5,10 +5,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jianmu_tool_core::{
-    CallContext, DynRunner, EventBus, LocalSandbox, Policy, Runner, ToolError, ToolHandle,
-    ToolOutput,
+    DynRunner, EventBus, LocalSandbox, Policy, PreparedCall, Runner, ToolError, ToolOutput,
 };
-use serde_json::Value;
 
 use crate::layer::{WithEvents, WithPolicy, WithSpan, WithTimeout};
 
@@ -119,11 +117,9 @@ impl<S: Runner> ToolRunner<S> {
 impl<S: Runner> Runner for ToolRunner<S> {
     fn run(
         &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
+        call: PreparedCall<'_>,
     ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send {
-        self.inner.run(tool, args, cx)
+        self.inner.run(call)
     }
 
     crate::layer::delegate!();

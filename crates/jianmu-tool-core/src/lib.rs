@@ -56,7 +56,7 @@ pub use node::ToolNode;
 pub use output::{IntoToolOutput, Json, ToolOutput, cut_chars};
 pub use policy::{Policy, WRITE_EFFECTS};
 pub use registry::{BuildFn, ToolConfig, ToolRegistration, registrations};
-pub use runner::{BoxFuture, DynRunner, LocalSandbox, Runner};
+pub use runner::{BoxFuture, DynRunner, LocalSandbox, PreparedCall, Runner};
 pub use set::{ToolCall, ToolProvider, ToolSet};
 pub use spec::{ToolSpec, schema_for};
 pub use tool::{CallContext, DynTool, ExecuteOptions, Tool, ToolHandle};

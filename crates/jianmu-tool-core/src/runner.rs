@@ -19,41 +19,60 @@ use crate::{CallContext, ToolError, ToolHandle, ToolOutput};
 /// A boxed, sendable future, as [`DynRunner`] returns.
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
-/// Runs prepared calls: arguments already merged and validated by
+/// A call ready to run: the tool, its arguments already merged and validated by
 /// [`ToolHandle::execute`] (or by a trusted host, see
-/// [`crate::ExecuteOptions::prepared`]).
+/// [`crate::ExecuteOptions::prepared`]), and the call's context.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct PreparedCall<'a> {
+    /// The tool to run.
+    pub tool: &'a ToolHandle,
+    /// Its prepared arguments.
+    pub args: Value,
+    /// The call's id and the caller's context.
+    pub cx: &'a CallContext,
+}
+
+impl<'a> PreparedCall<'a> {
+    /// A prepared call of `tool`.
+    pub fn new(tool: &'a ToolHandle, args: Value, cx: &'a CallContext) -> Self {
+        Self { tool, args, cx }
+    }
+
+    /// Runs the tool body here, on the calling task (what [`LocalSandbox`] does).
+    ///
+    /// # Errors
+    /// As [`ToolHandle::run_prepared`].
+    pub fn run_here(self) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send + 'a {
+        self.tool.run_prepared(self.args, self.cx)
+    }
+}
+
+/// Runs prepared calls.
 ///
 /// ```
-/// use jianmu_tool_core::{CallContext, Runner, ToolError, ToolHandle, ToolOutput};
-/// use serde_json::Value;
+/// use jianmu_tool_core::{PreparedCall, Runner, ToolError, ToolOutput};
 ///
 /// /// Runs every call in-process and counts them.
 /// #[derive(Default)]
 /// struct Counting(std::sync::atomic::AtomicU64);
 ///
 /// impl Runner for Counting {
-///     async fn run(
-///         &self,
-///         tool: &ToolHandle,
-///         args: Value,
-///         cx: &CallContext,
-///     ) -> Result<ToolOutput, ToolError> {
+///     async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
 ///         self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-///         tool.run_prepared(args, cx).await
+///         call.run_here().await
 ///     }
 /// }
 /// ```
 pub trait Runner: Send + Sync {
-    /// Runs `tool` on prepared `args`.
+    /// Runs `call`.
     ///
     /// # Errors
     /// The tool's own errors, or the runner's when it cannot run the tool
     /// ([`ToolError::Runner`], [`ToolError::Cancelled`]).
     fn run(
         &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
+        call: PreparedCall<'_>,
     ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send;
 
     /// A short name for logs and spans (`local`, `docker`); layers report the name of
@@ -75,9 +94,7 @@ pub trait DynRunner: Send + Sync {
     /// [`Runner::run`], boxed.
     fn run_dyn<'a>(
         &'a self,
-        tool: &'a ToolHandle,
-        args: Value,
-        cx: &'a CallContext,
+        call: PreparedCall<'a>,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>>;
 
     /// [`Runner::name`].
@@ -90,11 +107,9 @@ pub trait DynRunner: Send + Sync {
 impl<R: Runner> DynRunner for R {
     fn run_dyn<'a>(
         &'a self,
-        tool: &'a ToolHandle,
-        args: Value,
-        cx: &'a CallContext,
+        call: PreparedCall<'a>,
     ) -> BoxFuture<'a, Result<ToolOutput, ToolError>> {
-        Box::pin(self.run(tool, args, cx))
+        Box::pin(self.run(call))
     }
 
     fn name_dyn(&self) -> &str {
@@ -107,13 +122,8 @@ impl<R: Runner> DynRunner for R {
 }
 
 impl Runner for dyn DynRunner {
-    async fn run(
-        &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError> {
-        self.run_dyn(tool, args, cx).await
+    async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
+        self.run_dyn(call).await
     }
 
     fn name(&self) -> &str {
@@ -128,11 +138,9 @@ impl Runner for dyn DynRunner {
 impl<R: Runner + ?Sized> Runner for Arc<R> {
     fn run(
         &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
+        call: PreparedCall<'_>,
     ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send {
-        (**self).run(tool, args, cx)
+        (**self).run(call)
     }
 
     fn name(&self) -> &str {
@@ -152,11 +160,9 @@ pub struct LocalSandbox;
 impl Runner for LocalSandbox {
     fn run(
         &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
+        call: PreparedCall<'_>,
     ) -> impl Future<Output = Result<ToolOutput, ToolError>> + Send {
-        tool.run_prepared(args, cx)
+        call.run_here()
     }
 
     fn name(&self) -> &str {

@@ -217,18 +217,13 @@ fn invalid_schema_is_a_config_error() {
 struct Recording(Mutex<Vec<(String, Value, String)>>);
 
 impl Runner for Recording {
-    async fn run(
-        &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let id = format!("{}|{:?}", cx.call_id(), cx.event_context());
+    async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
+        let id = format!("{}|{:?}", call.cx.call_id(), call.cx.event_context());
         self.0
             .lock()
             .unwrap()
-            .push((tool.name().to_owned(), args.clone(), id));
-        tool.run_prepared(args, cx).await
+            .push((call.tool.name().to_owned(), call.args.clone(), id));
+        call.run_here().await
     }
 }
 

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::args::ArgsValidator;
 use crate::{
-    DynRunner, IntoToolOutput, LocalSandbox, Runner, ToolError, ToolNode, ToolOutput, ToolSpec,
-    Violation,
+    DynRunner, IntoToolOutput, LocalSandbox, PreparedCall, Runner, ToolError, ToolNode, ToolOutput,
+    ToolSpec, Violation,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -402,8 +402,8 @@ impl ToolHandle {
             cx = cx.with_event_context(context.clone());
         }
         match options.runner {
-            Some(runner) => runner.run_dyn(self, args, &cx).await,
-            None => LocalSandbox.run(self, args, &cx).await,
+            Some(runner) => runner.run_dyn(PreparedCall::new(self, args, &cx)).await,
+            None => LocalSandbox.run(PreparedCall::new(self, args, &cx)).await,
         }
     }
 

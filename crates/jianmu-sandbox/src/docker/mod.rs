@@ -35,8 +35,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
 use bollard::query_parameters::AttachContainerOptionsBuilder;
-use jianmu_tool_core::{CallContext, Runner, ToolConfig, ToolError, ToolHandle, ToolOutput};
-use serde_json::Value;
+use jianmu_tool_core::{PreparedCall, Runner, ToolConfig, ToolError, ToolOutput};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::SandboxError;
@@ -247,18 +246,13 @@ impl DockerSandbox {
 }
 
 impl Runner for DockerSandbox {
-    async fn run(
-        &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let name = tool.name();
+    async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
+        let name = call.tool.name();
         let conn = self
             .connection()
             .await
             .map_err(|e| ToolError::runner(name, e))?;
-        match conn.call(name, args, cx).await {
+        match conn.call(name, call.args, call.cx).await {
             Outcome::Done { result, oom_kills } => {
                 let result = result.into_result(name);
                 if oom_kills == 0 {

@@ -4,7 +4,7 @@
 use std::time::Instant;
 
 use jianmu_tool_core::{
-    CallContext, Emitter, EventBus, EventKind, ExecutionEvent, Runner, ToolError, ToolHandle,
+    CallContext, Emitter, EventBus, EventKind, ExecutionEvent, PreparedCall, Runner, ToolError,
     ToolOutput,
 };
 use serde_json::Value;
@@ -82,16 +82,12 @@ impl Drop for Pending<'_> {
 }
 
 impl<R: Runner> Runner for WithEvents<R> {
-    async fn run(
-        &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError> {
+    async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
         // One look at the subscribers per call; events carry the arguments, copied only
         // when someone listens.
         let emitter = self.bus.emitter();
-        let logged = (!emitter.is_empty()).then(|| args.clone());
+        let logged = (!emitter.is_empty()).then(|| call.args.clone());
+        let (tool, cx) = (call.tool, call.cx);
         let mut pending = Pending {
             emitter,
             tool: tool.name(),
@@ -102,7 +98,7 @@ impl<R: Runner> Runner for WithEvents<R> {
             done: false,
         };
         pending.emit(EventKind::Started, None);
-        let result = self.inner.run(tool, args, cx).await;
+        let result = self.inner.run(call).await;
         pending.done = true;
         match &result {
             Ok(_) => pending.emit(EventKind::Completed, None),

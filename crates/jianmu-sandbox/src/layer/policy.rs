@@ -2,8 +2,7 @@
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Policy, Runner, ToolError, ToolHandle, ToolOutput};
-use serde_json::Value;
+use jianmu_tool_core::{Policy, PreparedCall, Runner, ToolError, ToolOutput};
 
 use super::delegate;
 
@@ -43,16 +42,11 @@ impl<R> WithPolicy<R> {
 }
 
 impl<R: Runner> Runner for WithPolicy<R> {
-    async fn run(
-        &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError> {
+    async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
         if !self.policy.is_open() {
-            self.policy.check(tool.spec())?;
+            self.policy.check(call.tool.spec())?;
         }
-        self.inner.run(tool, args, cx).await
+        self.inner.run(call).await
     }
 
     delegate!();

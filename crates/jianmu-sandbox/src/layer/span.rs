@@ -1,7 +1,6 @@
 //! `WithSpan`: runs each call inside a `tracing` span.
 
-use jianmu_tool_core::{CallContext, Runner, ToolError, ToolHandle, ToolOutput};
-use serde_json::Value;
+use jianmu_tool_core::{PreparedCall, Runner, ToolError, ToolOutput};
 use tracing::Instrument as _;
 
 use super::delegate;
@@ -31,19 +30,14 @@ impl<R> WithSpan<R> {
 }
 
 impl<R: Runner> Runner for WithSpan<R> {
-    async fn run(
-        &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError> {
+    async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
         let span = tracing::debug_span!(
             "tool",
-            name = tool.name(),
-            call_id = cx.call_id(),
+            name = call.tool.name(),
+            call_id = call.cx.call_id(),
             runner = self.inner.name()
         );
-        self.inner.run(tool, args, cx).instrument(span).await
+        self.inner.run(call).instrument(span).await
     }
 
     delegate!();

@@ -4,8 +4,7 @@ use std::future::Future as _;
 use std::task::Poll;
 use std::time::Duration;
 
-use jianmu_tool_core::{CallContext, Runner, ToolError, ToolHandle, ToolOutput};
-use serde_json::Value;
+use jianmu_tool_core::{PreparedCall, Runner, ToolError, ToolOutput};
 
 use super::delegate;
 
@@ -46,13 +45,9 @@ impl<R> WithTimeout<R> {
 }
 
 impl<R: Runner> Runner for WithTimeout<R> {
-    async fn run(
-        &self,
-        tool: &ToolHandle,
-        args: Value,
-        cx: &CallContext,
-    ) -> Result<ToolOutput, ToolError> {
-        let mut work = std::pin::pin!(self.inner.run(tool, args, cx));
+    async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
+        let tool = call.tool;
+        let mut work = std::pin::pin!(self.inner.run(call));
         let Some(limit) = self.limit else {
             return work.await;
         };
