@@ -94,7 +94,7 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             ours_ns: median_ns("dispatch/toolset_runner_events")?,
             reference: "the Python tools' call path in asyncio",
             reference_ns: seed_dispatch,
-            goal: "<= 2 us",
+            goal: "<= 0.5 us",
         },
         Row {
             what: "no-op call via ToolSet, no runner",
