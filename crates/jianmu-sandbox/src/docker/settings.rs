@@ -10,7 +10,7 @@ use crate::SandboxError;
 /// The image tag used unless [`DockerSettings::image`] says otherwise.
 pub const DEFAULT_IMAGE: &str = concat!("jianmu-sandbox:", env!("CARGO_PKG_VERSION"));
 
-/// Settings of [`DockerSandbox`] (`[execution.docker]` in `jianmu.toml`).
+/// Settings of [`DockerSandbox`](super::DockerSandbox) (`[execution.docker]` in `jianmu.toml`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct DockerSettings {

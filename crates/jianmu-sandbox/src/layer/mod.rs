@@ -1,9 +1,9 @@
 //! Layers: runners that wrap another [`Runner`] and add one concern each, composable
 //! in any order, like tower's layers.
 //!
-//! - [`WithPolicy`] refuses calls a [`Policy`](jianmu_tool_core::Policy) denies, before they run;
+//! - [`WithPolicy`] refuses calls a [`Policy`] denies, before they run;
 //! - [`WithEvents`] emits `execution.started`, `completed` and `failed` (and `failed`
-//!   with `cancelled` when the call's future is dropped) on an [`EventBus`](jianmu_tool_core::EventBus),
+//!   with `cancelled` when the call's future is dropped) on an [`EventBus`],
 //!   which feeds the [`AuditLog`](crate::AuditLog) too;
 //! - [`WithTimeout`] stops a call after a time limit;
 //! - [`WithSpan`] runs the call inside a `tracing` span.
