@@ -15,10 +15,13 @@ mod bench;
 mod docker_bench;
 mod mcp_bench;
 mod search_bench;
+mod setup;
 
 const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
 
-  test-all  fmt, clippy, the feature matrix, tests, docs, cargo deny
+  test-all  installs what is missing (cargo-nextest, cargo-deny, Debian packages as
+            root, a Docker engine), then fmt, clippy, the feature matrix, tests,
+            docs, cargo deny
   bench     benchmarks, printed as ratios against reference implementations
             [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree
   docs      regenerate docs/tools.md from the live tool specs
@@ -112,6 +115,7 @@ fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()
 
 fn test_all() -> anyhow::Result<()> {
     let start = Instant::now();
+    step("preflight (what the checks need)", setup::preflight)?;
     step("fmt", || {
         let mut c = cargo();
         c.args(["fmt", "--all", "--check"]);
@@ -143,6 +147,9 @@ fn test_all() -> anyhow::Result<()> {
         run(c)?;
         let mut c = cargo();
         c.args(["test", "--doc", "--workspace", "--all-features", "--locked"]);
+        run(c)?;
+        let mut c = cargo();
+        c.args(["build", "--examples", "-p", "jianmu-examples", "--locked"]);
         run(c)
     })?;
     step("docs", || {
@@ -157,6 +164,21 @@ fn test_all() -> anyhow::Result<()> {
         c.env("RUSTDOCFLAGS", "-D warnings");
         run(c)
     })?;
+    step("package (every library crate packs)", || {
+        for krate in library_crates()? {
+            let mut c = cargo();
+            c.args([
+                "package",
+                "--list",
+                "--allow-dirty",
+                "--locked",
+                "-p",
+                &krate,
+            ]);
+            output(c)?;
+        }
+        Ok(())
+    })?;
     step("cargo deny (licenses, bans, sources)", || {
         let mut c = cargo();
         c.args(["fetch", "--locked"]);
@@ -167,6 +189,19 @@ fn test_all() -> anyhow::Result<()> {
     })?;
     eprintln!("\ntest-all: everything passed in {:.0?}", start.elapsed());
     Ok(())
+}
+
+/// Every crate under `crates/` that is meant for others (all but the examples).
+fn library_crates() -> anyhow::Result<Vec<String>> {
+    let mut names = Vec::new();
+    for entry in std::fs::read_dir(root().join("crates"))? {
+        let name = entry?.file_name().to_string_lossy().into_owned();
+        if name != "jianmu-examples" {
+            names.push(name);
+        }
+    }
+    names.sort();
+    Ok(names)
 }
 
 /// The tool features of the provider, read from its manifest.

@@ -61,6 +61,11 @@ pub(crate) enum Command {
         #[arg(long)]
         markdown: bool,
     },
+    /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
+    Completions {
+        /// The shell.
+        shell: clap_complete::Shell,
+    },
     /// Print one tool's spec as JSON.
     Schema {
         /// Tool name or alias.
@@ -120,4 +125,31 @@ pub(crate) enum SandboxCommand {
         #[arg(long)]
         verbose: bool,
     },
+}
+
+/// `--version`'s long form: the version and the Cargo features this build has.
+pub(crate) fn long_version() -> String {
+    let features: Vec<&str> = [
+        ("calculator", cfg!(feature = "calculator")),
+        ("code", cfg!(feature = "code")),
+        ("fs", cfg!(feature = "fs")),
+        ("http", cfg!(feature = "http")),
+        ("script", cfg!(feature = "script")),
+        ("search", cfg!(feature = "search")),
+        ("shell", cfg!(feature = "shell")),
+        ("mcp", cfg!(feature = "mcp")),
+        ("docker", cfg!(feature = "docker")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect();
+    format!(
+        "{} (features: {})",
+        env!("CARGO_PKG_VERSION"),
+        if features.is_empty() {
+            "none".to_owned()
+        } else {
+            features.join(", ")
+        }
+    )
 }

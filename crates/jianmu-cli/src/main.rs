@@ -11,7 +11,7 @@ use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 
 use anyhow::Context;
-use clap::Parser;
+use clap::{CommandFactory as _, FromArgMatches as _};
 use jianmu_tool_core::{ToolError, ToolHandle, ToolSet, ToolSpec};
 use serde_json::Value;
 
@@ -42,7 +42,16 @@ impl From<anyhow::Error> for Failure {
 
 fn main() -> ExitCode {
     init_tracing();
-    let cli = Cli::parse();
+    // Made once per process; clap keeps `&'static str`s.
+    let version: &'static str = Box::leak(args::long_version().into_boxed_str());
+    let matches = Cli::command()
+        .version(version)
+        .long_version(version)
+        .get_matches();
+    let cli = match Cli::from_arg_matches(&matches) {
+        Ok(cli) => cli,
+        Err(e) => e.exit(),
+    };
     match run(cli) {
         Ok(()) => ExitCode::SUCCESS,
         Err(Failure::Call(e)) => {
@@ -92,6 +101,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 render::table(&specs)
             };
             print(&text)
+        }
+        Command::Completions { shell } => {
+            let mut script = Vec::new();
+            clap_complete::generate(*shell, &mut Cli::command(), "jianmu", &mut script);
+            print(&String::from_utf8_lossy(&script))
         }
         Command::Schema { name, format } => {
             let settings = load()?;

@@ -26,9 +26,11 @@
 //! # }
 //! ```
 #![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod audit;
 #[cfg(feature = "docker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
 pub mod docker;
 mod error;
 pub mod layer;
@@ -43,6 +45,7 @@ pub use layer::RunnerExt;
 pub use runner::ToolRunner;
 
 #[cfg(feature = "docker")]
+#[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
 pub use docker::{DockerSandbox, DockerSettings};
 
 /// Locks `m`, taking the data even if a panicking holder poisoned it: every mutex in

@@ -193,6 +193,12 @@ mod calculator {
     #[test]
     fn config_file_and_flags() {
         let dir = tempfile::tempdir().unwrap();
+        // Readable by the sandbox's default user, so the Docker settings are accepted
+        // and the missing daemon is what the call runs into.
+        {
+            use std::os::unix::fs::PermissionsExt as _;
+            std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
         std::fs::write(
             dir.path().join("jianmu.toml"),
             "[execution]\ntool_runner = \"docker\"\n[execution.docker]\ndocker_host = \"unix:///nonexistent/docker.sock\"\n",
@@ -373,4 +379,43 @@ mod policy {
             ]
         );
     }
+}
+
+#[test]
+fn version_names_the_features_and_completions_are_printed() {
+    let out = jianmu(&["--version"], Path::new("."));
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.starts_with(&format!("jianmu {} (features: ", env!("CARGO_PKG_VERSION"))),
+        "{text}"
+    );
+    for name in expected_features() {
+        assert!(text.contains(name), "{text} lacks {name}");
+    }
+    for shell in ["bash", "zsh", "fish"] {
+        let out = jianmu(&["completions", shell], Path::new("."));
+        assert!(out.status.success(), "{shell}");
+        let script = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            script.contains("jianmu") && script.contains("call"),
+            "{shell}"
+        );
+    }
+    let out = jianmu(&["completions", "tcsh"], Path::new("."));
+    assert_eq!(out.status.code(), Some(2));
+}
+
+/// The Cargo features this test binary was built with, as `--version` names them.
+fn expected_features() -> Vec<&'static str> {
+    [
+        ("calculator", cfg!(feature = "calculator")),
+        ("fs", cfg!(feature = "fs")),
+        ("shell", cfg!(feature = "shell")),
+        ("mcp", cfg!(feature = "mcp")),
+        ("docker", cfg!(feature = "docker")),
+    ]
+    .into_iter()
+    .filter_map(|(name, on)| on.then_some(name))
+    .collect()
 }

@@ -304,6 +304,7 @@ mod tests {
             assert!(err.to_string().contains("cannot be mounted"), "{ws}: {err}");
         }
         let dir = tempfile::tempdir().unwrap();
+        open_to_others(dir.path());
         assert!(DockerSandbox::new(dir.path(), DockerSettings::default()).is_ok());
         let root = DockerSettings {
             user: Some("0:0".into()),
@@ -311,5 +312,46 @@ mod tests {
         };
         let err = DockerSandbox::new(dir.path(), root).unwrap_err();
         assert!(err.to_string().contains("never runs as root"), "{err}");
+    }
+
+    /// Lets the sandbox's default user (`nobody`) read `dir`, as a root-owned
+    /// workspace must allow.
+    fn open_to_others(dir: &Path) {
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+
+    #[test]
+    fn a_root_owned_workspace_nobody_can_read_is_refused_before_any_container() {
+        use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o700)).unwrap();
+        let owner = std::fs::metadata(dir.path()).unwrap().uid();
+        // No daemon is asked: the check happens before anything starts.
+        let settings = DockerSettings {
+            docker_host: Some("unix:///nonexistent/docker.sock".into()),
+            ..DockerSettings::default()
+        };
+        let made = DockerSandbox::new(dir.path(), settings.clone());
+        if owner == 0 {
+            let err = made.unwrap_err().to_string();
+            assert!(err.contains("belongs to root (mode 700)"), "{err}");
+            assert!(err.contains("chown -R 65534:65534"), "{err}");
+            // Readable by others: nobody enters it.
+            open_to_others(dir.path());
+            let sandbox = DockerSandbox::new(dir.path(), settings).unwrap();
+            assert_eq!(sandbox.user(), "65534:65534");
+        } else {
+            // Anyone else's workspace is entered as its owner.
+            assert_eq!(
+                made.unwrap().user(),
+                format!("{owner}:{}", gid_of(dir.path()))
+            );
+        }
+    }
+
+    fn gid_of(dir: &Path) -> u32 {
+        use std::os::unix::fs::MetadataExt as _;
+        std::fs::metadata(dir).unwrap().gid()
     }
 }

@@ -124,8 +124,22 @@ impl DockerSettings {
                 user.clone()
             }
             None => {
-                use std::os::unix::fs::MetadataExt as _;
+                use std::os::unix::fs::{MetadataExt as _, PermissionsExt as _};
                 if meta.uid() == 0 {
+                    // The sandbox never runs as root, so a root-owned workspace is
+                    // entered as `nobody`, through the permission bits for others.
+                    let mode = meta.permissions().mode();
+                    if mode & 0o005 != 0o005 {
+                        return Err(bad(format!(
+                            "workspace {ws} belongs to root (mode {mode:o}) and the sandbox \
+                             never runs as root: its default user, 65534 (nobody), cannot \
+                             read it. Give the workspace to that user \
+                             (`chown -R 65534:65534 {ws}`), or set `user = \"UID:GID\"` in \
+                             [execution.docker] to a non-root owner of it",
+                            ws = workspace.display(),
+                            mode = mode & 0o7777,
+                        )));
+                    }
                     "65534:65534".to_owned()
                 } else {
                     format!("{}:{}", meta.uid(), meta.gid())
