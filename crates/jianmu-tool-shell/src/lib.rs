@@ -8,7 +8,8 @@
 //! working directory is the workspace; stdout and stderr keep their first and last
 //! bytes and are always drained; and the environment is an allow-list, so the command
 //! does not inherit the host's variables (it runs with the `jianmu` process's
-//! permissions, though: what that process can read, the command can read too). Processes start only through [`jianmu_process`].
+//! permissions, though: what that process can read, the command can read too).
+//! Processes start only through [`jianmu_process`].
 #![deny(missing_docs)]
 
 use std::path::PathBuf;
