@@ -90,14 +90,20 @@ pub struct ToolSet {
     tools: Vec<Slot>,
     index: HashMap<String, usize>,
     aliases: HashMap<String, String>,
-    source: Option<Arc<dyn ToolProvider + Send + Sync>>,
+    /// The provider asked which feature adds a tool the set lacks (the first lazy
+    /// one merged in).
+    source: Option<Source>,
 }
 
-/// A tool, or the place it is built into on first use.
+type Source = Arc<dyn ToolProvider + Send + Sync>;
+
+/// A tool, or the place it is built into on first use by its own provider (so a
+/// merge of lazy sets builds each tool where it came from).
 #[derive(Clone)]
 struct Slot {
     name: String,
     tool: Arc<OnceLock<ToolHandle>>,
+    source: Option<Source>,
 }
 
 impl Slot {
@@ -105,6 +111,7 @@ impl Slot {
         Self {
             name: tool.name().to_owned(),
             tool: Arc::new(OnceLock::from(tool)),
+            source: None,
         }
     }
 }
@@ -167,15 +174,18 @@ impl ToolSet {
     /// # Errors
     /// As [`ToolProvider::names`].
     pub fn lazy(provider: impl ToolProvider + Send + Sync + 'static) -> Result<Self, ToolError> {
+        let names = provider.names()?;
+        let source: Source = Arc::new(provider);
         let mut set = Self::new();
-        for name in provider.names()? {
+        for name in names {
             set.insert_slot(Slot {
                 name,
                 tool: Arc::default(),
+                source: Some(Arc::clone(&source)),
             });
         }
-        set.add_aliases(provider.aliases());
-        set.source = Some(Arc::new(provider));
+        set.add_aliases(source.aliases());
+        set.source = Some(source);
         Ok(set)
     }
 
@@ -235,7 +245,7 @@ impl ToolSet {
         if let Some(&i) = self.index.get(name) {
             return self.built(&self.tools[i]);
         }
-        let canonical = self.aliases.get(name).map_or(name, String::as_str);
+        let canonical = self.canonical_name(name);
         let Some(&i) = self.index.get(canonical) else {
             return Err(match &self.source {
                 Some(source) => match source.build(canonical) {
@@ -248,11 +258,11 @@ impl ToolSet {
         self.built(&self.tools[i])
     }
 
-    fn built<'a>(&'a self, slot: &'a Slot) -> Result<&'a ToolHandle, ToolError> {
+    fn built<'a>(&self, slot: &'a Slot) -> Result<&'a ToolHandle, ToolError> {
         if let Some(tool) = slot.tool.get() {
             return Ok(tool);
         }
-        let Some(source) = &self.source else {
+        let Some(source) = &slot.source else {
             return Err(self.unknown(&slot.name));
         };
         let tool = source.build(&slot.name)?;

@@ -628,3 +628,35 @@ fn fresh_call_ids_are_distinct_call_numbers_and_given_ones_are_kept() {
     assert_eq!(given.call_id(), "toolu_01");
     assert_eq!(given.clone().call_id(), "toolu_01");
 }
+
+#[test]
+fn a_merge_of_lazy_sets_builds_each_tool_with_its_own_provider() {
+    /// Offers and builds only the tool it is named after.
+    struct One(&'static str);
+    impl ToolProvider for One {
+        fn tools(&self) -> Result<Vec<ToolHandle>, ToolError> {
+            Ok(vec![echo(ToolSpec::new(self.0, self.0))])
+        }
+        fn resolve(&self, names: &[&str]) -> Result<Vec<ToolHandle>, ToolError> {
+            match names {
+                [name] if *name == self.0 => self.tools(),
+                _ => Err(ToolError::failed(format!(
+                    "{} cannot build {names:?}",
+                    self.0
+                ))),
+            }
+        }
+        fn names(&self) -> Result<Vec<String>, ToolError> {
+            Ok(vec![self.0.to_owned()])
+        }
+    }
+    let set = ToolSet::lazy(One("a"))
+        .unwrap()
+        .merge(ToolSet::lazy(One("b")).unwrap());
+    assert_eq!(set.names(), ["a", "b"]);
+    for name in ["a", "b"] {
+        let out = block_on(set.execute(name, json!("q"), None)).unwrap();
+        assert_eq!(out.text, r#""q""#, "{name}");
+        assert_eq!(set.tool(name).unwrap().spec().description, name);
+    }
+}

@@ -151,24 +151,16 @@ enum CallId {
 
 impl CallId {
     fn counted(n: u64) -> Self {
+        use std::io::Write as _;
         let mut text = [0u8; 25];
         text[..5].copy_from_slice(b"call-");
-        let mut digits = [0u8; 20];
-        let mut at = digits.len();
-        let mut rest = n;
-        loop {
-            at -= 1;
-            digits[at] = b'0' + (rest % 10) as u8;
-            rest /= 10;
-            if rest == 0 {
-                break;
-            }
-        }
-        let count = digits.len() - at;
-        text[5..5 + count].copy_from_slice(&digits[at..]);
+        let mut rest = &mut text[5..];
+        // 20 digits hold any u64, so the write cannot run out of room.
+        let _ = write!(rest, "{n}");
+        let len = 25 - rest.len();
         Self::Counted {
             text,
-            len: (5 + count) as u8,
+            len: len as u8,
         }
     }
 
