@@ -1,5 +1,9 @@
 //! The one place in the workspace that starts processes.
 //!
+//! Tools start their commands through a [`Jail`]: a supervisor that leaves nothing
+//! behind when the call ends, and the isolation the kernel offers (see the `jail`
+//! module's documentation and [`Isolation::probe`]).
+//!
 //! `clippy.toml` bans `Command::new` everywhere else (a tidy test checks the source
 //! too), so every spawn gets the same safe defaults: standard input closed, and for
 //! async commands the child killed when its handle is dropped, so a cancelled call
@@ -19,6 +23,11 @@
 use std::ffi::OsStr;
 use std::process::Stdio;
 
+mod jail;
+mod sys;
+
+pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Supervised};
+
 /// A `tokio` command for `program` with stdin closed (`/dev/null`) and the child killed
 /// when its handle is dropped, so a cancelled call leaves no process behind.
 pub fn command(program: impl AsRef<OsStr>) -> tokio::process::Command {
@@ -35,6 +44,26 @@ pub fn std_command(program: impl AsRef<OsStr>) -> std::process::Command {
     let mut cmd = std::process::Command::new(program);
     cmd.stdin(Stdio::null());
     cmd
+}
+
+/// Live processes (not zombies) whose command line contains `needle`, by PID: how tests
+/// and diagnostics check that nothing a call started is left.
+pub fn running_with(needle: &str) -> Vec<u32> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|pid| {
+            let live = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+                s.rsplit_once(") ")
+                    .is_some_and(|(_, rest)| !rest.starts_with('Z'))
+            });
+            live && std::fs::read(format!("/proc/{pid}/cmdline"))
+                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+        })
+        .collect()
 }
 
 #[cfg(test)]

@@ -30,3 +30,167 @@ async fn dropping_an_async_child_kills_it() {
     }
     panic!("the dropped child {pid} is still running");
 }
+
+use crate::running_with;
+
+/// A sleep duration nobody else uses, to find the test's processes by.
+fn unique_sleep() -> String {
+    use std::sync::atomic::{AtomicU32, Ordering};
+    static N: AtomicU32 = AtomicU32::new(0);
+    format!(
+        "1000.{}{:04}",
+        std::process::id(),
+        N.fetch_add(1, Ordering::Relaxed)
+    )
+}
+
+fn jail(mode: crate::IsolationMode, ws: &std::path::Path) -> crate::Jail {
+    crate::Jail::new(
+        &crate::IsolationSettings {
+            mode,
+            ..Default::default()
+        },
+        ws,
+    )
+    .unwrap()
+}
+
+async fn run(jail: &crate::Jail, script: &str, ws: &std::path::Path) -> (i32, String) {
+    let mut cmd = jail.command("bash");
+    if let Some(tmp) = jail.tmp() {
+        cmd.env("TMPDIR", tmp);
+    }
+    cmd.arg("-c")
+        .arg(script)
+        .current_dir(ws)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = crate::Jail::spawn(&mut cmd).unwrap();
+    let out = tokio::time::timeout(std::time::Duration::from_secs(20), child.child().wait())
+        .await
+        .expect("the supervised command did not end")
+        .unwrap();
+    let mut text = String::new();
+    use tokio::io::AsyncReadExt;
+    if let Some(mut o) = child.child().stdout.take() {
+        o.read_to_string(&mut text).await.unwrap();
+    }
+    if let Some(mut e) = child.child().stderr.take() {
+        e.read_to_string(&mut text).await.unwrap();
+    }
+    (out.code().unwrap_or(-1), text)
+}
+
+#[tokio::test]
+async fn nothing_started_by_a_command_outlives_it() {
+    let ws = tempfile::tempdir().unwrap();
+    for mode in [crate::IsolationMode::Off, crate::IsolationMode::Auto] {
+        let jail = jail(mode, ws.path());
+        let (a, b, c) = (unique_sleep(), unique_sleep(), unique_sleep());
+        let script = format!(
+            "setsid nohup sleep {a} >/dev/null 2>&1 & \
+             env -i setsid sleep {b} & \
+             ( ( exec -a x sleep {c} ) & ) ; sleep 0.3; echo started"
+        );
+        let (code, out) = run(&jail, &script, ws.path()).await;
+        assert_eq!((code, out.trim()), (0, "started"), "{mode:?}");
+        for needle in [&a, &b, &c] {
+            assert!(
+                running_with(needle).is_empty(),
+                "{mode:?}: `sleep {needle}` outlived its command"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn stopping_a_supervised_command_ends_its_whole_tree() {
+    let ws = tempfile::tempdir().unwrap();
+    let jail = jail(crate::IsolationMode::Auto, ws.path());
+    let a = unique_sleep();
+    // A fork-and-setsid loop that keeps starting escapees until stopped.
+    let script = format!("while true; do env -i setsid sleep {a} & sleep 0.05; done");
+    let mut cmd = jail.command("bash");
+    cmd.arg("-c").arg(&script).current_dir(ws.path());
+    let mut child = crate::Jail::spawn(&mut cmd).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(400)).await;
+    assert!(!running_with(&a).is_empty(), "the loop did not start");
+    tokio::time::timeout(std::time::Duration::from_secs(20), child.stop_and_wait())
+        .await
+        .expect("stopping took too long");
+    assert!(running_with(&a).is_empty(), "escapees outlived the stop");
+    // Dropping a running one does the same.
+    let b = unique_sleep();
+    let mut cmd = jail.command("bash");
+    cmd.arg("-c")
+        .arg(format!("setsid sleep {b} & wait"))
+        .current_dir(ws.path());
+    let child = crate::Jail::spawn(&mut cmd).unwrap();
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    assert!(!running_with(&b).is_empty());
+    drop(child);
+    for _ in 0..200 {
+        if running_with(&b).is_empty() {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+    }
+    panic!("dropping the command left `sleep {b}` running");
+}
+
+#[tokio::test]
+async fn isolation_hides_the_caller_and_confines_writes_and_network() {
+    let offered = crate::Isolation::probe();
+    if offered.landlock_abi == 0 && !offered.namespaces {
+        // Nothing to test on this kernel; `describe` says so.
+        assert_eq!(
+            jail(crate::IsolationMode::Auto, std::path::Path::new("/")).describe(),
+            "supervised"
+        );
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let jail = jail(crate::IsolationMode::Auto, ws.path());
+    let me = std::process::id();
+    let (code, out) = run(&jail, &format!("cat /proc/{me}/environ"), ws.path()).await;
+    assert_ne!(code, 0, "the caller's environment was readable: {out}");
+    let script = format!(
+        "echo a > in-workspace && echo b > \"$TMPDIR/t\" && echo c > /dev/null && cat in-workspace \"$TMPDIR/t\"; \
+         {{ echo d > {}/outside; }} 2>/dev/null && echo WROTE-OUTSIDE; true",
+        outside.path().display()
+    );
+    let (code, out) = run(&jail, &script, ws.path()).await;
+    assert_eq!((code, out.as_str()), (0, "a\nb\n"));
+    assert!(!outside.path().join("outside").exists());
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (code, out) = run(
+        &jail,
+        &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED"),
+        ws.path(),
+    )
+    .await;
+    assert!(code != 0 && !out.contains("CONNECTED"), "{out}");
+    assert!(
+        jail.describe().contains("no network"),
+        "{}",
+        jail.describe()
+    );
+    // With `network = true`, the same connection works.
+    let open = crate::Jail::new(
+        &crate::IsolationSettings {
+            network: true,
+            ..Default::default()
+        },
+        ws.path(),
+    )
+    .unwrap();
+    let (code, out) = run(
+        &open,
+        &format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo CONNECTED"),
+        ws.path(),
+    )
+    .await;
+    assert_eq!((code, out.trim()), (0, "CONNECTED"));
+}

@@ -26,7 +26,7 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let python = PythonRepl::new(PythonSettings::default(), std::env::temp_dir());
+    let python = PythonRepl::new(PythonSettings::default(), std::env::temp_dir()).unwrap();
     let args = PythonArgs {
         code: "x + 1".into(),
         timeout: None,

@@ -5,8 +5,10 @@
 //! run one call at a time (`parallel_safe` is false) and declare `code:exec`.
 //! `rhai_repl` cannot touch files, network or processes and its limits always hold
 //! (operations, call depth, expression depth, sizes, wall-clock time, output).
-//! `python_repl` is full Python: its time limit really stops the code (the whole
-//! process group is killed), but isolation needs the Docker sandbox.
+//! `python_repl` is full Python under a process supervisor: its time limit or a cancel
+//! really stops the code and everything it started, and where the kernel allows it is
+//! isolated (writes only in the workspace and its `TMPDIR`, no network, no view of
+//! other processes); it can still read what the `jianmu` process can read.
 //!
 //! Settings (`[tools.rhai_repl]`, `[tools.python_repl]` in `jianmu.toml`) are
 //! [`RhaiSettings`] and [`PythonSettings`].
@@ -37,7 +39,7 @@ fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(PythonRepl::new(
         config.settings("python_repl")?,
         config.workspace().to_owned(),
-    ))
+    )?)
 }
 
 jianmu_tool_core::register_tool!("rhai_repl", build_rhai);

@@ -1,20 +1,24 @@
 //! `python_repl`: a real CPython in a persistent child process.
 //!
 //! The child (`runner.py`) keeps one namespace across calls and answers one JSON line
-//! per request. The host bounds everything it reads, kills the child's whole process
-//! group on timeout, and starts a fresh interpreter on the next call after a timeout or
-//! a crash, saying that the state was lost.
+//! per request, carrying the request's id (a line user code writes to the protocol
+//! stream is skipped, never taken for the next answer). The interpreter runs under a
+//! [`jianmu_process::Jail`] (isolated where the kernel allows, `[tools.python_repl.isolation]`);
+//! after each call it ends every process the call started. The host bounds everything it
+//! reads; a time limit or a cancelled call stops the interpreter and everything it
+//! started, and the next call starts a fresh one, saying that the state was lost.
 
 use std::path::PathBuf;
 use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
+use jianmu_process::{IsolationSettings, Jail, Supervised};
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{Child, ChildStdin, ChildStdout};
+use tokio::process::{ChildStdin, ChildStdout};
 use tokio::sync::Mutex;
 
 use crate::truncate;
@@ -38,6 +42,8 @@ pub struct PythonSettings {
     pub globals: Map<String, Value>,
     /// Working directory of the interpreter; the workspace root when absent.
     pub cwd: Option<PathBuf>,
+    /// How the interpreter is isolated (`[tools.python_repl.isolation]`).
+    pub isolation: IsolationSettings,
 }
 
 impl Default for PythonSettings {
@@ -49,6 +55,7 @@ impl Default for PythonSettings {
             allowed_modules: None,
             globals: Map::new(),
             cwd: None,
+            isolation: IsolationSettings::default(),
         }
     }
 }
@@ -67,31 +74,37 @@ pub struct PythonArgs {
 }
 
 struct Interpreter {
-    child: Child,
+    process: Supervised,
     input: ChildStdin,
     output: BufReader<ChildStdout>,
-    /// A request was sent and its answer not read: the call that sent it was dropped
-    /// (cancelled). The answer must be read, and thrown away, before the next request.
-    pending: bool,
+    /// The id of the last request sent.
+    last_id: u64,
 }
 
-impl Interpreter {
-    /// Kills the interpreter and everything it started.
-    fn kill(&mut self) {
-        if let Some(pid) = self
-            .child
-            .id()
-            .and_then(|p| rustix::process::Pid::from_raw(p as i32))
-        {
-            let _ = rustix::process::kill_process_group(pid, rustix::process::Signal::KILL);
-        }
-        let _ = self.child.start_kill();
-    }
+/// The interpreter slot, and why the last interpreter was lost if the call that lost
+/// it could not say so (it was cancelled).
+#[derive(Default)]
+struct State {
+    interpreter: Option<Interpreter>,
+    lost: Option<&'static str>,
 }
 
-impl Drop for Interpreter {
+/// Stops the interpreter if the call using it is dropped before it finished (a runner
+/// time limit, an MCP cancel): a half-done exchange never reaches the next call.
+struct InFlight<'a> {
+    state: &'a mut State,
+    armed: bool,
+}
+
+impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.kill();
+        if self.armed {
+            // Dropping the supervised process stops it and all it started.
+            self.state.interpreter = None;
+            self.state.lost = Some(
+                "the previous call was cancelled before it finished, so the interpreter was stopped and its state (variables, imports) is lost",
+            );
+        }
     }
 }
 
@@ -100,13 +113,15 @@ impl Drop for Interpreter {
 pub struct PythonRepl {
     settings: Arc<PythonSettings>,
     cwd: PathBuf,
-    interpreter: Arc<Mutex<Option<Interpreter>>>,
+    jail: Jail,
+    state: Arc<Mutex<State>>,
 }
 
 impl std::fmt::Debug for PythonRepl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PythonRepl")
             .field("settings", &self.settings)
+            .field("isolation", &self.jail.describe())
             .finish_non_exhaustive()
     }
 }
@@ -119,19 +134,30 @@ enum Lost {
 }
 
 impl PythonRepl {
-    /// A REPL whose interpreter starts in `cwd`.
-    pub fn new(settings: PythonSettings, cwd: PathBuf) -> Self {
+    /// A REPL whose interpreter starts in `cwd` (the workspace).
+    ///
+    /// # Errors
+    /// The isolation the settings require is not available.
+    pub fn new(settings: PythonSettings, cwd: PathBuf) -> Result<Self, ToolError> {
         let cwd = settings.cwd.clone().unwrap_or(cwd);
-        Self {
+        let jail = Jail::new(&settings.isolation, &cwd)
+            .map_err(|e| ToolError::failed(format!("python_repl: {e}")))?;
+        Ok(Self {
             settings: Arc::new(settings),
             cwd,
-            interpreter: Arc::new(Mutex::new(None)),
-        }
+            jail,
+            state: Arc::default(),
+        })
+    }
+
+    /// What isolation is in force, in one line.
+    pub fn isolation(&self) -> &str {
+        self.jail.describe()
     }
 
     async fn start(&self) -> Result<Interpreter, ToolError> {
         let python = &self.settings.python;
-        let mut cmd = jianmu_process::command(python);
+        let mut cmd = self.jail.command(python);
         cmd.args(["-u", "-I", "-c", RUNNER])
             .current_dir(&self.cwd)
             .env_clear()
@@ -139,31 +165,35 @@ impl PythonRepl {
             .env("LANG", "C.UTF-8")
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
-            .stderr(Stdio::null())
-            .process_group(0);
-        let mut child = cmd.spawn().map_err(|e| {
+            .stderr(Stdio::null());
+        if let Some(tmp) = self.jail.tmp() {
+            cmd.env("TMPDIR", tmp);
+        }
+        let mut process = Jail::spawn(&mut cmd).map_err(|e| {
             ToolError::failed(format!(
                 "cannot start the Python interpreter `{}`: {e}; install python3 or set `python` in [tools.python_repl]",
                 python.display()
             ))
         })?;
+        let child = process.child();
         let (Some(input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
             return Err(ToolError::failed("the Python interpreter has no pipes"));
         };
         let mut interp = Interpreter {
-            child,
+            process,
             input,
             output: BufReader::new(output),
-            pending: false,
+            last_id: 0,
         };
         let config = json!({
             "max_output": self.settings.max_output,
             "allowed_modules": self.settings.allowed_modules,
             "globals": self.settings.globals,
+            "own_pid_namespace": self.jail.own_pid_namespace(),
         });
         let start = async {
             send(&mut interp, &config).await?;
-            receive(&mut interp, 4096).await
+            receive(&mut interp, 4096, None).await
         };
         match tokio::time::timeout(Duration::from_secs(10), start).await {
             Ok(Ok(ready)) if ready.get("ready").is_some() => Ok(interp),
@@ -180,43 +210,64 @@ impl PythonRepl {
     /// The code's exception (its traceback's last lines), a timeout, or an interpreter
     /// that died; the last two lose the interpreter's state, and say so.
     pub async fn run(&self, args: &PythonArgs) -> Result<ToolOutput, ToolError> {
-        let mut slot = self.interpreter.lock().await;
-        if slot.is_none() {
-            *slot = Some(self.start().await?);
+        let mut state = self.state.lock().await;
+        let notice = state.lost.take();
+        let outcome = self.exchange(&mut state, args).await;
+        match notice {
+            None => outcome,
+            Some(notice) => {
+                let prefix = format!("({notice}; this call ran in a fresh one)\n");
+                match outcome {
+                    Ok(mut out) => {
+                        out.text.insert_str(0, &prefix);
+                        Ok(out)
+                    }
+                    Err(ToolError::Failed { message }) => {
+                        Err(ToolError::failed(format!("{prefix}{message}")))
+                    }
+                    Err(e) => Err(e),
+                }
+            }
         }
-        let Some(interp) = slot.as_mut() else {
-            return Err(ToolError::failed("the Python interpreter is not running"));
-        };
+    }
+
+    async fn exchange(
+        &self,
+        state: &mut State,
+        args: &PythonArgs,
+    ) -> Result<ToolOutput, ToolError> {
+        if state.interpreter.is_none() {
+            state.interpreter = Some(self.start().await?);
+        }
         let timeout =
             Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
                 .unwrap_or(Duration::from_secs(30));
         // A bound on one answer: the child caps what it captures, so anything much
         // longer means it is misbehaving.
         let bound = self.settings.max_output * 12 + 64 * 1024;
+        let mut flight = InFlight { state, armed: true };
+        let Some(interp) = flight.state.interpreter.as_mut() else {
+            return Err(ToolError::failed("the Python interpreter is not running"));
+        };
         let exchange = async {
-            if interp.pending {
-                receive(interp, bound).await?;
-                interp.pending = false;
-            }
-            send(interp, &json!({"code": args.code})).await?;
-            interp.pending = true;
-            let answer = receive(interp, bound).await?;
-            interp.pending = false;
-            Ok(answer)
+            interp.last_id += 1;
+            let id = interp.last_id;
+            send(interp, &json!({"id": id, "code": args.code})).await?;
+            receive(interp, bound, Some(id)).await
         };
         let outcome = match tokio::time::timeout(timeout, exchange).await {
             Ok(Ok(answer)) => Ok(answer),
             Ok(Err(lost)) => Err(lost),
             Err(_) => Err(Lost::Timeout(timeout)),
         };
+        flight.armed = false;
         match outcome {
             Ok(answer) => Ok(self.render(&answer)?),
             Err(lost) => {
-                let mut dead = slot.take();
-                let status = match dead.as_mut() {
-                    Some(i) => {
-                        i.kill();
-                        i.child.wait().await.ok()
+                let status = match flight.state.interpreter.take() {
+                    Some(mut i) => {
+                        i.process.stop_and_wait().await;
+                        i.process.child().try_wait().ok().flatten()
                     }
                     None => None,
                 };
@@ -231,7 +282,7 @@ impl PythonRepl {
                     Lost::Broken(what) => format!("the Python interpreter misbehaved ({what})"),
                 };
                 Err(ToolError::failed(format!(
-                    "{why}; it was stopped and its state (variables, imports) is lost; the next call starts a fresh interpreter"
+                    "{why}; it was stopped with everything it started, and its state (variables, imports) is lost; the next call starts a fresh interpreter"
                 )))
             }
         }
@@ -284,8 +335,27 @@ async fn send(interp: &mut Interpreter, message: &Value) -> Result<(), Lost> {
     interp.input.flush().await.map_err(|_| Lost::Exited)
 }
 
-/// Reads one answer line of at most `bound` bytes.
-async fn receive(interp: &mut Interpreter, bound: usize) -> Result<Value, Lost> {
+/// Reads the answer to request `id` (any answer for `None`), each line at most `bound`
+/// bytes. Lines that are not that answer (user code can write to the protocol stream)
+/// are skipped, a bounded number of them.
+async fn receive(interp: &mut Interpreter, bound: usize, id: Option<u64>) -> Result<Value, Lost> {
+    for _ in 0..1000 {
+        let line = read_line(interp, bound).await?;
+        let Ok(answer) = serde_json::from_slice::<Value>(&line) else {
+            continue;
+        };
+        match id {
+            Some(id) if answer.get("id").and_then(Value::as_u64) != Some(id) => continue,
+            _ => return Ok(answer),
+        }
+    }
+    Err(Lost::Broken(
+        "too many stray lines on the protocol stream".into(),
+    ))
+}
+
+/// One line of at most `bound` bytes.
+async fn read_line(interp: &mut Interpreter, bound: usize) -> Result<Vec<u8>, Lost> {
     let mut line = Vec::new();
     loop {
         let buf = interp.output.fill_buf().await.map_err(|_| Lost::Exited)?;
@@ -302,10 +372,9 @@ async fn receive(interp: &mut Interpreter, bound: usize) -> Result<Value, Lost> 
             return Err(Lost::Broken(format!("an answer over {bound} bytes")));
         }
         if done {
-            break;
+            return Ok(line);
         }
     }
-    serde_json::from_slice(&line).map_err(|e| Lost::Broken(format!("an unreadable answer: {e}")))
 }
 
 impl Tool for PythonRepl {
@@ -322,8 +391,8 @@ impl Tool for PythonRepl {
          expression, or the printed output of statements (stderr appended).\n\
          Names and imports persist between calls. An exception comes back as the end of its \
          traceback. A call past its time limit (30 s by default) stops the interpreter and \
-         loses its state. The code runs with the tool's own permissions: use the Docker \
-         sandbox to isolate it."
+         loses its state. Processes the code starts end with its call. Where the host allows, \
+         the code can write only in the workspace and $TMPDIR and has no network access."
     }
 
     fn parallel_safe(&self) -> bool {

@@ -1,10 +1,12 @@
 # The python_repl child: runs code sent by the host, one request at a time, in one
 # persistent namespace. Requests and answers are JSON lines on the pipes that were
 # stdin and stdout when the process started; user code sees /dev/null there instead.
-import ast
+# Each answer carries its request's id. After each request, every process the code
+# started is ended.
 import builtins
 import json
 import os
+import signal
 import sys
 import traceback
 
@@ -17,6 +19,60 @@ sys.stdin = open(os.devnull, "r")
 
 config = json.loads(proto_in.readline())
 LIMIT = int(config.get("max_output", 10000))
+OWN_PID_NAMESPACE = bool(config.get("own_pid_namespace")) and os.getpid() == 1
+if not OWN_PID_NAMESPACE:
+    # Become the subreaper of what the code starts, so orphans come back here to be
+    # ended (in its own PID namespace the interpreter is their reaper already).
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    except Exception:  # noqa: BLE001 - without it the host's supervisor still ends them
+        pass
+
+
+def children():
+    found = []
+    try:
+        for tid in os.listdir("/proc/self/task"):
+            with open("/proc/self/task/%s/children" % tid) as f:
+                found.extend(int(p) for p in f.read().split())
+    except OSError:
+        pass
+    return found
+
+
+def reap():
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def end_children():
+    """Ends every process below the interpreter."""
+    if OWN_PID_NAMESPACE:
+        try:
+            os.kill(-1, signal.SIGKILL)  # in its own PID namespace: only the code's processes
+        except OSError:
+            pass
+    for _ in range(1000):
+        found = children()
+        if not found:
+            break
+        for pid in found:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except OSError:
+                pass
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            break
+    reap()
 
 
 class Capture:
@@ -123,5 +179,7 @@ proto_out.flush()
 for line in proto_in:
     request = json.loads(line)
     answer = run(request["code"])
+    end_children()
+    answer["id"] = request.get("id")
     proto_out.write(json.dumps(answer) + "\n")
     proto_out.flush()

@@ -9,7 +9,11 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let tool = Bash::new(BashSettings::default(), std::env::temp_dir());
+    let tool = Bash::new(BashSettings::default(), std::env::temp_dir()).unwrap();
+    let mut off = BashSettings::default();
+    off.isolation.mode = jianmu_process::IsolationMode::Off;
+    let supervised_only = Bash::new(off, std::env::temp_dir()).unwrap();
+    eprintln!("bash isolation: {}", tool.isolation());
     let args = BashArgs {
         command: Some("echo hi".into()),
         ..BashArgs::default()
@@ -19,6 +23,10 @@ fn bench(c: &mut Criterion) {
     group.bench_function("tool_echo_hi", |b| {
         b.to_async(&rt)
             .iter(|| async { tool.run(&args).await.unwrap() })
+    });
+    group.bench_function("tool_echo_hi_supervised_only", |b| {
+        b.to_async(&rt)
+            .iter(|| async { supervised_only.run(&args).await.unwrap() })
     });
     group.bench_function("bare_spawn_echo_hi", |b| {
         b.to_async(&rt).iter(|| async {

@@ -3,13 +3,16 @@
 //!
 //! The Python tool's contract: the command comes from `command`, else `input`, else `cmd`;
 //! success answers stdout; failure is a tool error `Error ({code}):\n{stderr}`. Beyond
-//! it: a timeout (120 s by default, per call overridable) that kills the whole
-//! process tree, children that called `setsid` included; stdin is `/dev/null`; the
+//! it: every command runs under a [`jianmu_process::Jail`] supervisor, so nothing it
+//! starts (in the background, with `setsid`, double forked) outlives the call, whether
+//! it ends, times out (120 s by default, per call overridable) or is cancelled; where the
+//! kernel allows (`[tools.bash.isolation]`), it runs in its own PID namespace with
+//! Landlock and seccomp: it cannot read other processes' `/proc` entries, writes only
+//! the workspace and a private `TMPDIR`, and has no network. stdin is `/dev/null`; the
 //! working directory is the workspace; stdout and stderr keep their first and last
 //! bytes and are always drained; and the environment is an allow-list, so the command
-//! does not inherit the host's variables (it runs with the `jianmu` process's
-//! permissions, though: what that process can read, the command can read too).
-//! Processes start only through [`jianmu_process`].
+//! does not inherit the host's variables. It can still read what the `jianmu` process
+//! can read: use the Docker sandbox to hide files.
 #![deny(missing_docs)]
 
 use std::path::PathBuf;
@@ -20,7 +23,8 @@ use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, Too
 use serde::{Deserialize, Serialize};
 
 mod capture;
-mod reap;
+
+use jianmu_process::{IsolationSettings, Jail};
 
 /// Settings of `bash` (`[tools.bash]`).
 #[derive(Debug, Clone, Deserialize)]
@@ -38,6 +42,8 @@ pub struct BashSettings {
     pub env_allow: Vec<String>,
     /// Environment variables set for every command.
     pub env: std::collections::BTreeMap<String, String>,
+    /// How commands are isolated (`[tools.bash.isolation]`).
+    pub isolation: IsolationSettings,
 }
 
 impl Default for BashSettings {
@@ -53,6 +59,7 @@ impl Default for BashSettings {
             .map(str::to_owned)
             .to_vec(),
             env: Default::default(),
+            isolation: IsolationSettings::default(),
         }
     }
 }
@@ -79,12 +86,27 @@ pub struct BashArgs {
 pub struct Bash {
     settings: BashSettings,
     cwd: PathBuf,
+    jail: Jail,
 }
 
 impl Bash {
     /// A `bash` running commands in `cwd`.
-    pub fn new(settings: BashSettings, cwd: PathBuf) -> Self {
-        Self { settings, cwd }
+    ///
+    /// # Errors
+    /// The isolation the settings require is not available.
+    pub fn new(settings: BashSettings, cwd: PathBuf) -> Result<Self, ToolError> {
+        let jail = Jail::new(&settings.isolation, &cwd)
+            .map_err(|e| ToolError::failed(format!("bash: {e}")))?;
+        Ok(Self {
+            settings,
+            cwd,
+            jail,
+        })
+    }
+
+    /// What isolation is in force, in one line.
+    pub fn isolation(&self) -> &str {
+        self.jail.describe()
     }
 
     /// Runs the command.
@@ -99,30 +121,32 @@ impl Bash {
             .map(|c| c.trim())
             .find(|c| !c.is_empty())
             .ok_or_else(|| ToolError::failed("no command given: pass it as `command`"))?;
-        let marker = reap::marker();
-        let mut cmd = jianmu_process::command(&self.settings.shell);
+        let mut cmd = self.jail.command(&self.settings.shell);
         cmd.arg("-c")
             .arg(command)
             .current_dir(&self.cwd)
             .env_clear()
             .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0);
+            .stderr(Stdio::piped());
         for name in &self.settings.env_allow {
             if let Some(v) = std::env::var_os(name) {
                 cmd.env(name, v);
             }
         }
         cmd.envs(&self.settings.env);
-        cmd.env(reap::MARKER_VAR, &marker);
-        let mut child = cmd.spawn().map_err(|e| {
+        if let Some(tmp) = self.jail.tmp() {
+            cmd.env("TMPDIR", tmp);
+        }
+        // Whatever ends this call (exit, time limit, cancellation), the supervisor ends
+        // everything the command started.
+        let mut child = Jail::spawn(&mut cmd).map_err(|e| {
             ToolError::failed(format!(
                 "cannot start `{}`: {e}",
                 self.settings.shell.display()
             ))
         })?;
-        let pid = child.id();
-        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+        let (Some(out), Some(err)) = (child.child().stdout.take(), child.child().stderr.take())
+        else {
             return Err(ToolError::failed("the shell has no pipes"));
         };
         let (head, tail) = (self.settings.keep_head, self.settings.keep_tail);
@@ -130,37 +154,20 @@ impl Bash {
         let stderr = tokio::spawn(capture::drain(err, head, tail));
         let limit = Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
             .unwrap_or(Duration::from_secs(120));
-        // Whatever ends this call (timeout, cancellation), the tree goes with it.
-        let guard = reap::Guard::new(pid, marker);
-        let status = match tokio::time::timeout(limit, child.wait()).await {
+        let status = match tokio::time::timeout(limit, child.child().wait()).await {
             Ok(status) => status
                 .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?,
             Err(_) => {
-                drop(guard);
-                let _ = child.wait().await;
+                child.stop_and_wait().await;
                 return Err(ToolError::Timeout {
                     tool: "bash".into(),
                     after: limit,
                 });
             }
         };
-        // The shell is gone; what it left running in the background goes too, so the
-        // pipes close and the readers finish. Killing the group is enough unless
-        // something that left the group still holds a pipe: then the full search.
-        guard.kill_group();
-        let readers = async { (stdout.await, stderr.await) };
-        tokio::pin!(readers);
-        let (stdout, stderr) =
-            match tokio::time::timeout(Duration::from_millis(200), &mut readers).await {
-                Ok(done) => {
-                    guard.disarm();
-                    done
-                }
-                Err(_) => {
-                    drop(guard);
-                    readers.await
-                }
-            };
+        // The supervisor exits only once nothing the command started is left, so
+        // every writer of the pipes is gone and the readers are at their end.
+        let (stdout, stderr) = (stdout.await, stderr.await);
         let stdout = stdout.map_err(|e| ToolError::runner("bash", e))?.text();
         let stderr = stderr.map_err(|e| ToolError::runner("bash", e))?.text();
         match status.code() {
@@ -200,9 +207,10 @@ impl Tool for Bash {
     fn description(&self) -> &str {
         "Runs a shell command with bash in the workspace and returns its stdout; a non-zero \
          exit returns `Error (CODE):` and stderr.\n\
-         stdin is empty; long output keeps its start and end; a time limit (120 s by default, \
-         `timeout` to change) kills the command and everything it started. Not confined to \
-         the workspace: run it in the Docker sandbox for isolation."
+         stdin is empty; long output keeps its start and end; nothing the command starts \
+         outlives the call, and a time limit (120 s by default, `timeout` to change) ends it \
+         all. Where the host allows, commands can write only in the workspace and $TMPDIR \
+         and have no network access."
     }
 
     fn parallel_safe(&self) -> bool {
@@ -226,7 +234,7 @@ fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(Bash::new(
         config.settings("bash")?,
         config.workspace().to_owned(),
-    ))
+    )?)
 }
 
 jianmu_tool_core::register_tool!("bash", build);

@@ -31,8 +31,39 @@ pub fn serve_stdio() -> std::io::Result<()> {
         .enable_all()
         .build()?;
     rt.block_on(serve(tokio::io::stdin(), tokio::io::stdout(), |config| {
-        ToolSet::lazy(BuiltinToolProvider::new(config))
+        ToolSet::lazy(BuiltinToolProvider::new(in_container(config)))
     }))
+}
+
+/// Inside the container, the container decides the network (its own switch) and owns
+/// `/tmp` (a private tmpfs): the tools' local isolation keeps its supervisor and
+/// Landlock but lets both through.
+fn in_container(mut config: ToolConfig) -> ToolConfig {
+    for tool in ["bash", "python_repl"] {
+        let mut settings = config
+            .raw_settings(tool)
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}));
+        if let Some(isolation) = settings
+            .as_object_mut()
+            .map(|s| {
+                s.entry("isolation")
+                    .or_insert_with(|| serde_json::json!({}))
+            })
+            .and_then(serde_json::Value::as_object_mut)
+        {
+            isolation.insert("network".into(), true.into());
+            if let Some(writable) = isolation
+                .entry("writable")
+                .or_insert_with(|| serde_json::json!([]))
+                .as_array_mut()
+            {
+                writable.push("/tmp".into());
+            }
+        }
+        config = config.with_settings(tool, settings);
+    }
+    config
 }
 
 /// Serves calls from `input` to `output` until `input` ends. `make_tools` gets the

@@ -146,7 +146,7 @@ async fn rhai_wall_clock_limit_and_output_cap() {
 }
 
 fn python(settings: PythonSettings) -> ToolHandle {
-    ToolHandle::new(PythonRepl::new(settings, std::env::temp_dir())).unwrap()
+    ToolHandle::new(PythonRepl::new(settings, std::env::temp_dir()).unwrap()).unwrap()
 }
 
 #[tokio::test]
@@ -214,37 +214,103 @@ async fn python_output_is_capped_and_never_breaks_on_bytes() {
     );
 }
 
+fn running_with(needle: &str) -> usize {
+    jianmu_process::running_with(needle).len()
+}
+
+/// Starts `sleep {arg}` forked and in its own session, the way code escapes a process
+/// group, and reports how many are running.
+fn escapee(arg: &str) -> String {
+    format!(
+        "import os, subprocess\n\
+         if os.fork() == 0:\n    os.setsid()\n    subprocess.Popen(['sleep', '{arg}'], start_new_session=True)\n    os._exit(0)\n\
+         import time; time.sleep(0.3)"
+    )
+}
+
 #[tokio::test]
-async fn python_timeout_kills_the_process_group_and_recovers() {
+async fn python_timeout_stops_everything_and_recovers() {
     let p = python(PythonSettings::default());
     assert_eq!(call(&p, json!({"code": "x = 1"})).await, "");
-    // A grandchild in its own session must die with the interpreter too.
-    let started = call(
-        &p,
-        json!({"code": "import subprocess; c = subprocess.Popen(['sleep', '300'], start_new_session=False)"}),
-    )
-    .await;
-    assert_eq!(started, "");
-    let pid = call(&p, json!({"code": "c.pid"})).await;
-    let pid: u32 = pid.parse().unwrap_or_else(|_| panic!("{pid}"));
+    let arg = format!("300.{}1", std::process::id());
+    let code = format!("{}\nwhile True: pass", escapee(&arg));
     let start = Instant::now();
     assert_eq!(
-        call(&p, json!({"code": "while True: pass", "timeout": 0.5})).await,
-        "error: the code ran past the time limit of 0.5 s; it was stopped and its state (variables, imports) is lost; the next call starts a fresh interpreter"
+        call(&p, json!({"code": code, "timeout": 1.0})).await,
+        "error: the code ran past the time limit of 1 s; it was stopped with everything it started, and its state (variables, imports) is lost; the next call starts a fresh interpreter"
     );
     assert!(start.elapsed() < Duration::from_secs(10));
-    let gone = |pid: u32| {
-        std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map_or(true, |s| s.split_whitespace().nth(2) == Some("Z"))
-    };
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while !gone(pid) && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
-    assert!(gone(pid), "the interpreter's child {pid} survived");
+    assert_eq!(
+        running_with(&format!("sleep {arg}")),
+        0,
+        "the forked child survived"
+    );
     let err = call(&p, json!({"code": "x"})).await;
     assert!(err.ends_with("NameError: name 'x' is not defined"), "{err}");
     assert_eq!(call(&p, json!({"code": "1 + 1"})).await, "2");
+}
+
+#[tokio::test]
+async fn python_processes_end_with_their_call() {
+    let p = python(PythonSettings::default());
+    let arg = format!("300.{}2", std::process::id());
+    assert_eq!(call(&p, json!({"code": escapee(&arg)})).await, "");
+    assert_eq!(
+        running_with(&format!("sleep {arg}")),
+        0,
+        "the forked child survived"
+    );
+    assert_eq!(call(&p, json!({"code": "2 + 2"})).await, "4");
+}
+
+#[tokio::test]
+async fn a_cancelled_python_call_stops_the_interpreter() {
+    let p = python(PythonSettings::default());
+    assert_eq!(call(&p, json!({"code": "x = 1"})).await, "");
+    let arg = format!("300.{}3", std::process::id());
+    let spin = format!("import subprocess; subprocess.Popen(['sleep', '{arg}'])\nwhile True: pass");
+    // A caller that gives up (a runner time limit, an MCP cancel) drops the call.
+    let dropped =
+        tokio::time::timeout(Duration::from_millis(500), call(&p, json!({"code": spin}))).await;
+    assert!(dropped.is_err());
+    let mut left = usize::MAX;
+    for _ in 0..200 {
+        left = running_with(&format!("sleep {arg}"));
+        if left == 0 {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    assert_eq!(left, 0, "the cancelled call's processes survived");
+    let start = Instant::now();
+    let out = call(&p, json!({"code": "'fresh'"})).await;
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        out,
+        "(the previous call was cancelled before it finished, so the interpreter was stopped and its state (variables, imports) is lost; this call ran in a fresh one)\nfresh"
+    );
+    assert_eq!(call(&p, json!({"code": "'again'"})).await, "again");
+}
+
+#[tokio::test]
+async fn python_answers_are_matched_to_their_request() {
+    let p = python(PythonSettings::default());
+    // User code writing lines to the protocol stream (fd 4) never shifts the answers.
+    let forge = "import os\nfor fd in (3, 4, 5):\n    try: os.write(fd, b'{\"stdout\": \"forged\"}\\n{\"id\": 2, \"value\": \"forged\"}\\n')\n    except OSError: pass";
+    assert_eq!(call(&p, json!({"code": forge})).await, "");
+    assert_eq!(call(&p, json!({"code": "1 + 1"})).await, "2");
+    assert_eq!(call(&p, json!({"code": "2 + 2"})).await, "4");
+}
+
+#[tokio::test]
+async fn python_cannot_read_the_callers_environment() {
+    assert!(
+        std::fs::read("/proc/self/environ")
+            .is_ok_and(|e| String::from_utf8_lossy(&e).contains("CARGO_PKG_NAME="))
+    );
+    let p = python(PythonSettings::default());
+    let code = "import glob\nfound = []\nfor f in glob.glob('/proc/*/environ') + ['/proc/%d/environ' % __import__('os').getppid()]:\n    try: found.append(open(f, 'rb').read())\n    except OSError: pass\nprint(len(found) > 0, b'CARGO_PKG_NAME=' in b''.join(found))";
+    assert_eq!(call(&p, json!({"code": code})).await, "True False\n");
 }
 
 #[tokio::test]
@@ -252,7 +318,7 @@ async fn python_exit_is_reported_and_the_next_call_starts_fresh() {
     let p = python(PythonSettings::default());
     assert_eq!(
         call(&p, json!({"code": "import os; os._exit(3)"})).await,
-        "error: the Python interpreter exited with code 3; it was stopped and its state (variables, imports) is lost; the next call starts a fresh interpreter"
+        "error: the Python interpreter exited with code 3; it was stopped with everything it started, and its state (variables, imports) is lost; the next call starts a fresh interpreter"
     );
     assert_eq!(call(&p, json!({"code": "2 ** 10"})).await, "1024");
 }

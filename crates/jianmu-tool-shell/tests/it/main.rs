@@ -8,7 +8,7 @@ use jianmu_tool_shell::{Bash, BashSettings};
 use serde_json::{Value, json};
 
 fn bash(dir: &std::path::Path, settings: BashSettings) -> ToolHandle {
-    ToolHandle::new(Bash::new(settings, dir.to_owned())).unwrap()
+    ToolHandle::new(Bash::new(settings, dir.to_owned()).unwrap()).unwrap()
 }
 
 async fn call(tool: &ToolHandle, args: Value) -> String {
@@ -58,19 +58,19 @@ async fn the_python_tools_contract() {
     assert_eq!(spec.effect_tags, ["process:exec"]);
 }
 
-fn alive(pid: u32) -> bool {
-    std::fs::read_to_string(format!("/proc/{pid}/stat"))
-        .is_ok_and(|s| s.split_whitespace().nth(2) != Some("Z"))
+fn running_with(needle: &str) -> usize {
+    jianmu_process::running_with(needle).len()
 }
 
 #[tokio::test]
 async fn a_timeout_kills_the_tree_even_past_setsid() {
     let dir = tempfile::tempdir().unwrap();
     let b = bash(dir.path(), BashSettings::default());
-    let pids = dir.path().join("pids");
+    let s = format!("300.{}1", std::process::id());
     let command = format!(
-        "sleep 300 & echo $! >> {0}; setsid sleep 300 & echo $! >> {0}; setsid bash -c 'sleep 300 & echo $! >> {0}; wait' & sleep 0.2; wait",
-        pids.display()
+        "(touch 1; exec sleep {s}) & setsid bash -c 'touch 2; exec sleep {s}' & \
+         env -i /bin/sh -c 'setsid /bin/sh -c \"touch 3; exec sleep {s}\" & wait' & \
+         sleep 0.3; ls 1 2 3 | wc -l > started; wait"
     );
     let start = Instant::now();
     assert_eq!(
@@ -78,25 +78,31 @@ async fn a_timeout_kills_the_tree_even_past_setsid() {
         "error: `bash` timed out after 1 s"
     );
     assert!(start.elapsed() < Duration::from_secs(10));
-    let pids: Vec<u32> = std::fs::read_to_string(&pids)
-        .unwrap()
-        .lines()
-        .map(|l| l.parse().unwrap())
-        .collect();
-    assert_eq!(pids.len(), 3, "the fixture started three sleepers");
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while pids.iter().any(|p| alive(*p)) && Instant::now() < deadline {
-        std::thread::yield_now();
-    }
-    let survivors: Vec<_> = pids.iter().filter(|p| alive(**p)).collect();
-    assert!(survivors.is_empty(), "still running: {survivors:?}");
-    // Background processes of a command that succeeded do not hold the call open.
+    let started = std::fs::read_to_string(dir.path().join("started")).unwrap();
+    assert_eq!(started.trim(), "3", "the fixture started three sleepers");
+    assert_eq!(
+        running_with(&format!("sleep {s}")),
+        0,
+        "sleepers outlived the call"
+    );
+    // A command that succeeds takes what it started in the background with it, and
+    // does not wait for it.
+    let s = format!("300.{}2", std::process::id());
     let start = Instant::now();
     assert_eq!(
-        call(&b, json!({"command": "sleep 300 & echo started"})).await,
+        call(
+            &b,
+            json!({"command": format!("setsid nohup sleep {s} >/dev/null 2>&1 & sleep 0.3; echo started")})
+        )
+        .await,
         "started\n"
     );
     assert!(start.elapsed() < Duration::from_secs(10));
+    assert_eq!(
+        running_with(&format!("sleep {s}")),
+        0,
+        "a sleeper outlived the call"
+    );
 }
 
 #[tokio::test]
@@ -166,5 +172,27 @@ async fn the_environment_is_an_allow_list() {
     assert_eq!(
         call(&b, json!({"command": "echo ${CARGO_MANIFEST_DIR:-unset}"})).await,
         "unset\n"
+    );
+}
+
+#[tokio::test]
+async fn the_callers_environment_is_out_of_reach() {
+    // The test process's environment has cargo's variables; jianmu's would have its
+    // secrets. Neither `$PPID` nor a scan of `/proc` reaches them.
+    assert!(
+        std::fs::read("/proc/self/environ")
+            .is_ok_and(|e| String::from_utf8_lossy(&e).contains("CARGO_PKG_NAME="))
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let b = bash(dir.path(), BashSettings::default());
+    let out = call(
+        &b,
+        json!({"command": "{ cat /proc/$PPID/environ; cat /proc/*/environ; } 2>/dev/null | tr '\\0' '\\n'; true"}),
+    )
+    .await;
+    assert!(!out.contains("CARGO_PKG_NAME="), "{out}");
+    assert!(
+        out.contains("PATH="),
+        "the command's own environment is readable: {out}"
     );
 }
