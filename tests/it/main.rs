@@ -3,5 +3,7 @@
 
 mod call_path;
 mod export;
+mod hostile;
 mod outputs;
+mod properties;
 mod tidy;

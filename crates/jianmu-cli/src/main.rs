@@ -5,7 +5,10 @@
 //! Exit codes: 0 success; 1 the call failed in a way the model should read (bad
 //! arguments, refused input, a tool's error, timeout, denial); 2 a usage error (bad
 //! flags or config, unknown tool, a tool not compiled in); 3 the call could not run
-//! (sandbox unavailable, internal error).
+//! (sandbox unavailable, internal error); 128 + N when stopped by signal N (SIGTERM,
+//! SIGINT, SIGHUP) during `call`. On those signals `call` and `mcp` stop their calls
+//! (everything the tools started ends with them) and remove their sandbox containers
+//! before exiting; `mcp` then exits 0.
 
 use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
@@ -32,6 +35,8 @@ enum Failure {
     /// The call failed; its class decides the exit code.
     Call(ToolError),
     Usage(anyhow::Error),
+    /// Stopped by this signal.
+    Signal(i32),
 }
 
 impl From<anyhow::Error> for Failure {
@@ -62,6 +67,28 @@ fn main() -> ExitCode {
             eprintln!("jianmu: {e:#}");
             ExitCode::from(2)
         }
+        Err(Failure::Signal(n)) => {
+            eprintln!("jianmu: stopped by signal {n}; the call was cancelled");
+            ExitCode::from(u8::try_from(128 + n).unwrap_or(1))
+        }
+    }
+}
+
+/// The first of SIGTERM, SIGINT or SIGHUP, by number (never, if they cannot be
+/// watched).
+async fn terminated() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+        signal(SignalKind::hangup()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => 15,
+        _ = int.recv() => 2,
+        _ = hup.recv() => 1,
     }
 }
 
@@ -121,9 +148,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rt = runtime()?;
             let output = rt.block_on(async {
                 let runner = settings.runner()?;
-                let out = tools.execute(name, args, Some(&runner)).await;
+                let out = tokio::select! {
+                    out = tools.execute(name, args, Some(&runner)) => out.map_err(Failure::Call),
+                    n = terminated() => Err(Failure::Signal(n)),
+                };
                 runner.shutdown().await;
-                out.map_err(Failure::Call)
+                out
             })?;
             let mut text = output.text;
             if !text.ends_with('\n') {
@@ -135,12 +165,22 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Mcp => {
             let settings = load()?;
             let tools = ToolSet::from_providers(&[&settings.provider()]).map_err(lookup)?;
-            runtime()?.block_on(async {
+            let rt = runtime()?;
+            let served = rt.block_on(async {
                 let runner = settings.runner()?;
-                let served = mcp::Server::new(tools, runner.clone()).serve_stdio().await;
+                let server = mcp::Server::new(tools, runner.clone());
+                // A signal drops the server: its calls are cancelled, which stops them.
+                let served = tokio::select! {
+                    served = server.serve_stdio() => served,
+                    _ = terminated() => Ok(()),
+                };
                 runner.shutdown().await;
                 Ok(served?)
-            })
+            });
+            // The thread blocked reading stdin never returns by itself: do not wait
+            // for it. Every task (and so every call) is dropped here.
+            rt.shutdown_timeout(std::time::Duration::from_millis(200));
+            served
         }
         #[cfg(feature = "docker")]
         Command::Sandbox {

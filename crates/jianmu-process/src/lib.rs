@@ -46,8 +46,9 @@ pub fn std_command(program: impl AsRef<OsStr>) -> std::process::Command {
     cmd
 }
 
-/// Live processes (not zombies) whose command line contains `needle`, by PID: how tests
-/// and diagnostics check that nothing a call started is left.
+/// Live processes (not zombies) whose command line, its arguments joined by spaces,
+/// contains `needle`, by PID: how tests and diagnostics check that nothing a call
+/// started is left.
 pub fn running_with(needle: &str) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
@@ -60,8 +61,14 @@ pub fn running_with(needle: &str) -> Vec<u32> {
                 s.rsplit_once(") ")
                     .is_some_and(|(_, rest)| !rest.starts_with('Z'))
             });
-            live && std::fs::read(format!("/proc/{pid}/cmdline"))
-                .is_ok_and(|c| String::from_utf8_lossy(&c).contains(needle))
+            live && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|mut c| {
+                for b in &mut c {
+                    if *b == 0 {
+                        *b = b' ';
+                    }
+                }
+                String::from_utf8_lossy(&c).contains(needle)
+            })
         })
         .collect()
 }

@@ -86,10 +86,13 @@ impl GlobSearch {
         });
         let none = format!(
             "(no paths match `{}` under `{}`)",
-            args.pattern,
+            jianmu_tool_core::echo(&args.pattern),
             jianmu_workspace::show(&root.rel)
         );
-        let text = walk::listing(paths.iter().cloned(), total, "paths", &none);
+        let shown = paths
+            .iter()
+            .map(|p| jianmu_tool_core::escape_controls(p).into_owned());
+        let text = walk::listing(shown, total, "paths", &none);
         Ok(ToolOutput::text(text).with_data(&GlobOutput { paths, total }))
     }
 }

@@ -160,12 +160,17 @@ impl GrepSearch {
         });
         let none = format!(
             "(no matches for `{}` under `{}`)",
-            args.query,
+            jianmu_tool_core::echo(&args.query),
             jianmu_workspace::show(&root.rel)
         );
-        let lines = hits
-            .iter()
-            .map(|h| format!("{}:{}:{}", h.path, h.line, h.text));
+        let lines = hits.iter().map(|h| {
+            format!(
+                "{}:{}:{}",
+                jianmu_tool_core::escape_controls(&h.path),
+                h.line,
+                jianmu_tool_core::escape_controls(&h.text)
+            )
+        });
         let text = walk::listing(lines, total, "matches", &none);
         let out = GrepOutput {
             matches: hits,

@@ -67,7 +67,7 @@ impl StrReplace {
     /// A refused path, a file that is not UTF-8 text, no match, a match count other
     /// than `expected_count`, a malformed regular expression. Nothing is written then.
     pub fn replace(&self, args: &ReplaceArgs) -> Result<ToolOutput, ToolError> {
-        let rel = self.ws.relative(&args.path)?;
+        let rel = self.ws.relative_file(&args.path)?;
         let bytes = self.ws.read_to_end(&rel, self.settings.max_file_size)?;
         if bytes.contains(&0) {
             return Err(ToolError::failed(format!(
@@ -83,15 +83,51 @@ impl StrReplace {
             ))
         })?;
         let limit = usize::try_from(args.count).unwrap_or(usize::MAX);
+        // The result is bounded before it is built: at most the largest file edited.
+        let max = usize::try_from(self.settings.max_file_size).unwrap_or(usize::MAX);
+        let too_big = |size: u128| {
+            ToolError::failed(format!(
+                "the result would be {size} bytes, over the limit of {max} bytes for `{}`; nothing was written (replace fewer matches with `count`, or a shorter `new`)",
+                show(&rel)
+            ))
+        };
         let (matches, replaced): (u64, Cow<'_, str>) = if args.regex {
             let re = regex::RegexBuilder::new(&args.old)
                 .size_limit(10 * (1 << 20))
                 .build()
                 .map_err(|e| ToolError::failed(format!("invalid regular expression: {e}")))?;
             let matches = re.find_iter(&text).count() as u64;
-            (matches, re.replacen(&text, limit, args.new.as_str()))
+            let mut out = String::new();
+            let mut last = 0;
+            for caps in re
+                .captures_iter(&text)
+                .take(if limit == 0 { usize::MAX } else { limit })
+            {
+                let Some(whole) = caps.get(0) else { continue };
+                out.push_str(&text[last..whole.start()]);
+                caps.expand(&args.new, &mut out);
+                last = whole.end();
+                if out.len() > max {
+                    return Err(too_big(out.len() as u128 + (text.len() - last) as u128));
+                }
+            }
+            out.push_str(&text[last..]);
+            if out.len() > max {
+                return Err(too_big(out.len() as u128));
+            }
+            (matches, Cow::Owned(out))
         } else {
             let matches = text.matches(args.old.as_str()).count() as u64;
+            let done = if limit == 0 {
+                matches
+            } else {
+                matches.min(limit as u64)
+            };
+            let size = text.len() as u128 - u128::from(done) * args.old.len() as u128
+                + u128::from(done) * args.new.len() as u128;
+            if size > max as u128 {
+                return Err(too_big(size));
+            }
             let out = if limit == 0 {
                 text.replace(args.old.as_str(), &args.new)
             } else {
@@ -102,7 +138,7 @@ impl StrReplace {
         if matches == 0 {
             return Err(ToolError::failed(format!(
                 "no match for `{}` in `{}`; nothing was written",
-                args.old,
+                jianmu_tool_core::echo(&args.old),
                 show(&rel)
             )));
         }
@@ -112,7 +148,7 @@ impl StrReplace {
             return Err(ToolError::failed(format!(
                 "expected {expected} match{} of `{}` in `{}`, found {matches}; nothing was written",
                 if expected == 1 { "" } else { "es" },
-                args.old,
+                jianmu_tool_core::echo(&args.old),
                 show(&rel)
             )));
         }

@@ -16,7 +16,7 @@ pub type BoxError = Box<dyn std::error::Error + Send + Sync + 'static>;
 #[non_exhaustive]
 pub enum ToolError {
     /// The arguments do not match the tool's input schema.
-    #[error("invalid arguments for `{tool}`: {}", Violations(.violations))]
+    #[error("invalid arguments for `{}`: {}", crate::echo(.tool), Violations(.violations))]
     InvalidArguments {
         /// The tool that was called.
         tool: String,
@@ -39,7 +39,7 @@ pub enum ToolError {
         after: Duration,
     },
     /// No tool of that name is known.
-    #[error("unknown tool `{name}`; known tools: {}", .known.join(", "))]
+    #[error("unknown tool `{}`; known tools: {}", crate::echo(.name), .known.join(", "))]
     UnknownTool {
         /// The name that was asked for.
         name: String,
@@ -48,7 +48,8 @@ pub enum ToolError {
     },
     /// The tool exists but its crate was not compiled into this build.
     #[error(
-        "tool `{name}` is not compiled in; enable the `{feature}` Cargo feature of jianmu-provider"
+        "tool `{}` is not compiled in; enable the `{feature}` Cargo feature of jianmu-provider",
+        crate::echo(.name)
     )]
     NotCompiled {
         /// The canonical name of the tool.
@@ -57,7 +58,7 @@ pub enum ToolError {
         feature: String,
     },
     /// A call was refused by a policy before it ran.
-    #[error("call to `{tool}` denied: {rule}")]
+    #[error("call to `{}` denied: {rule}", crate::echo(.tool))]
     Denied {
         /// The tool that was called.
         tool: String,

@@ -93,6 +93,7 @@ impl ListDir {
         let mut text = String::new();
         for (name, kind, size) in &rows {
             let size = size.map_or_else(|| "-".to_owned(), human_size);
+            let name = jianmu_tool_core::escape_controls(name);
             text.push_str(&format!("{kind:<5} {size:>10}  {name}\n"));
         }
         if total > rows.len() {

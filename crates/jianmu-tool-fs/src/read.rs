@@ -65,7 +65,7 @@ impl ReadFile {
     /// A refused path or extension, a file too large to read whole, text that is not
     /// UTF-8.
     pub fn read(&self, args: &ReadArgs) -> Result<ToolOutput, ToolError> {
-        let rel = self.ws.relative(&args.path)?;
+        let rel = self.ws.relative_file(&args.path)?;
         let real = self.ws.canonical(&rel)?;
         self.settings.allowed_extensions.check(&rel, Some(&real))?;
         let (file, meta) = self.ws.open_file(&rel)?;
@@ -75,8 +75,9 @@ impl ReadFile {
         let head = reader
             .fill_buf()
             .map_err(|e| WorkspaceError::from_io(&rel, e))?;
-        if memchr::memchr(0, &head[..head.len().min(8192)]).is_some() {
-            return Ok(ToolOutput::text(format!(
+        // A NUL byte anywhere read makes the file binary, as `grep_search` judges it.
+        let binary = || {
+            Ok(ToolOutput::text(format!(
                 "`{}` is a binary file ({size} bytes); its content is not shown",
                 show(&rel)
             ))
@@ -88,7 +89,10 @@ impl ReadFile {
                 lines: None,
                 total_lines: None,
                 cut: None,
-            }));
+            }))
+        };
+        if memchr::memchr(0, head).is_some() {
+            return binary();
         }
         if args.offset.is_none() && args.limit.is_none() {
             if size > limit {
@@ -110,6 +114,9 @@ impl ReadFile {
                 }
                 .into());
             }
+            if memchr::memchr(0, &bytes).is_some() {
+                return binary();
+            }
             let text = utf8(&rel, bytes, 0)?;
             let lines = text.lines().count() as u64;
             return Ok(ToolOutput::text(text).with_data(&ReadOutput {
@@ -126,6 +133,9 @@ impl ReadFile {
         let count = args.limit.unwrap_or(u64::MAX).max(1);
         let window = window(&mut reader, first, count, limit)
             .map_err(|e| WorkspaceError::from_io(&rel, e))?;
+        if memchr::memchr(0, &window.bytes).is_some() {
+            return binary();
+        }
         let last = first + window.lines.saturating_sub(1);
         let mut text = utf8(&rel, window.bytes, window.start_byte)?;
         let whole = first == 1 && window.lines == window.total;

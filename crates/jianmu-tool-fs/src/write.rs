@@ -69,7 +69,7 @@ impl WriteFile {
     /// A refused path or extension, content over the limit, a failed write (the old
     /// file is then intact).
     pub fn write(&self, args: &WriteArgs) -> Result<ToolOutput, ToolError> {
-        let rel = self.ws.relative(&args.path)?;
+        let rel = self.ws.relative_file(&args.path)?;
         let size = args.content.len() as u64;
         if size > self.settings.max_content_size {
             return Err(ToolError::failed(format!(

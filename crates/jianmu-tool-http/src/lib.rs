@@ -251,6 +251,11 @@ impl HttpRequest {
             .flatten();
         let body = match &parsed {
             Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
+            // NUL bytes make a body binary, as they make a file binary for read_file.
+            None if has_nul(&bytes) => format!(
+                "(a binary body of {} bytes, with NUL bytes; not shown)",
+                bytes.len()
+            ),
             None => String::from_utf8_lossy(&bytes).into_owned(),
         };
         text.push('\n');
@@ -276,6 +281,14 @@ impl HttpRequest {
     }
 }
 
+fn has_nul(bytes: &[u8]) -> bool {
+    bytes.contains(&0)
+}
+
+/// Headers the client sets from the request itself: a caller's value would contradict
+/// the body actually sent.
+const COMPUTED_HEADERS: [&str; 2] = ["content-length", "transfer-encoding"];
+
 fn headers(given: Option<&Map<String, Value>>) -> Result<reqwest::header::HeaderMap, ToolError> {
     let mut map = reqwest::header::HeaderMap::new();
     for (name, value) in given.into_iter().flatten() {
@@ -294,8 +307,21 @@ fn headers(given: Option<&Map<String, Value>>) -> Result<reqwest::header::Header
                 name.escape_debug()
             )));
         }
-        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes())
-            .map_err(|_| ToolError::failed(format!("invalid header name `{name}`")))?;
+        if COMPUTED_HEADERS
+            .iter()
+            .any(|h| h.eq_ignore_ascii_case(name.trim()))
+        {
+            return Err(ToolError::failed(format!(
+                "refused header `{}`: it is set from the body that is sent; leave it out",
+                jianmu_tool_core::echo(name)
+            )));
+        }
+        let name = reqwest::header::HeaderName::from_bytes(name.as_bytes()).map_err(|_| {
+            ToolError::failed(format!(
+                "invalid header name `{}`",
+                jianmu_tool_core::echo(name)
+            ))
+        })?;
         let value = reqwest::header::HeaderValue::from_str(&value)
             .map_err(|_| ToolError::failed(format!("invalid value for header `{name}`")))?;
         map.insert(name, value);

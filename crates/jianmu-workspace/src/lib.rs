@@ -81,6 +81,12 @@ pub enum WorkspaceError {
         /// What it is: "a directory", "a FIFO", ...
         kind: &'static str,
     },
+    /// A path ending in `/` where a file is needed.
+    #[error("refused `{path}/`: a path ending in `/` names a directory, and a file is needed here")]
+    TrailingSlash {
+        /// The path as given, without the slash.
+        path: String,
+    },
     /// Something other than a directory where one is needed.
     #[error("`{path}` is not a directory")]
     NotADirectory {
@@ -188,12 +194,19 @@ where
         .map_err(|e| jianmu_tool_core::ToolError::runner(tool, e))?
 }
 
-/// How paths display in messages: workspace-relative, `.` for the root.
+/// How paths display in messages: workspace-relative, `.` for the root, control
+/// characters escaped (a name cannot forge a line), and cut past 1024 characters.
 pub fn show(path: &Path) -> String {
+    /// Longer than any real path (`PATH_MAX` is 4096 bytes): only hostile input is cut.
+    const MAX: usize = 1024;
     if path.as_os_str().is_empty() {
-        ".".to_owned()
-    } else {
-        path.to_string_lossy().into_owned()
+        return ".".to_owned();
+    }
+    let text = path.to_string_lossy();
+    let escaped = jianmu_tool_core::escape_controls(&text);
+    match jianmu_tool_core::cut_chars(&escaped, MAX) {
+        (all, 0) => all.to_owned(),
+        (kept, _) => format!("{kept}…[{} more bytes]", escaped.len() - kept.len()),
     }
 }
 
@@ -244,7 +257,7 @@ impl Workspace {
         }
         let given = Path::new(path);
         let outside = || WorkspaceError::Outside {
-            path: path.to_owned(),
+            path: jianmu_tool_core::echo(path).into_owned(),
         };
         let rest = if given.is_absolute() {
             given.strip_prefix(&self.root).map_err(|_| outside())?
@@ -265,6 +278,19 @@ impl Workspace {
             }
         }
         Ok(out)
+    }
+
+    /// As [`Workspace::relative`], for a path that must name a file: one ending in `/`
+    /// (or `/.`) names a directory and is refused, as POSIX does.
+    ///
+    /// # Errors
+    /// As [`Workspace::relative`], and [`WorkspaceError::TrailingSlash`].
+    pub fn relative_file(&self, path: &str) -> Result<PathBuf, WorkspaceError> {
+        let rel = self.relative(path)?;
+        if path.ends_with('/') || path.ends_with("/.") {
+            return Err(WorkspaceError::TrailingSlash { path: show(&rel) });
+        }
+        Ok(rel)
     }
 
     /// The path `rel` names with every symlink resolved, relative to the root.

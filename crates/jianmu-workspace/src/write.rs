@@ -84,6 +84,10 @@ impl Workspace {
             Err(e) if e.kind() == io::ErrorKind::NotFound => None,
             Err(e) => return Err(WorkspaceError::from_io(rel, e)),
         };
+        if options.append && existing.is_some() {
+            return append_in_place(&pdir, name, content)
+                .map_err(|e| WorkspaceError::from_io(rel, e));
+        }
         let tmp = temp_name(name);
         let result = write_temp(
             &pdir,
@@ -134,14 +138,45 @@ fn split(rel: &Path) -> Option<(&Path, &Path)> {
     Some((rel.parent().unwrap_or(Path::new("")), Path::new(name)))
 }
 
+/// A hidden name beside `name` for the file being written: at most 100 bytes of
+/// `name`, so the temporary name stays within the 255-byte limit of a file name.
 fn temp_name(name: &Path) -> PathBuf {
     static NEXT: AtomicU64 = AtomicU64::new(0);
     let n = NEXT.fetch_add(1, Ordering::Relaxed);
+    let full = name.to_string_lossy();
+    let mut end = full.len().min(100);
+    while !full.is_char_boundary(end) {
+        end -= 1;
+    }
     PathBuf::from(format!(
         ".{}.{}-{n}.jianmu-tmp",
-        name.to_string_lossy(),
+        &full[..end],
         std::process::id()
     ))
+}
+
+/// Appends `content` to the existing regular file `name` in place: the old content is
+/// not copied (a 1-byte append to a large or sparse file costs one write). If the write
+/// fails, the file is cut back to its old length, so it never keeps half an append.
+fn append_in_place(pdir: &Dir, name: &Path, content: &[u8]) -> io::Result<u64> {
+    let mut options = OpenOptions::new();
+    options
+        .append(true)
+        .custom_flags(crate::O_NONBLOCK | rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+    let mut file = pdir.open_with(name, &options)?.into_std();
+    let meta = file.metadata()?;
+    if !meta.is_file() || std::os::unix::fs::MetadataExt::nlink(&meta) > 1 {
+        return Err(io::Error::other(
+            "the file changed while it was being appended to",
+        ));
+    }
+    let start = meta.len();
+    let written = file.write_all(content).and_then(|()| file.sync_data());
+    if let Err(e) = written {
+        let _ = file.set_len(start);
+        return Err(e);
+    }
+    Ok(start + content.len() as u64)
 }
 
 /// Writes the new content into a temporary file in `pdir` and links it in as `tmp`.

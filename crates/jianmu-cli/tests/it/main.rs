@@ -9,6 +9,8 @@ use serde_json::Value;
 mod docker;
 #[cfg(all(feature = "mcp", feature = "full"))]
 mod mcp;
+#[cfg(all(feature = "mcp", feature = "full"))]
+mod mcp_lines;
 
 fn jianmu(args: &[&str], dir: &Path) -> Output {
     jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))

@@ -210,3 +210,59 @@ pub(crate) fn to_line<T: Serialize>(value: &T) -> Vec<u8> {
     line.push(b'\n');
     line
 }
+
+#[cfg(test)]
+mod round_trip {
+    use proptest::prelude::*;
+    use serde_json::Value;
+
+    use super::{CallResult, Reply, Request, WireError, to_line};
+
+    fn text() -> impl Strategy<Value = String> {
+        "\\PC{0,40}|[\\n\\r\\t\\x00\\x1b\\u{2028}\\u{2029}\"\\\\]{0,8}"
+    }
+
+    fn value() -> impl Strategy<Value = Value> {
+        prop_oneof![
+            Just(Value::Null),
+            any::<i64>().prop_map(Value::from),
+            text().prop_map(Value::String),
+            prop::collection::btree_map(text(), text(), 0..4).prop_map(|m| Value::Object(
+                m.into_iter().map(|(k, v)| (k, Value::String(v))).collect()
+            )),
+        ]
+    }
+
+    /// One line per message, and the same message back. (A `null` context is no
+    /// context: the wire cannot tell them apart, and need not.)
+    fn round_trips<
+        T: serde::Serialize + serde::de::DeserializeOwned + PartialEq + std::fmt::Debug,
+    >(
+        message: &T,
+    ) -> Result<(), TestCaseError> {
+        let line = to_line(message);
+        prop_assert_eq!(line.iter().filter(|b| **b == b'\n').count(), 1);
+        prop_assert_eq!(line.last(), Some(&b'\n'));
+        let back: T = serde_json::from_slice(&line).unwrap();
+        prop_assert_eq!(&back, message);
+        Ok(())
+    }
+
+    proptest! {
+        #[test]
+        fn requests_and_replies_survive_the_wire(
+            id in any::<u64>(), tool in text(), args in value(), call_id in text(),
+            message in text(), after_ms in proptest::option::of(any::<u64>()), ok in any::<bool>(),
+        ) {
+            round_trips(&Request::Call { id, tool: tool.clone(), args: args.clone(), call_id, context: (!args.is_null()).then(|| args.clone()) })?;
+            round_trips(&Request::Cancel { id })?;
+            let result = if ok {
+                CallResult::Ok { text: message.clone(), structured: (!args.is_null()).then_some(args) }
+            } else {
+                CallResult::Err(WireError { kind: "failed".into(), tool: Some(tool), message: message.clone(), after_ms })
+            };
+            round_trips(&Reply::Done { id, result, oom_kills: id % 7 })?;
+            round_trips(&Reply::InitFailed { message })?;
+        }
+    }
+}

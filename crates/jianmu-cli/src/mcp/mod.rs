@@ -6,6 +6,8 @@
 //! tool (the sandbox, an internal error, a cancellation) is a JSON-RPC error. A
 //! cancelled request drops its call, which stops the work.
 //! Tools are built once per server, so stateful tools keep their state for the session.
+//! Every line the client sends is answered: `frame` answers what the MCP service
+//! cannot (malformed JSON, oversized lines, bad `tools/call` parameters, reused ids).
 
 use std::sync::Arc;
 
@@ -19,6 +21,11 @@ use rmcp::model::{
 use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
+
+mod frame;
+
+/// How long calls still running may take to answer once the client closed its input.
+const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
 /// The MCP server: the tools the policy allows, and the runner calls go through.
 #[derive(Clone)]
@@ -45,12 +52,56 @@ impl Server {
 
     /// Serves on stdin and stdout until the client goes away.
     pub(crate) async fn serve_stdio(self) -> anyhow::Result<()> {
+        self.serve_on(tokio::io::stdin(), tokio::io::stdout()).await
+    }
+
+    /// Serves the client on `input` and `output`, every line through `frame`.
+    async fn serve_on<R, W>(self, input: R, output: W) -> anyhow::Result<()>
+    where
+        R: tokio::io::AsyncRead + Unpin + Send + 'static,
+        W: tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let (to_service, service_in) = tokio::io::duplex(1 << 20);
+        let (service_out, from_service) = tokio::io::duplex(1 << 20);
+        let in_flight = frame::InFlight::default();
+        let (answers, answered) = tokio::sync::mpsc::unbounded_channel();
+        let mut reader = tokio::spawn(frame::read_client(
+            input,
+            to_service,
+            in_flight.clone(),
+            answers,
+        ));
+        let writer = tokio::spawn(frame::write_client(
+            from_service,
+            output,
+            in_flight.clone(),
+            answered,
+        ));
         let running = self
-            .serve(rmcp::transport::stdio())
+            .serve((service_in, service_out))
             .await
             .map_err(|e| anyhow::anyhow!("MCP initialisation failed: {e}"))?;
-        running.waiting().await?;
-        Ok(())
+        let stop = running.cancellation_token();
+        let waiting = running.waiting();
+        tokio::pin!(waiting);
+        let served = tokio::select! {
+            done = &mut waiting => done.map(drop).map_err(anyhow::Error::from),
+            _ = &mut reader => {
+                // The client closed its input: it is going away. Calls still running
+                // get a moment to answer, then everything is cancelled, which stops
+                // their work.
+                let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
+                while !in_flight.is_empty() && tokio::time::Instant::now() < deadline {
+                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+                }
+                stop.cancel();
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, waiting).await;
+                Ok(())
+            }
+        };
+        reader.abort();
+        let _ = tokio::time::timeout(SHUTDOWN_GRACE, writer).await;
+        served
     }
 }
 

@@ -1,0 +1,313 @@
+//! The framing in front of the MCP service: every line read is answered.
+//!
+//! Lines from the client are checked before the MCP service sees them; what it could
+//! not answer is answered here, per JSON-RPC 2.0: a line that is not JSON (invalid
+//! UTF-8, malformed, nested deeper than 128) gets -32700 with `"id": null`; one that is
+//! not a request, notification or response, a batch, or a line over [`MAX_LINE`] bytes
+//! gets -32600; `tools/call` without a string `name` or with `arguments` that are not an
+//! object gets -32602 naming the problem; a request whose id is already in flight gets
+//! -32600 (its answer could not be told apart). Lines that pass are handed on whole, and
+//! every line out is written whole.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncWrite, AsyncWriteExt, BufReader};
+use tokio::sync::mpsc;
+
+/// The longest line read, in bytes (without its newline); longer ones are skipped and
+/// answered with -32600.
+pub(crate) const MAX_LINE: usize = 15 * 1024 * 1024;
+
+/// Ids of requests handed on and not yet answered.
+#[derive(Debug, Default, Clone)]
+pub(crate) struct InFlight(Arc<Mutex<HashSet<String>>>);
+
+impl InFlight {
+    fn insert(&self, id: String) -> bool {
+        self.0.lock().map(|mut s| s.insert(id)).unwrap_or(true)
+    }
+
+    /// Whether no request is waiting for its answer.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.0.lock().map(|s| s.is_empty()).unwrap_or(true)
+    }
+
+    fn remove(&self, id: &str) {
+        if let Ok(mut s) = self.0.lock() {
+            s.remove(id);
+        }
+    }
+}
+
+/// What to do with one line from the client.
+#[derive(Debug, PartialEq)]
+pub(crate) enum Verdict {
+    /// Hand it to the MCP service.
+    Forward,
+    /// Nothing to do (a blank line).
+    Skip,
+    /// Answer it with this error response.
+    Answer(Value),
+}
+
+fn error(id: Value, code: i64, message: impl Into<String>) -> Verdict {
+    Verdict::Answer(json!({
+        "jsonrpc": "2.0",
+        "id": id,
+        "error": {"code": code, "message": message.into()},
+    }))
+}
+
+/// The key of a request id (`None`: not a valid id).
+fn id_key(id: &Value) -> Option<String> {
+    match id {
+        Value::String(_) | Value::Number(_) => Some(id.to_string()),
+        _ => None,
+    }
+}
+
+/// Judges one line (without its newline).
+pub(crate) fn judge(line: &[u8], in_flight: &InFlight) -> Verdict {
+    if line.iter().all(u8::is_ascii_whitespace) {
+        return Verdict::Skip;
+    }
+    if let Err(e) = std::str::from_utf8(line) {
+        return error(
+            Value::Null,
+            -32700,
+            format!(
+                "Parse error: the line is not UTF-8 (invalid byte at offset {})",
+                e.valid_up_to()
+            ),
+        );
+    }
+    let message: Value = match serde_json::from_slice(line) {
+        Ok(v) => v,
+        Err(e) => return error(Value::Null, -32700, format!("Parse error: {e}")),
+    };
+    let Value::Object(message) = message else {
+        let what = if message.is_array() {
+            "batches are not supported: send one JSON-RPC message per line"
+        } else {
+            "a JSON-RPC message is a JSON object"
+        };
+        return error(Value::Null, -32600, format!("Invalid Request: {what}"));
+    };
+    let id = message.get("id");
+    let id_value = id
+        .filter(|i| id_key(i).is_some())
+        .cloned()
+        .unwrap_or(Value::Null);
+    if message.get("jsonrpc").and_then(Value::as_str) != Some("2.0") {
+        return error(
+            id_value,
+            -32600,
+            "Invalid Request: `jsonrpc` must be \"2.0\"",
+        );
+    }
+    if let Some(id) = id
+        && id_key(id).is_none()
+    {
+        return error(
+            Value::Null,
+            -32600,
+            "Invalid Request: `id` must be a string or an integer",
+        );
+    }
+    match message.get("method") {
+        None if message.contains_key("result") || message.contains_key("error") => Verdict::Forward,
+        None => error(id_value, -32600, "Invalid Request: no `method`"),
+        Some(Value::String(method)) => {
+            if method == "notifications/cancelled"
+                && let Some(key) = message
+                    .get("params")
+                    .and_then(|p| p.get("requestId"))
+                    .and_then(id_key)
+            {
+                in_flight.remove(&key);
+            }
+            if method == "tools/call"
+                && let Some(problem) = tools_call_problem(message.get("params"))
+            {
+                return error(id_value, -32602, format!("Invalid params: {problem}"));
+            }
+            if let Some(key) = id.and_then(id_key)
+                && !in_flight.insert(key)
+            {
+                return error(
+                    id_value,
+                    -32600,
+                    "Invalid Request: this id is already used by a request in flight; use a new id",
+                );
+            }
+            Verdict::Forward
+        }
+        Some(_) => error(
+            id_value,
+            -32600,
+            "Invalid Request: `method` must be a string",
+        ),
+    }
+}
+
+fn tools_call_problem(params: Option<&Value>) -> Option<&'static str> {
+    let Some(Value::Object(params)) = params else {
+        return Some("tools/call needs `params`, an object with `name` and `arguments`");
+    };
+    if !params.get("name").is_some_and(Value::is_string) {
+        return Some("tools/call needs `name`, the tool's name as a string");
+    }
+    match params.get("arguments") {
+        None | Some(Value::Object(_)) | Some(Value::Null) => None,
+        Some(_) => Some("`arguments` must be a JSON object of the tool's arguments"),
+    }
+}
+
+/// One line of at most [`MAX_LINE`] bytes; `Err(())` for a longer one (consumed to its
+/// end); `Ok(None)` at the end of input.
+async fn read_line<R: AsyncBufRead + Unpin>(
+    reader: &mut R,
+    line: &mut Vec<u8>,
+) -> std::io::Result<Option<Result<(), ()>>> {
+    line.clear();
+    let mut too_long = false;
+    loop {
+        let buf = reader.fill_buf().await?;
+        if buf.is_empty() {
+            return Ok(if line.is_empty() && !too_long {
+                None
+            } else if too_long {
+                Some(Err(()))
+            } else {
+                Some(Ok(()))
+            });
+        }
+        let (take, done) = match buf.iter().position(|b| *b == b'\n') {
+            Some(i) => (i + 1, true),
+            None => (buf.len(), false),
+        };
+        if !too_long {
+            let body = if done { &buf[..take - 1] } else { &buf[..take] };
+            if line.len() + body.len() > MAX_LINE {
+                too_long = true;
+                line.clear();
+            } else {
+                line.extend_from_slice(body);
+            }
+        }
+        reader.consume(take);
+        if done {
+            return Ok(Some(if too_long { Err(()) } else { Ok(()) }));
+        }
+    }
+}
+
+/// Reads the client's lines: forwards the good ones to `service`, sends answers for the
+/// others to `answers`. Ends at the end of input (then `service` is closed too).
+pub(crate) async fn read_client<R, W>(
+    input: R,
+    mut service: W,
+    in_flight: InFlight,
+    answers: mpsc::UnboundedSender<Vec<u8>>,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut reader = BufReader::with_capacity(64 * 1024, input);
+    let mut line = Vec::new();
+    while let Some(read) = read_line(&mut reader, &mut line).await? {
+        let verdict = match read {
+            Ok(()) => judge(&line, &in_flight),
+            Err(()) => error(
+                Value::Null,
+                -32600,
+                format!(
+                    "Invalid Request: the line is over the limit of {MAX_LINE} bytes and was skipped"
+                ),
+            ),
+        };
+        match verdict {
+            Verdict::Forward => {
+                line.push(b'\n');
+                service.write_all(&line).await?;
+                service.flush().await?;
+            }
+            Verdict::Skip => {}
+            Verdict::Answer(answer) => {
+                let mut out = answer.to_string().into_bytes();
+                out.push(b'\n');
+                let _ = answers.send(out);
+            }
+        }
+    }
+    service.shutdown().await
+}
+
+/// Writes whole lines to `output`: the service's (noting answered ids) and the
+/// framing's own answers.
+pub(crate) async fn write_client<R, W>(
+    service: R,
+    mut output: W,
+    in_flight: InFlight,
+    mut answers: mpsc::UnboundedReceiver<Vec<u8>>,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin,
+{
+    let mut lines = BufReader::new(service);
+    let mut line = Vec::new();
+    let mut service_open = true;
+    loop {
+        tokio::select! {
+            read = lines.read_until(b'\n', &mut line), if service_open => {
+                if read? == 0 {
+                    service_open = false;
+                    continue;
+                }
+                if let Some(key) = answered_id(&line) {
+                    in_flight.remove(&key);
+                }
+                output.write_all(&line).await?;
+                output.flush().await?;
+                line.clear();
+            }
+            answer = answers.recv() => match answer {
+                Some(answer) => {
+                    output.write_all(&answer).await?;
+                    output.flush().await?;
+                }
+                None if !service_open => return Ok(()),
+                None => {
+                    // The reader is done; drain the service, then stop.
+                    let mut rest = Vec::new();
+                    tokio::io::AsyncReadExt::read_to_end(&mut lines, &mut rest).await?;
+                    output.write_all(&rest).await?;
+                    output.flush().await?;
+                    return Ok(());
+                }
+            },
+        }
+    }
+}
+
+/// The id of a response line (one with `result` or `error`).
+fn answered_id(line: &[u8]) -> Option<String> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: Option<Value>,
+        result: Option<serde::de::IgnoredAny>,
+        error: Option<serde::de::IgnoredAny>,
+    }
+    let head: Head = serde_json::from_slice(line).ok()?;
+    if head.result.is_none() && head.error.is_none() {
+        return None;
+    }
+    id_key(&head.id?)
+}
+
+#[cfg(test)]
+mod tests;

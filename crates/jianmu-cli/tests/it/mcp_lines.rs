@@ -1,0 +1,195 @@
+//! `jianmu mcp` on raw JSON-RPC lines: every line is answered, and a signal mid-call
+//! leaves nothing behind.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::Path;
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+struct Server {
+    child: Child,
+    stdin: ChildStdin,
+    lines: mpsc::Receiver<Value>,
+}
+
+impl Server {
+    fn start(ws: &Path) -> Self {
+        let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+            .args(["--workspace"])
+            .arg(ws)
+            .arg("mcp")
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .env_remove("JIANMU_LOG")
+            .spawn()
+            .unwrap();
+        let stdin = child.stdin.take().unwrap();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, lines) = mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let _ = tx.send(serde_json::from_str(&line).unwrap_or(Value::String(line)));
+            }
+        });
+        let mut server = Self {
+            child,
+            stdin,
+            lines,
+        };
+        server.send(
+            json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+            "protocolVersion": "2025-06-18", "capabilities": {},
+            "clientInfo": {"name": "raw", "version": "1"}}}),
+        );
+        assert_eq!(server.next()["id"], 0);
+        server.send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+        server
+    }
+
+    fn send(&mut self, message: Value) {
+        self.raw(message.to_string().as_bytes());
+    }
+
+    fn raw(&mut self, line: &[u8]) {
+        self.stdin.write_all(line).unwrap();
+        self.stdin.write_all(b"\n").unwrap();
+        self.stdin.flush().unwrap();
+    }
+
+    fn next(&self) -> Value {
+        self.lines
+            .recv_timeout(Duration::from_secs(30))
+            .expect("the server did not answer")
+    }
+}
+
+#[test]
+fn every_line_is_answered() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path());
+    s.raw(b"{not json");
+    s.raw(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"\xff}");
+    s.raw(&[b'['; 100_000]);
+    s.raw(&vec![b' '; 16 << 20]);
+    s.raw(&[&b"{\"a\":\""[..], &vec![b'x'; 16 << 20], b"\"}"].concat());
+    for (id, params) in [
+        (2, json!({"name": "calculator", "arguments": [1, 2]})),
+        (3, json!({"name": "calculator", "arguments": "1+1"})),
+        (4, json!({"arguments": {}})),
+    ] {
+        s.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call", "params": params}));
+    }
+    s.send(json!({"jsonrpc": "2.0", "id": 5, "method": "tools/call",
+        "params": {"name": "x".repeat(1 << 20), "arguments": {}}}));
+    s.send(json!({"jsonrpc": "2.0", "id": 6, "method": "ping"}));
+    let mut by_id = std::collections::BTreeMap::new();
+    let mut nulls = Vec::new();
+    while by_id.len() < 5 || nulls.len() < 5 {
+        let answer = s.next();
+        match answer["id"].as_i64() {
+            Some(id) => {
+                by_id.insert(id, answer);
+            }
+            None => nulls.push(answer["error"]["code"].as_i64().unwrap()),
+        }
+    }
+    nulls.sort_unstable();
+    assert_eq!(
+        nulls,
+        [-32700, -32700, -32700, -32600, -32600],
+        "the null-id answers"
+    );
+    for id in [2, 3, 4] {
+        assert_eq!(by_id[&id]["error"]["code"], -32602, "{}", by_id[&id]);
+    }
+    let unknown = by_id[&5].to_string();
+    assert!(
+        unknown.len() < 2000 && unknown.contains("unknown tool"),
+        "{}",
+        &unknown[..300.min(unknown.len())]
+    );
+    assert_eq!(by_id[&6]["result"], json!({}));
+    drop(s.stdin);
+    assert!(s.child.wait().unwrap().success());
+}
+
+#[test]
+fn a_signal_mid_call_leaves_no_process_behind() {
+    stopped_mid_call("7", |s| {
+        let status = jianmu_process::std_command("kill")
+            .args(["-TERM", &s.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        s.child.wait().unwrap()
+    });
+}
+
+#[test]
+fn closing_stdin_mid_call_leaves_no_process_behind() {
+    stopped_mid_call("9", |s| {
+        let Server { child, stdin, .. } = s;
+        drop(std::mem::replace(
+            stdin,
+            jianmu_process::std_command("true")
+                .stdin(Stdio::piped())
+                .spawn()
+                .unwrap()
+                .stdin
+                .take()
+                .unwrap(),
+        ));
+        child.wait().unwrap()
+    });
+}
+
+/// Starts a `bash` and a `python_repl` call that each leave a `setsid` sleeper, stops
+/// the server with `stop` while they run, and checks that the server exits 0 and no
+/// sleeper is left.
+fn stopped_mid_call(tag: &str, stop: impl FnOnce(&mut Server) -> std::process::ExitStatus) {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path());
+    let (a, b) = (
+        format!("300.{}{tag}1", std::process::id()),
+        format!("300.{}{tag}2", std::process::id()),
+    );
+    s.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": format!("setsid sleep {a} & sleep {a}")}}}));
+    s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "python_repl", "arguments": {"code": format!(
+            "import subprocess, time\nsubprocess.Popen(['sleep', '{b}'], start_new_session=True)\ntime.sleep(300)")}}}));
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while (jianmu_process::running_with(&format!("sleep {a}")).len() < 3
+        || jianmu_process::running_with(&format!("sleep {b}")).is_empty())
+        && Instant::now() < deadline
+    {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    // The shell and its two sleeps.
+    assert_eq!(jianmu_process::running_with(&format!("sleep {a}")).len(), 3);
+    assert_eq!(jianmu_process::running_with(&format!("sleep {b}")).len(), 1);
+    let exited = stop(&mut s);
+    assert_eq!(exited.code(), Some(0), "a stopped MCP server exits cleanly");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let left = || {
+        jianmu_process::running_with(&format!("sleep {a}")).len()
+            + jianmu_process::running_with(&format!("sleep {b}")).len()
+    };
+    while left() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    let report = || {
+        let mut found = jianmu_process::running_with(&format!("sleep {a}"));
+        found.extend(jianmu_process::running_with(&format!("sleep {b}")));
+        found
+            .iter()
+            .map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(left(), 0, "processes outlived the server: {:?}", report());
+}

@@ -1,0 +1,61 @@
+//! Text that goes back to the model: names and echoed input made safe to show.
+
+use std::borrow::Cow;
+use std::fmt::Write as _;
+
+/// How many characters of model input an error message repeats.
+pub const ECHO_CHARS: usize = 100;
+
+/// `text` with every control character but tab escaped (`\n`, `\r`, `\u{1b}`,
+/// `\u{7f}`), so a file name or a matched line cannot forge a line of a listing or
+/// drive a terminal. Unchanged (borrowed) when there is nothing to escape.
+pub fn escape_controls(text: &str) -> Cow<'_, str> {
+    let escaped = |c: char| c.is_control() && c != '\t';
+    if !text.chars().any(escaped) {
+        return Cow::Borrowed(text);
+    }
+    let mut out = String::with_capacity(text.len() + 8);
+    for c in text.chars() {
+        match c {
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            c if escaped(c) => {
+                let _ = write!(out, "\\u{{{:x}}}", u32::from(c));
+            }
+            c => out.push(c),
+        }
+    }
+    Cow::Owned(out)
+}
+
+/// Model input as an error message repeats it: control characters escaped, at most
+/// [`ECHO_CHARS`] characters, then a marker saying how much was left out.
+pub fn echo(text: &str) -> Cow<'_, str> {
+    let (kept, rest) = crate::cut_chars(text, ECHO_CHARS);
+    match (escape_controls(kept), rest) {
+        (Cow::Borrowed(_), 0) => Cow::Borrowed(text),
+        (shown, 0) => Cow::Owned(shown.into_owned()),
+        (shown, _) => Cow::Owned(format!("{shown}…[{} more bytes]", text.len() - kept.len())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{echo, escape_controls};
+
+    #[test]
+    fn controls_are_escaped_and_long_input_is_cut_with_a_marker() {
+        assert_eq!(escape_controls("plain"), "plain");
+        assert_eq!(
+            escape_controls("a\nb\tc\u{1b}[31m\u{7f}"),
+            "a\\nb\tc\\u{1b}[31m\\u{7f}"
+        );
+        assert_eq!(echo("short"), "short");
+        let long = "x".repeat(1_000_000);
+        assert_eq!(
+            echo(&long),
+            format!("{}…[999900 more bytes]", "x".repeat(100))
+        );
+        assert_eq!(echo("a\nb"), "a\\nb");
+    }
+}
