@@ -2,26 +2,33 @@
 //! nothing it starts outlives it.
 //!
 //! A [`Jail`] is prepared once per tool (its Landlock ruleset, its seccomp filter, its
-//! private temporary directory) and starts every command of that tool through a
-//! *supervisor*: a small process between the caller and the command that is a child
-//! subreaper, so whatever the command starts — in the background, with `setsid`, by
-//! double forking, with a cleared environment — stays below it. When the command exits,
-//! or the supervisor is told to stop (the call ended, timed out or was cancelled), or the
-//! process that started it dies, the supervisor kills and reaps everything below it
-//! before it exits itself.
+//! private temporary directory) and starts every command of that tool ([`Spec`]) so
+//! that whatever the command starts — in the background, with `setsid`, by double
+//! forking, with a cleared environment — cannot outlive it:
 //!
-//! On top of that, where the kernel offers it (see [`Isolation`]): a user and PID
-//! namespace with its own `/proc` (the command sees only its own processes), Landlock
+//! - where unprivileged user namespaces work, the command is the init of its own user
+//!   and PID namespace, started with one `clone` as cheaply as `posix_spawn`; when it
+//!   exits or is killed (the call ended, timed out or was cancelled, or the process
+//!   that started it died), the kernel kills everything in its namespace;
+//! - elsewhere, a *supervisor* process (a child subreaper) sits between the caller and
+//!   the command, and kills and reaps everything below it when the command exits or
+//!   it is told to stop.
+//!
+//! On top of that, unless `mode = "off"`, where the kernel offers it (see
+//! [`Isolation`]): its own `/proc` (the command sees only its own processes), Landlock
 //! (writes only in the workspace, the private temporary directory and the few harmless
 //! devices; no access to other processes' `/proc` entries; no signals or abstract
 //! sockets outside the call), and without `network`, no TCP by Landlock and no sockets
 //! other than Unix ones by a seccomp filter.
 
-use std::ffi::{CString, OsStr};
+use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::sync::Arc;
+
+use tokio::net::unix::pipe;
 
 use serde::{Deserialize, Serialize};
 
@@ -33,7 +40,7 @@ use crate::sys;
 pub struct IsolationSettings {
     /// `auto` (the default) uses what the kernel offers; `require` refuses to run a
     /// command unless Landlock, the seccomp filter and the namespaces are all available;
-    /// `off` keeps only the supervisor (nothing outlives its call either way).
+    /// `off` keeps only the supervision (nothing outlives its call either way).
     pub mode: IsolationMode,
     /// Whether commands may open network sockets (TCP, UDP, raw). Off by default; Unix
     /// sockets always work.
@@ -56,7 +63,7 @@ impl Default for IsolationSettings {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum IsolationMode {
-    /// Only the supervisor.
+    /// Only the supervision.
     Off,
     /// Whatever the kernel offers.
     Auto,
@@ -110,8 +117,12 @@ pub enum JailError {
 /// allocates or locks in the child.
 #[derive(Debug)]
 pub(crate) struct Plan {
-    /// `unshare` flags and the identity maps to write, when namespaces are used.
-    pub(crate) namespaces: Option<sys::Maps>,
+    /// Whether commands start as the init of their own user and PID namespace.
+    pub(crate) namespaces: bool,
+    /// The identity maps such a command writes for itself.
+    pub(crate) maps: sys::Maps,
+    /// Whether it mounts its own `/proc` (isolated, in namespaces).
+    pub(crate) fresh_proc: bool,
     /// The Landlock ruleset to enforce.
     pub(crate) landlock: Option<OwnedFd>,
     /// The seccomp program to install.
@@ -136,7 +147,16 @@ impl Jail {
     /// `mode = "require"` on a kernel that lacks a piece; a ruleset or the temporary
     /// directory that cannot be made.
     pub fn new(settings: &IsolationSettings, workspace: &Path) -> Result<Self, JailError> {
-        let offered = Isolation::probe();
+        Self::with_kernel(settings, workspace, Isolation::probe())
+    }
+
+    /// As [`Jail::new`], on a kernel that offers `offered` (tests use it to run the
+    /// fallbacks where the kernel offers more).
+    pub(crate) fn with_kernel(
+        settings: &IsolationSettings,
+        workspace: &Path,
+        offered: Isolation,
+    ) -> Result<Self, JailError> {
         let isolate = settings.mode != IsolationMode::Off;
         if settings.mode == IsolationMode::Require {
             if offered.landlock_abi == 0 {
@@ -163,10 +183,15 @@ impl Jail {
         } else {
             None
         };
-        let mut parts: Vec<String> = vec!["supervised".into()];
-        let namespaces = (isolate && offered.namespaces).then(sys::Maps::current);
-        if namespaces.is_some() {
-            parts.push("pid+user namespace".into());
+        let namespaces = offered.namespaces;
+        let fresh_proc = namespaces && isolate;
+        let mut parts: Vec<String> = vec![if namespaces {
+            "supervised (own pid namespace)".into()
+        } else {
+            "supervised (subreaper)".into()
+        }];
+        if fresh_proc {
+            parts.push("own /proc".into());
         }
         let landlock = if isolate && offered.landlock_abi > 0 {
             let mut writable = vec![workspace.to_owned()];
@@ -193,6 +218,8 @@ impl Jail {
         Ok(Self {
             plan: Arc::new(Plan {
                 namespaces,
+                maps: sys::Maps::current(),
+                fresh_proc,
                 landlock,
                 seccomp,
                 paths: sys::Paths::new(),
@@ -202,22 +229,8 @@ impl Jail {
         })
     }
 
-    /// A jail with only the supervisor (`mode = "off"`).
-    pub fn supervisor_only() -> Self {
-        Self {
-            plan: Arc::new(Plan {
-                namespaces: None,
-                landlock: None,
-                seccomp: None,
-                paths: sys::Paths::new(),
-            }),
-            tmp: None,
-            summary: "supervised".into(),
-        }
-    }
-
-    /// One line saying what is in force, e.g. `supervised, pid+user namespace, landlock
-    /// v7, no network (writes: workspace, private tmp)`.
+    /// One line saying what is in force, e.g. `supervised (own pid namespace), own
+    /// /proc, landlock v7, no network (writes: workspace, private tmp)`.
     pub fn describe(&self) -> &str {
         &self.summary
     }
@@ -225,7 +238,7 @@ impl Jail {
     /// Whether commands run as the init of their own PID namespace (then `kill(-1)`
     /// from the command reaches only its own processes).
     pub fn own_pid_namespace(&self) -> bool {
-        self.plan.namespaces.is_some()
+        self.plan.namespaces
     }
 
     /// The private temporary directory, when isolated: the only writable place outside
@@ -234,13 +247,45 @@ impl Jail {
         self.tmp.as_deref().map(tempfile::TempDir::path)
     }
 
-    /// A command for `program` that runs jailed under a supervisor: stdin closed; spawn
-    /// it with [`Jail::spawn`].
-    pub fn command(&self, program: impl AsRef<OsStr>) -> tokio::process::Command {
-        let mut cmd = crate::command(program);
-        // The supervisor is stopped with a signal it can act on (see `Supervised`), not
-        // killed: killing it would orphan what it supervises.
-        cmd.kill_on_drop(false);
+    /// Starts `spec` jailed and supervised.
+    ///
+    /// # Errors
+    /// The program cannot be found or started, or the isolation cannot be entered.
+    pub fn spawn(&self, spec: &Spec) -> io::Result<Supervised> {
+        if self.plan.namespaces {
+            let mut child = crate::spawn::spawn(&self.plan, spec)?;
+            return Ok(Supervised {
+                stdin: child
+                    .stdin
+                    .take()
+                    .map(pipe::Sender::from_owned_fd)
+                    .transpose()?,
+                stdout: child
+                    .stdout
+                    .take()
+                    .map(pipe::Receiver::from_owned_fd)
+                    .transpose()?,
+                stderr: child
+                    .stderr
+                    .take()
+                    .map(pipe::Receiver::from_owned_fd)
+                    .transpose()?,
+                inner: Inner::Namespace(child),
+            });
+        }
+        let mut cmd = crate::command(&spec.program);
+        cmd.args(&spec.args)
+            .env_clear()
+            .envs(spec.env.iter().map(|(k, v)| (k, v)))
+            .stdin(spec.stdin.std())
+            .stdout(spec.stdout.std())
+            .stderr(spec.stderr.std())
+            // The supervisor is stopped with a signal it acts on (see `Supervised`),
+            // not killed: killing it would orphan what it supervises.
+            .kill_on_drop(false);
+        if let Some(cwd) = &spec.cwd {
+            cmd.current_dir(cwd);
+        }
         let plan = Arc::clone(&self.plan);
         let parent = sys::getpid();
         // SAFETY: `sys::enter` runs between fork and exec; it only makes system calls
@@ -250,50 +295,170 @@ impl Jail {
         unsafe {
             cmd.pre_exec(move || sys::enter(&plan, parent));
         }
-        cmd
-    }
-
-    /// Spawns a command made by [`Jail::command`].
-    ///
-    /// # Errors
-    /// The program cannot be started.
-    pub fn spawn(cmd: &mut tokio::process::Command) -> io::Result<Supervised> {
+        let mut child = cmd.spawn()?;
+        let fd = |fd: Option<io::Result<OwnedFd>>| fd.transpose();
         Ok(Supervised {
-            child: cmd.spawn()?,
+            stdin: fd(child.stdin.take().map(|s| s.into_owned_fd()))?
+                .map(pipe::Sender::from_owned_fd)
+                .transpose()?,
+            stdout: fd(child.stdout.take().map(|s| s.into_owned_fd()))?
+                .map(pipe::Receiver::from_owned_fd)
+                .transpose()?,
+            stderr: fd(child.stderr.take().map(|s| s.into_owned_fd()))?
+                .map(pipe::Receiver::from_owned_fd)
+                .transpose()?,
+            inner: Inner::Supervisor(child),
         })
     }
 }
 
-/// A running supervised command. Dropping it stops the supervisor, which kills and
-/// reaps everything the command started before it exits.
-#[derive(Debug)]
-pub struct Supervised {
-    child: tokio::process::Child,
+/// Where a standard stream of a jailed command goes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub enum Stdio {
+    /// `/dev/null`.
+    #[default]
+    Null,
+    /// A pipe to the caller.
+    Piped,
 }
 
-impl Supervised {
-    /// The child (the supervisor; its exit status is the command's).
-    pub fn child(&mut self) -> &mut tokio::process::Child {
-        &mut self.child
+impl Stdio {
+    fn std(self) -> std::process::Stdio {
+        match self {
+            Stdio::Null => std::process::Stdio::null(),
+            Stdio::Piped => std::process::Stdio::piped(),
+        }
     }
+}
 
-    /// Tells the supervisor to end the command and everything it started.
-    pub fn stop(&self) {
-        if let Some(pid) = self.child.id() {
-            sys::terminate(pid);
+/// A command to start in a [`Jail`]: its environment is exactly what is set here.
+#[derive(Debug, Clone, Default)]
+pub struct Spec {
+    pub(crate) program: OsString,
+    pub(crate) args: Vec<OsString>,
+    pub(crate) env: Vec<(OsString, OsString)>,
+    pub(crate) cwd: Option<PathBuf>,
+    pub(crate) stdin: Stdio,
+    pub(crate) stdout: Stdio,
+    pub(crate) stderr: Stdio,
+}
+
+impl Spec {
+    /// Runs `program` (a path, or a name looked up on the command's `PATH`).
+    pub fn new(program: impl Into<OsString>) -> Self {
+        Self {
+            program: program.into(),
+            ..Self::default()
         }
     }
 
-    /// Stops the command and waits until everything it started is gone.
+    /// Adds an argument.
+    pub fn arg(&mut self, arg: impl Into<OsString>) -> &mut Self {
+        self.args.push(arg.into());
+        self
+    }
+
+    /// Sets an environment variable (nothing is inherited).
+    pub fn env(&mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> &mut Self {
+        let key = key.into();
+        self.env.retain(|(k, _)| *k != key);
+        self.env.push((key, value.into()));
+        self
+    }
+
+    /// The working directory.
+    pub fn current_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
+        self.cwd = Some(dir.into());
+        self
+    }
+
+    /// Where standard input comes from.
+    pub fn stdin(&mut self, how: Stdio) -> &mut Self {
+        self.stdin = how;
+        self
+    }
+
+    /// Where standard output goes.
+    pub fn stdout(&mut self, how: Stdio) -> &mut Self {
+        self.stdout = how;
+        self
+    }
+
+    /// Where standard error goes.
+    pub fn stderr(&mut self, how: Stdio) -> &mut Self {
+        self.stderr = how;
+        self
+    }
+}
+
+/// A running jailed command. Dropping it ends the command and everything it started.
+#[derive(Debug)]
+pub struct Supervised {
+    /// Its standard input, when piped.
+    pub stdin: Option<pipe::Sender>,
+    /// Its standard output, when piped.
+    pub stdout: Option<pipe::Receiver>,
+    /// Its standard error, when piped.
+    pub stderr: Option<pipe::Receiver>,
+    inner: Inner,
+}
+
+#[derive(Debug)]
+enum Inner {
+    /// The command is the init of its own PID namespace.
+    Namespace(crate::spawn::NsChild),
+    /// A supervisor process runs the command; its exit status is the command's.
+    Supervisor(tokio::process::Child),
+}
+
+impl Supervised {
+    /// Waits until the command has exited and nothing it started is left.
+    ///
+    /// # Errors
+    /// Waiting failed.
+    pub async fn wait(&mut self) -> io::Result<ExitStatus> {
+        match &mut self.inner {
+            Inner::Namespace(child) => child.wait().await,
+            Inner::Supervisor(child) => child.wait().await,
+        }
+    }
+
+    /// The exit status, if the command has ended.
+    ///
+    /// # Errors
+    /// Checking failed.
+    pub fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        match &mut self.inner {
+            Inner::Namespace(child) => child.try_wait(),
+            Inner::Supervisor(child) => child.try_wait(),
+        }
+    }
+
+    /// Ends the command and everything it started.
+    pub fn stop(&self) {
+        match &self.inner {
+            Inner::Namespace(child) => child.kill(),
+            Inner::Supervisor(child) => {
+                if let Some(pid) = child.id() {
+                    sys::terminate(pid);
+                }
+            }
+        }
+    }
+
+    /// Ends the command and waits until everything it started is gone.
     pub async fn stop_and_wait(&mut self) {
         self.stop();
-        let _ = self.child.wait().await;
+        let _ = self.wait().await;
     }
 }
 
 impl Drop for Supervised {
     fn drop(&mut self) {
-        self.stop();
+        // A namespace's child kills and reaps itself when dropped.
+        if let Inner::Supervisor(_) = self.inner {
+            self.stop();
+        }
     }
 }
 

@@ -24,9 +24,12 @@ use std::ffi::OsStr;
 use std::process::Stdio;
 
 mod jail;
+mod spawn;
 mod sys;
 
-pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Supervised};
+pub use jail::{
+    Isolation, IsolationMode, IsolationSettings, Jail, JailError, Spec, Stdio as Stream, Supervised,
+};
 
 /// A `tokio` command for `program` with stdin closed (`/dev/null`) and the child killed
 /// when its handle is dropped, so a cancelled call leaves no process behind.

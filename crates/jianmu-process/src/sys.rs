@@ -316,16 +316,25 @@ unsafe fn write_file(path: &CString, data: &[u8]) -> io::Result<()> {
     Ok(())
 }
 
-/// Enters a new user and PID namespace (the caller's next child is its init).
-unsafe fn enter_namespaces(maps: &Maps) -> io::Result<()> {
+/// Writes the identity maps of the caller's new user namespace (after fork or clone:
+/// system calls only).
+pub(crate) fn write_own_maps(maps: &Maps) -> io::Result<()> {
     // SAFETY: system calls on prepared data.
     unsafe {
-        check_int(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID))?;
         write_file(&maps.setgroups, b"deny")?;
         write_file(&maps.uid_map, &maps.uid_line)?;
         write_file(&maps.gid_map, &maps.gid_line)?;
     }
     Ok(())
+}
+
+/// Enters a new user and PID namespace (the caller's next child is its init).
+unsafe fn enter_namespaces(maps: &Maps) -> io::Result<()> {
+    // SAFETY: system calls on prepared data.
+    unsafe {
+        check_int(libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWPID))?;
+    }
+    write_own_maps(maps)
 }
 
 /// A mount namespace of the init of a new PID namespace, with its own `/proc`.
@@ -395,8 +404,9 @@ extern "C" fn on_stop(_: libc::c_int) {
 
 const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
-/// Runs in the child `std` forked for a jailed command, before `exec`: becomes the
-/// supervisor, forks the worker and returns in the worker only (which then execs).
+/// Runs in the child `std` forked for a jailed command where namespaces do not work,
+/// before `exec`: becomes the supervisor, forks the worker and returns in the worker
+/// only (which then execs).
 pub(crate) fn enter(plan: &Plan, parent: libc::pid_t) -> io::Result<()> {
     // SAFETY: system calls on data prepared before the fork (see the module doc).
     unsafe {
@@ -408,9 +418,6 @@ pub(crate) fn enter(plan: &Plan, parent: libc::pid_t) -> io::Result<()> {
         }
         libc::sigprocmask(libc::SIG_BLOCK, &stop, std::ptr::null_mut());
         check_int(libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))?;
-        if let Some(maps) = &plan.namespaces {
-            enter_namespaces(maps)?;
-        }
         // The caller's death stops the supervisor (which still cleans up).
         check_int(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0))?;
         if libc::getppid() != parent {
@@ -433,7 +440,17 @@ unsafe fn setup_worker(plan: &Plan) -> io::Result<()> {
         libc::sigemptyset(&mut none);
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-        if plan.namespaces.is_some() {
+    }
+    isolate(plan, false)
+}
+
+/// Applies the isolation to the calling process before `exec`: its own `/proc` (when
+/// `fresh_proc`, in its own PID namespace), Landlock and the seccomp filter. System
+/// calls on prepared data only.
+pub(crate) fn isolate(plan: &Plan, fresh_proc: bool) -> io::Result<()> {
+    // SAFETY: system calls on data prepared before the fork or clone.
+    unsafe {
+        if fresh_proc {
             own_proc(&plan.paths)?;
         }
         if plan.landlock.is_some() || plan.seccomp.is_some() {

@@ -9,16 +9,15 @@
 //! started, and the next call starts a fresh one, saying that the state was lost.
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::sync::Arc;
 use std::time::Duration;
 
-use jianmu_process::{IsolationSettings, Jail, Supervised};
+use jianmu_process::{IsolationSettings, Jail, Spec, Stream, Supervised};
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use serde::Deserialize;
 use serde_json::{Map, Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
-use tokio::process::{ChildStdin, ChildStdout};
+use tokio::net::unix::pipe;
 use tokio::sync::Mutex;
 
 use crate::truncate;
@@ -75,8 +74,8 @@ pub struct PythonArgs {
 
 struct Interpreter {
     process: Supervised,
-    input: ChildStdin,
-    output: BufReader<ChildStdout>,
+    input: pipe::Sender,
+    output: BufReader<pipe::Receiver>,
     /// The id of the last request sent.
     last_id: u64,
 }
@@ -157,26 +156,26 @@ impl PythonRepl {
 
     async fn start(&self) -> Result<Interpreter, ToolError> {
         let python = &self.settings.python;
-        let mut cmd = self.jail.command(python);
-        cmd.args(["-u", "-I", "-c", RUNNER])
+        let mut spec = Spec::new(python);
+        spec.arg("-u")
+            .arg("-I")
+            .arg("-c")
+            .arg(RUNNER)
             .current_dir(&self.cwd)
-            .env_clear()
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("LANG", "C.UTF-8")
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::null());
+            .stdin(Stream::Piped)
+            .stdout(Stream::Piped);
         if let Some(tmp) = self.jail.tmp() {
-            cmd.env("TMPDIR", tmp);
+            spec.env("TMPDIR", tmp);
         }
-        let mut process = Jail::spawn(&mut cmd).map_err(|e| {
+        let mut process = self.jail.spawn(&spec).map_err(|e| {
             ToolError::failed(format!(
                 "cannot start the Python interpreter `{}`: {e}; install python3 or set `python` in [tools.python_repl]",
                 python.display()
             ))
         })?;
-        let child = process.child();
-        let (Some(input), Some(output)) = (child.stdin.take(), child.stdout.take()) else {
+        let (Some(input), Some(output)) = (process.stdin.take(), process.stdout.take()) else {
             return Err(ToolError::failed("the Python interpreter has no pipes"));
         };
         let mut interp = Interpreter {
@@ -267,7 +266,7 @@ impl PythonRepl {
                 let status = match flight.state.interpreter.take() {
                     Some(mut i) => {
                         i.process.stop_and_wait().await;
-                        i.process.child().try_wait().ok().flatten()
+                        i.process.try_wait().ok().flatten()
                     }
                     None => None,
                 };

@@ -16,7 +16,6 @@
 #![deny(missing_docs)]
 
 use std::path::PathBuf;
-use std::process::Stdio;
 use std::time::Duration;
 
 use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
@@ -24,7 +23,7 @@ use serde::{Deserialize, Serialize};
 
 mod capture;
 
-use jianmu_process::{IsolationSettings, Jail};
+use jianmu_process::{IsolationSettings, Jail, Spec, Stream};
 
 /// Settings of `bash` (`[tools.bash]`).
 #[derive(Debug, Clone, Deserialize)]
@@ -121,32 +120,32 @@ impl Bash {
             .map(|c| c.trim())
             .find(|c| !c.is_empty())
             .ok_or_else(|| ToolError::failed("no command given: pass it as `command`"))?;
-        let mut cmd = self.jail.command(&self.settings.shell);
-        cmd.arg("-c")
+        let mut spec = Spec::new(&self.settings.shell);
+        spec.arg("-c")
             .arg(command)
             .current_dir(&self.cwd)
-            .env_clear()
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
+            .stdout(Stream::Piped)
+            .stderr(Stream::Piped);
         for name in &self.settings.env_allow {
             if let Some(v) = std::env::var_os(name) {
-                cmd.env(name, v);
+                spec.env(name, v);
             }
         }
-        cmd.envs(&self.settings.env);
-        if let Some(tmp) = self.jail.tmp() {
-            cmd.env("TMPDIR", tmp);
+        for (k, v) in &self.settings.env {
+            spec.env(k, v);
         }
-        // Whatever ends this call (exit, time limit, cancellation), the supervisor ends
-        // everything the command started.
-        let mut child = Jail::spawn(&mut cmd).map_err(|e| {
+        if let Some(tmp) = self.jail.tmp() {
+            spec.env("TMPDIR", tmp);
+        }
+        // Whatever ends this call (exit, time limit, cancellation), everything the
+        // command started ends with it.
+        let mut child = self.jail.spawn(&spec).map_err(|e| {
             ToolError::failed(format!(
                 "cannot start `{}`: {e}",
                 self.settings.shell.display()
             ))
         })?;
-        let (Some(out), Some(err)) = (child.child().stdout.take(), child.child().stderr.take())
-        else {
+        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
             return Err(ToolError::failed("the shell has no pipes"));
         };
         let (head, tail) = (self.settings.keep_head, self.settings.keep_tail);
@@ -154,7 +153,7 @@ impl Bash {
         let stderr = tokio::spawn(capture::drain(err, head, tail));
         let limit = Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
             .unwrap_or(Duration::from_secs(120));
-        let status = match tokio::time::timeout(limit, child.child().wait()).await {
+        let status = match tokio::time::timeout(limit, child.wait()).await {
             Ok(status) => status
                 .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?,
             Err(_) => {
@@ -165,8 +164,8 @@ impl Bash {
                 });
             }
         };
-        // The supervisor exits only once nothing the command started is left, so
-        // every writer of the pipes is gone and the readers are at their end.
+        // The command is reaped only once nothing it started is left, so every writer
+        // of the pipes is gone and the readers are at their end.
         let (stdout, stderr) = (stdout.await, stderr.await);
         let stdout = stdout.map_err(|e| ToolError::runner("bash", e))?.text();
         let stderr = stderr.map_err(|e| ToolError::runner("bash", e))?.text();

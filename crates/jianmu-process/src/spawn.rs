@@ -1,0 +1,409 @@
+//! Starting a command as the init of its own user and PID namespace, with one
+//! `clone(CLONE_VM | CLONE_VFORK)` the way `posix_spawn` starts processes: no copy of
+//! the caller's address space, and no process in between. When the command exits (or
+//! is killed), the kernel kills everything left in its namespace, so nothing it
+//! started can outlive it, `setsid` or not.
+//!
+//! The child shares the caller's memory until it calls `execve` (the calling thread
+//! waits meanwhile): it runs on its own stack, only makes system calls on data
+//! prepared here, and resets signal handlers before any signal can reach it.
+#![allow(unsafe_code)]
+
+use std::ffi::{CString, OsStr, OsString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+
+use tokio::io::unix::AsyncFd;
+
+use crate::jail::{Plan, Spec, Stdio};
+
+/// What the child needs, all prepared before the clone.
+struct Prepared<'a> {
+    plan: &'a Plan,
+    path: CString,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+    cwd: Option<CString>,
+    /// The descriptors that become 0, 1 and 2.
+    stdio: [RawFd; 3],
+    /// Where the child reports the `errno` of a failed setup or `execve`.
+    report: RawFd,
+}
+
+/// The program's path: as given when it has a `/`, else the first executable of that
+/// name on `PATH` (the command's own `PATH` when it sets one).
+fn resolve(program: &OsStr, path_var: Option<&OsStr>) -> io::Result<PathBuf> {
+    if program.as_bytes().contains(&b'/') {
+        return Ok(PathBuf::from(program));
+    }
+    let fallback = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
+    let dirs = path_var.unwrap_or(&fallback);
+    for dir in std::env::split_paths(dirs) {
+        let candidate = dir.join(program);
+        if let Ok(meta) = std::fs::metadata(&candidate)
+            && meta.is_file()
+            && std::os::unix::fs::PermissionsExt::mode(&meta.permissions()) & 0o111 != 0
+        {
+            return Ok(candidate);
+        }
+    }
+    Err(io::Error::new(
+        io::ErrorKind::NotFound,
+        format!("`{}` is not on PATH", program.to_string_lossy()),
+    ))
+}
+
+fn cstring(bytes: &[u8]) -> io::Result<CString> {
+    CString::new(bytes)
+        .map_err(|_| io::Error::new(io::ErrorKind::InvalidInput, "a NUL byte in a command"))
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made and belong to no one else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn dev_null() -> io::Result<OwnedFd> {
+    Ok(std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")?
+        .into())
+}
+
+/// A child started by [`spawn`]: its pidfd, and what the caller keeps of its pipes.
+#[derive(Debug)]
+pub(crate) struct NsChild {
+    pidfd: Option<AsyncFd<OwnedFd>>,
+    status: Option<ExitStatus>,
+    pub(crate) stdin: Option<OwnedFd>,
+    pub(crate) stdout: Option<OwnedFd>,
+    pub(crate) stderr: Option<OwnedFd>,
+}
+
+/// Starts `spec` under `plan`, as the init of a new user and PID namespace.
+pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> io::Result<NsChild> {
+    let env: Vec<CString> = spec
+        .env
+        .iter()
+        .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
+        .collect::<io::Result<_>>()?;
+    let path_var = spec
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let path = cstring(resolve(&spec.program, path_var)?.as_os_str().as_bytes())?;
+    let args: Vec<CString> = std::iter::once(spec.program.as_os_str())
+        .chain(spec.args.iter().map(OsString::as_os_str))
+        .map(|a| cstring(a.as_bytes()))
+        .collect::<io::Result<_>>()?;
+    let cwd = spec
+        .cwd
+        .as_ref()
+        .map(|c| cstring(c.as_os_str().as_bytes()))
+        .transpose()?;
+
+    // The ends the child gets, and the ends the caller keeps.
+    let mut theirs: Vec<OwnedFd> = Vec::new();
+    let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
+    let mut stdio = [-1; 3];
+    for (i, how) in [spec.stdin, spec.stdout, spec.stderr]
+        .into_iter()
+        .enumerate()
+    {
+        let child_end = match how {
+            Stdio::Null => dev_null()?,
+            Stdio::Piped => {
+                let (read, write) = pipe()?;
+                let (child_end, our_end) = if i == 0 { (read, write) } else { (write, read) };
+                ours[i] = Some(our_end);
+                child_end
+            }
+        };
+        stdio[i] = child_end.as_raw_fd();
+        theirs.push(child_end);
+    }
+    let (report_read, report_write) = pipe()?;
+
+    let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
+    argv.push(std::ptr::null());
+    let mut envp: Vec<*const libc::c_char> = env.iter().map(|e| e.as_ptr()).collect();
+    envp.push(std::ptr::null());
+    let prepared = Prepared {
+        plan,
+        path,
+        argv,
+        envp,
+        cwd,
+        stdio,
+        report: report_write.as_raw_fd(),
+    };
+
+    let stack = Stack::new(256 * 1024)?;
+    let flags = libc::CLONE_VM
+        | libc::CLONE_VFORK
+        | libc::CLONE_PIDFD
+        | libc::CLONE_NEWUSER
+        | libc::CLONE_NEWPID
+        | libc::SIGCHLD;
+    let mut pidfd: libc::c_int = -1;
+    // SAFETY: every signal is blocked across the clone, so no handler runs in the child
+    // while it shares this memory; the child runs `child_main` on its own stack with
+    // `prepared`, which outlives it (the calling thread waits until it execs or exits:
+    // CLONE_VFORK); the pidfd is written to `pidfd`.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::clone(
+            child_main,
+            stack.top(),
+            flags,
+            (&raw const prepared).cast_mut().cast(),
+            &raw mut pidfd,
+        );
+        let err = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(err);
+        }
+    }
+    drop(theirs);
+    drop(report_write);
+    // SAFETY: the kernel stored a new pidfd that nothing else owns.
+    let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
+    let mut errno = [0u8; 4];
+    // SAFETY: reading into a 4-byte buffer; the write end is closed on both sides
+    // (the child's by exec or exit), so this does not block.
+    let n = unsafe { libc::read(report_read.as_raw_fd(), errno.as_mut_ptr().cast(), 4) };
+    if n == 4 {
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: reaps the child that failed to start; `info` is a valid out buffer.
+        unsafe {
+            libc::waitid(
+                libc::P_PIDFD,
+                pidfd.as_raw_fd() as libc::id_t,
+                &mut info,
+                libc::WEXITED,
+            );
+        }
+        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+    }
+    let [stdin, stdout, stderr] = ours;
+    // SAFETY: the pidfd is owned by the AsyncFd from here on and stays open with it.
+    let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
+        .map_err(|e| e.into_parts().1)?;
+    Ok(NsChild {
+        pidfd: Some(pidfd),
+        status: None,
+        stdin,
+        stdout,
+        stderr,
+    })
+}
+
+/// A child stack with a guard page below it.
+struct Stack {
+    base: *mut libc::c_void,
+    size: usize,
+}
+
+impl Stack {
+    fn new(size: usize) -> io::Result<Self> {
+        let guard = 4096;
+        // SAFETY: a fresh anonymous mapping; the lowest page becomes the guard.
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                size + guard,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return Err(io::Error::last_os_error());
+            }
+            libc::mprotect(base, guard, libc::PROT_NONE);
+            Ok(Self {
+                base,
+                size: size + guard,
+            })
+        }
+    }
+
+    fn top(&self) -> *mut libc::c_void {
+        // SAFETY: one past the end of the mapping, 16-byte aligned (page aligned).
+        unsafe { self.base.cast::<u8>().add(self.size).cast() }
+    }
+}
+
+impl Drop for Stack {
+    fn drop(&mut self) {
+        // SAFETY: the mapping made in `new`; the child no longer uses it (it exec'd or
+        // exited before `clone` returned).
+        unsafe {
+            libc::munmap(self.base, self.size);
+        }
+    }
+}
+
+extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Prepared` the caller keeps alive while this runs.
+    unsafe {
+        let prepared = &*(arg as *const Prepared<'_>);
+        let errno = setup_and_exec(prepared);
+        libc::write(prepared.report, (&raw const errno).cast(), 4);
+        libc::_exit(127)
+    }
+}
+
+/// Returns only on failure, with the `errno` to report.
+unsafe fn setup_and_exec(p: &Prepared<'_>) -> i32 {
+    let fail = || unsafe { *libc::__errno_location() };
+    // SAFETY: system calls on prepared data (see the module doc).
+    unsafe {
+        // Handlers belong to the caller and would run in its memory: defaults here.
+        for sig in 1..libc::SIGRTMAX() {
+            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                continue;
+            }
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) == 0
+                && old.sa_sigaction != libc::SIG_DFL
+                && (old.sa_sigaction != libc::SIG_IGN || sig == libc::SIGPIPE)
+            {
+                let mut default: libc::sigaction = std::mem::zeroed();
+                default.sa_sigaction = libc::SIG_DFL;
+                libc::sigaction(sig, &default, std::ptr::null_mut());
+            }
+        }
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
+            return fail();
+        }
+        if let Err(e) = crate::sys::write_own_maps(&p.plan.maps) {
+            return e.raw_os_error().unwrap_or(libc::EPERM);
+        }
+        if let Err(e) = crate::sys::isolate(p.plan, p.plan.fresh_proc) {
+            return e.raw_os_error().unwrap_or(libc::EPERM);
+        }
+        for (target, &fd) in p.stdio.iter().enumerate() {
+            let target = target as RawFd;
+            if fd == target {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                libc::fcntl(fd, libc::F_SETFD, flags & !libc::FD_CLOEXEC);
+            } else if libc::dup2(fd, target) < 0 {
+                return fail();
+            }
+        }
+        if let Some(cwd) = &p.cwd
+            && libc::chdir(cwd.as_ptr()) != 0
+        {
+            return fail();
+        }
+        let mut none: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut none);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+        libc::execve(p.path.as_ptr(), p.argv.as_ptr(), p.envp.as_ptr());
+        fail()
+    }
+}
+
+impl NsChild {
+    /// Waits until the command (and so its whole namespace) is gone.
+    pub(crate) async fn wait(&mut self) -> io::Result<ExitStatus> {
+        if let Some(status) = self.status {
+            return Ok(status);
+        }
+        let Some(pidfd) = &self.pidfd else {
+            return Err(io::Error::other("the command was already reaped"));
+        };
+        loop {
+            let mut ready = pidfd.readable().await?;
+            if let Some(status) = reap(pidfd.get_ref(), libc::WNOHANG)? {
+                self.status = Some(status);
+                return Ok(status);
+            }
+            ready.clear_ready();
+        }
+    }
+
+    /// The exit status, if the command has ended (reaping it).
+    pub(crate) fn try_wait(&mut self) -> io::Result<Option<ExitStatus>> {
+        if self.status.is_none()
+            && let Some(pidfd) = &self.pidfd
+        {
+            self.status = reap(pidfd.get_ref(), libc::WNOHANG)?;
+        }
+        Ok(self.status)
+    }
+
+    /// Kills the command; the kernel then kills everything in its namespace.
+    pub(crate) fn kill(&self) {
+        if self.status.is_none()
+            && let Some(pidfd) = &self.pidfd
+        {
+            // SAFETY: a signal through a pidfd we own.
+            unsafe {
+                libc::syscall(
+                    libc::SYS_pidfd_send_signal,
+                    pidfd.get_ref().as_raw_fd(),
+                    libc::SIGKILL,
+                    std::ptr::null::<libc::siginfo_t>(),
+                    0u32,
+                );
+            }
+        }
+    }
+}
+
+impl Drop for NsChild {
+    fn drop(&mut self) {
+        if self.status.is_some() {
+            return;
+        }
+        self.kill();
+        // Reap it: once its init is killed the namespace empties within moments.
+        if let Some(pidfd) = self.pidfd.take() {
+            let _ = reap(&pidfd.into_inner(), 0);
+        }
+    }
+}
+
+/// Reaps the process behind `pidfd` if it has exited (`WNOHANG`) or once it does.
+fn reap(pidfd: &OwnedFd, flags: libc::c_int) -> io::Result<Option<ExitStatus>> {
+    // SAFETY: `info` is a valid out buffer; the pidfd is open.
+    unsafe {
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let r = libc::waitid(
+            libc::P_PIDFD,
+            pidfd.as_raw_fd() as libc::id_t,
+            &mut info,
+            libc::WEXITED | flags,
+        );
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        if info.si_pid() == 0 {
+            return Ok(None);
+        }
+        let status = info.si_status();
+        let raw = match info.si_code {
+            libc::CLD_EXITED => (status & 0xff) << 8,
+            libc::CLD_DUMPED => status | 0x80,
+            _ => status,
+        };
+        Ok(Some(ExitStatus::from_raw(raw)))
+    }
+}
