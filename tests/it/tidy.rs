@@ -77,6 +77,23 @@ fn only_jianmu_process_spawns_processes() {
     );
 }
 
+/// Spelt in two halves so this file does not match itself.
+const UNSAFE: &str = concat!("allow(unsafe", "_code)");
+
+#[test]
+fn only_jianmu_process_has_unsafe_code() {
+    let offenders: Vec<String> = rust_files()
+        .into_iter()
+        .filter(|p| !rel(p).starts_with("crates/jianmu-process/src/"))
+        .filter(|p| std::fs::read_to_string(p).unwrap().contains(UNSAFE))
+        .map(|p| rel(&p))
+        .collect();
+    assert!(
+        offenders.is_empty(),
+        "unsafe code outside jianmu-process: {offenders:?}"
+    );
+}
+
 fn manifests() -> Vec<(String, String)> {
     let mut out = Vec::new();
     files(&root().join("crates"), "Cargo.toml", &mut out);

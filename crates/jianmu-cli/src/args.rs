@@ -81,8 +81,7 @@ pub(crate) enum Command {
     #[cfg(feature = "docker")]
     #[command(hide = true)]
     Serve,
-    /// Manage the Docker sandbox.
-    #[cfg(feature = "docker")]
+    /// How calls are isolated here, and the Docker sandbox.
     Sandbox {
         #[command(subcommand)]
         command: SandboxCommand,
@@ -99,11 +98,18 @@ pub(crate) enum Command {
 }
 
 /// `jianmu sandbox ...`.
-#[cfg(feature = "docker")]
 #[derive(Debug, Subcommand)]
 pub(crate) enum SandboxCommand {
+    /// Say what isolation `bash` and `python_repl` get on this machine, what the
+    /// kernel offers, and whether the Docker sandbox is ready (one line each).
+    Status {
+        /// Print JSON instead.
+        #[arg(long)]
+        json: bool,
+    },
     /// Build the sandbox image locally (no registry): this `jianmu` binary, the
     /// libraries it links and a static busybox, `FROM scratch`.
+    #[cfg(feature = "docker")]
     BuildImage {
         /// The tag [default: `[execution.docker] image`, else jianmu-sandbox:VERSION].
         #[arg(long)]

@@ -26,6 +26,7 @@ mod config;
 mod mcp;
 mod render;
 mod settings;
+mod status;
 
 use args::{Cli, Command};
 use settings::Settings;
@@ -204,6 +205,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             };
             let settings = load()?;
             print(&build_image::run(&settings, request)?)
+        }
+        Command::Sandbox {
+            command: args::SandboxCommand::Status { json },
+        } => {
+            let settings = load()?;
+            print(&status::run(&settings, *json)?)
         }
     }
 }

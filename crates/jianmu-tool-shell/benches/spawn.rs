@@ -1,5 +1,5 @@
-//! `bash` running `echo hi` through the tool, against a bare spawn of the same command
-//! in the same run.
+//! `bash` running `echo hi` through the tool, isolated (the default) and with isolation
+//! off (supervision only), against a bare spawn of the same command in the same run.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use jianmu_tool_shell::{Bash, BashArgs, BashSettings};

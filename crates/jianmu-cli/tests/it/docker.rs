@@ -517,3 +517,68 @@ fn the_command_runs_calls_in_docker_when_asked() {
     let me = std::fs::metadata("/proc/self").unwrap().uid();
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{me}\n"));
 }
+
+#[test]
+fn a_signal_mid_call_removes_the_container() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    give_to_sandbox_user(&ws);
+    std::fs::write(
+        dir.path().join("jianmu.toml"),
+        format!(
+            "workspace = \"ws\"\n[execution]\ntool_runner = \"docker\"\n[execution.docker]\nimage = \"{}\"\n",
+            test_image()
+        ),
+    )
+    .unwrap();
+    let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .args(["call", "bash", r#"{"command": "sleep 300"}"#])
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let owner = format!(":{}:", child.id());
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap();
+    // The containers this jianmu owns (its pid is in the owner label).
+    let mine = || {
+        rt.block_on(async {
+            let list = docker()
+                .await
+                .list_containers(Some(
+                    bollard::query_parameters::ListContainersOptionsBuilder::default()
+                        .all(true)
+                        .build(),
+                ))
+                .await
+                .unwrap();
+            list.into_iter()
+                .filter(|c| {
+                    c.labels
+                        .as_ref()
+                        .and_then(|l| l.get(jianmu_sandbox::docker::LABEL))
+                        .is_some_and(|v| v.contains(&owner))
+                })
+                .count()
+        })
+    };
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while mine() == 0 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(mine(), 1, "the call's container did not start");
+    // Give the call a moment to be running inside it.
+    std::thread::sleep(Duration::from_millis(500));
+    let killed = jianmu_process::std_command("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(killed.success());
+    let status = child.wait().unwrap();
+    assert_eq!(status.code(), Some(143), "SIGTERM is exit code 128 + 15");
+    assert_eq!(mine(), 0, "the container outlived the command");
+}

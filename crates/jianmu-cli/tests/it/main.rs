@@ -421,3 +421,46 @@ fn expected_features() -> Vec<&'static str> {
     .filter_map(|(name, on)| on.then_some(name))
     .collect()
 }
+
+#[test]
+fn sandbox_status_says_what_isolation_is_in_force() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = jianmu(&["sandbox", "status", "--json"], dir.path());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let report: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let kernel = &report["kernel"];
+    for tool in ["bash", "python_repl"] {
+        let line = report["local"][tool].as_str().unwrap();
+        assert!(line.starts_with("supervised ("), "{line}");
+        assert_eq!(
+            line.contains("own pid namespace"),
+            kernel["user_namespaces"] == true,
+            "{line}"
+        );
+        assert_eq!(
+            line.contains("landlock v"),
+            kernel["landlock_abi"].as_u64() > Some(0),
+            "{line}"
+        );
+    }
+    assert!(report["docker"]["summary"].is_string());
+    // `mode = "off"` keeps only the supervision; the text form is one line per part.
+    std::fs::write(
+        dir.path().join("jianmu.toml"),
+        "[tools.bash.isolation]\nmode = \"off\"\n",
+    )
+    .unwrap();
+    let out = jianmu(&["sandbox", "status"], dir.path());
+    let text = String::from_utf8_lossy(&out.stdout);
+    let bash = text.lines().find(|l| l.starts_with("bash: ")).unwrap();
+    assert!(
+        bash == "bash: supervised (own pid namespace)" || bash == "bash: supervised (subreaper)",
+        "{text}"
+    );
+    assert_eq!(text.lines().count(), 4, "{text}");
+}

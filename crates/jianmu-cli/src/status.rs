@@ -1,0 +1,101 @@
+//! `jianmu sandbox status`: the isolation local commands get on this machine, what the
+//! kernel offers, and whether the Docker sandbox is ready. One line each.
+
+use jianmu_process::{Isolation, IsolationSettings, Jail};
+use serde_json::{Value, json};
+
+use crate::settings::Settings;
+
+/// The tools whose commands run jailed.
+const JAILED: [&str; 2] = ["bash", "python_repl"];
+
+/// The report, as text or JSON.
+pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> {
+    let workspace = settings.tools.workspace();
+    let mut local = serde_json::Map::new();
+    for tool in JAILED {
+        let isolation: IsolationSettings = match settings
+            .tools
+            .raw_settings(tool)
+            .and_then(|s| s.get("isolation"))
+        {
+            Some(v) => serde_json::from_value(v.clone())
+                .map_err(|e| anyhow::anyhow!("[tools.{tool}.isolation]: {e}"))?,
+            None => IsolationSettings::default(),
+        };
+        let line = match Jail::new(&isolation, workspace) {
+            Ok(jail) => jail.describe().to_owned(),
+            Err(e) => format!("cannot run: {e}"),
+        };
+        local.insert(tool.to_owned(), Value::String(line));
+    }
+    let kernel = Isolation::probe();
+    let docker = docker(settings);
+    if as_json {
+        let report = json!({
+            "local": local,
+            "kernel": {
+                "user_namespaces": kernel.namespaces,
+                "landlock_abi": kernel.landlock_abi,
+                "seccomp": kernel.seccomp,
+            },
+            "docker": docker,
+        });
+        return Ok(format!("{}\n", serde_json::to_string_pretty(&report)?));
+    }
+    let mut text = String::new();
+    for (tool, line) in &local {
+        text.push_str(&format!("{tool}: {}\n", line.as_str().unwrap_or_default()));
+    }
+    let yes = |b: bool| if b { "yes" } else { "no" };
+    text.push_str(&format!(
+        "kernel: user namespaces {}, Landlock {}, seccomp {}\n",
+        yes(kernel.namespaces),
+        match kernel.landlock_abi {
+            0 => "no".to_owned(),
+            abi => format!("ABI {abi}"),
+        },
+        yes(kernel.seccomp)
+    ));
+    text.push_str(&format!(
+        "docker: {}\n",
+        docker["summary"].as_str().unwrap_or_default()
+    ));
+    Ok(text)
+}
+
+#[cfg(feature = "docker")]
+fn docker(settings: &Settings) -> Value {
+    use jianmu_sandbox::docker::image;
+    let tag = settings.docker.image.clone();
+    let host = settings.docker.docker_host.clone();
+    let checked = crate::runtime().map(|rt| {
+        rt.block_on(async {
+            let docker = match image::connect(host.as_deref()).await {
+                Ok(d) => d,
+                Err(e) => return (false, false, format!("no engine answers ({e})")),
+            };
+            match docker.inspect_image(&tag).await {
+                Ok(_) => (true, true, format!("ready (image {tag})")),
+                Err(_) => (
+                    true,
+                    false,
+                    format!(
+                        "the engine answers, but image {tag} is missing: run `jianmu sandbox build-image`"
+                    ),
+                ),
+            }
+        })
+    });
+    match checked {
+        Ok((engine, image, summary)) => {
+            json!({"engine": engine, "image": image, "summary": summary})
+        }
+        Err(e) => json!({"engine": false, "image": false, "summary": e.to_string()}),
+    }
+}
+
+#[cfg(not(feature = "docker"))]
+fn docker(_: &Settings) -> Value {
+    json!({"engine": false, "image": false, "summary": "not compiled in (the `docker` feature)"})
+}
