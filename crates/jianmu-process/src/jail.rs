@@ -123,6 +123,10 @@ pub(crate) struct Plan {
     pub(crate) maps: sys::Maps,
     /// Whether it mounts its own `/proc` (isolated, in namespaces).
     pub(crate) fresh_proc: bool,
+    /// Set when entering the namespaces failed although the probe said they work
+    /// (a policy that refuses them to this process): commands then go through the
+    /// supervisor.
+    pub(crate) namespaces_failed: std::sync::atomic::AtomicBool,
     /// The Landlock ruleset to enforce.
     pub(crate) landlock: Option<OwnedFd>,
     /// The seccomp program to install.
@@ -220,6 +224,7 @@ impl Jail {
                 namespaces,
                 maps: sys::Maps::current(),
                 fresh_proc,
+                namespaces_failed: std::sync::atomic::AtomicBool::new(false),
                 landlock,
                 seccomp,
                 paths: sys::Paths::new(),
@@ -227,6 +232,17 @@ impl Jail {
             tmp,
             summary: summary.into(),
         })
+    }
+
+    /// A jail whose namespaces cannot be entered although the kernel offers them, as
+    /// under a policy that refuses them to this process.
+    #[cfg(test)]
+    pub(crate) fn with_refused_namespaces(settings: &IsolationSettings, workspace: &Path) -> Self {
+        let mut jail = Self::new(settings, workspace).unwrap();
+        if let Some(plan) = Arc::get_mut(&mut jail.plan) {
+            plan.maps = sys::Maps::refused();
+        }
+        jail
     }
 
     /// One line saying what is in force, e.g. `supervised (own pid namespace), own
@@ -252,26 +268,36 @@ impl Jail {
     /// # Errors
     /// The program cannot be found or started, or the isolation cannot be entered.
     pub fn spawn(&self, spec: &Spec) -> io::Result<Supervised> {
-        if self.plan.namespaces {
-            let mut child = crate::spawn::spawn(&self.plan, spec)?;
-            return Ok(Supervised {
-                stdin: child
-                    .stdin
-                    .take()
-                    .map(pipe::Sender::from_owned_fd)
-                    .transpose()?,
-                stdout: child
-                    .stdout
-                    .take()
-                    .map(pipe::Receiver::from_owned_fd)
-                    .transpose()?,
-                stderr: child
-                    .stderr
-                    .take()
-                    .map(pipe::Receiver::from_owned_fd)
-                    .transpose()?,
-                inner: Inner::Namespace(child),
-            });
+        use std::sync::atomic::Ordering;
+        if self.plan.namespaces && !self.plan.namespaces_failed.load(Ordering::Relaxed) {
+            match crate::spawn::spawn(&self.plan, spec) {
+                Ok(mut child) => {
+                    return Ok(Supervised {
+                        stdin: child
+                            .stdin
+                            .take()
+                            .map(pipe::Sender::from_owned_fd)
+                            .transpose()?,
+                        stdout: child
+                            .stdout
+                            .take()
+                            .map(pipe::Receiver::from_owned_fd)
+                            .transpose()?,
+                        stderr: child
+                            .stderr
+                            .take()
+                            .map(pipe::Receiver::from_owned_fd)
+                            .transpose()?,
+                        inner: Inner::Namespace(child),
+                    });
+                }
+                Err(crate::spawn::Failure::Command(e)) => return Err(e),
+                // A policy refuses the namespaces to this process although the probe
+                // passed: from now on, the supervisor.
+                Err(crate::spawn::Failure::Namespaces) => {
+                    self.plan.namespaces_failed.store(true, Ordering::Relaxed);
+                }
+            }
         }
         let mut cmd = crate::command(&spec.program);
         cmd.args(&spec.args)

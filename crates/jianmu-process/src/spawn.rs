@@ -91,27 +91,37 @@ pub(crate) struct NsChild {
 }
 
 /// Starts `spec` under `plan`, as the init of a new user and PID namespace.
-pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> io::Result<NsChild> {
+pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
+    prepare_and_clone(plan, spec)
+}
+
+fn prepare_and_clone(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
+    use Failure::Command as C;
     let env: Vec<CString> = spec
         .env
         .iter()
         .map(|(k, v)| cstring(&[k.as_bytes(), b"=", v.as_bytes()].concat()))
-        .collect::<io::Result<_>>()?;
+        .collect::<io::Result<_>>()
+        .map_err(C)?;
     let path_var = spec
         .env
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.as_os_str());
-    let path = cstring(resolve(&spec.program, path_var)?.as_os_str().as_bytes())?;
+    let path = resolve(&spec.program, path_var)
+        .and_then(|p| cstring(p.as_os_str().as_bytes()))
+        .map_err(C)?;
     let args: Vec<CString> = std::iter::once(spec.program.as_os_str())
         .chain(spec.args.iter().map(OsString::as_os_str))
         .map(|a| cstring(a.as_bytes()))
-        .collect::<io::Result<_>>()?;
+        .collect::<io::Result<_>>()
+        .map_err(C)?;
     let cwd = spec
         .cwd
         .as_ref()
         .map(|c| cstring(c.as_os_str().as_bytes()))
-        .transpose()?;
+        .transpose()
+        .map_err(C)?;
 
     // The ends the child gets, and the ends the caller keeps.
     let mut theirs: Vec<OwnedFd> = Vec::new();
@@ -122,9 +132,9 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> io::Result<NsChild> {
         .enumerate()
     {
         let child_end = match how {
-            Stdio::Null => dev_null()?,
+            Stdio::Null => dev_null().map_err(C)?,
             Stdio::Piped => {
-                let (read, write) = pipe()?;
+                let (read, write) = pipe().map_err(C)?;
                 let (child_end, our_end) = if i == 0 { (read, write) } else { (write, read) };
                 ours[i] = Some(our_end);
                 child_end
@@ -133,7 +143,7 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> io::Result<NsChild> {
         stdio[i] = child_end.as_raw_fd();
         theirs.push(child_end);
     }
-    let (report_read, report_write) = pipe()?;
+    let (report_read, report_write) = pipe().map_err(C)?;
 
     let mut argv: Vec<*const libc::c_char> = args.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
@@ -149,7 +159,7 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> io::Result<NsChild> {
         report: report_write.as_raw_fd(),
     };
 
-    let stack = Stack::new(256 * 1024)?;
+    let stack = Stack::new(256 * 1024).map_err(C)?;
     let flags = libc::CLONE_VM
         | libc::CLONE_VFORK
         | libc::CLONE_PIDFD
@@ -176,21 +186,22 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> io::Result<NsChild> {
         let err = io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         if pid < 0 {
-            return Err(err);
+            let _ = err;
+            return Err(Failure::Namespaces);
         }
     }
     drop(theirs);
     drop(report_write);
     // SAFETY: the kernel stored a new pidfd that nothing else owns.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
-    let mut errno = [0u8; 4];
-    // SAFETY: reading into a 4-byte buffer; the write end is closed on both sides
+    let mut report = [0i32; 2];
+    // SAFETY: reading into an 8-byte buffer; the write end is closed on both sides
     // (the child's by exec or exit), so this does not block.
-    let n = unsafe { libc::read(report_read.as_raw_fd(), errno.as_mut_ptr().cast(), 4) };
-    if n == 4 {
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+    let n = unsafe { libc::read(report_read.as_raw_fd(), report.as_mut_ptr().cast(), 8) };
+    if n == 8 {
         // SAFETY: reaps the child that failed to start; `info` is a valid out buffer.
         unsafe {
+            let mut info: libc::siginfo_t = std::mem::zeroed();
             libc::waitid(
                 libc::P_PIDFD,
                 pidfd.as_raw_fd() as libc::id_t,
@@ -198,12 +209,16 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> io::Result<NsChild> {
                 libc::WEXITED,
             );
         }
-        return Err(io::Error::from_raw_os_error(i32::from_ne_bytes(errno)));
+        return Err(if report[0] == Stage::Namespaces as i32 {
+            Failure::Namespaces
+        } else {
+            Failure::Command(io::Error::from_raw_os_error(report[1]))
+        });
     }
-    let [stdin, stdout, stderr] = ours;
     // SAFETY: the pidfd is owned by the AsyncFd from here on and stays open with it.
     let pidfd = unsafe { AsyncFd::register_with_interest(pidfd, tokio::io::Interest::READABLE) }
-        .map_err(|e| e.into_parts().1)?;
+        .map_err(|e| C(e.into_parts().1))?;
+    let [stdin, stdout, stderr] = ours;
     Ok(NsChild {
         pidfd: Some(pidfd),
         status: None,
@@ -263,15 +278,36 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `Prepared` the caller keeps alive while this runs.
     unsafe {
         let prepared = &*(arg as *const Prepared<'_>);
-        let errno = setup_and_exec(prepared);
-        libc::write(prepared.report, (&raw const errno).cast(), 4);
+        let (stage, errno) = setup_and_exec(prepared);
+        let report = [stage as i32, errno];
+        libc::write(prepared.report, report.as_ptr().cast(), 8);
         libc::_exit(127)
     }
 }
 
-/// Returns only on failure, with the `errno` to report.
-unsafe fn setup_and_exec(p: &Prepared<'_>) -> i32 {
-    let fail = || unsafe { *libc::__errno_location() };
+/// Which part of the child's setup failed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[repr(i32)]
+enum Stage {
+    /// Entering its namespaces (identity maps, its own `/proc`).
+    Namespaces = 1,
+    /// Everything after: isolation, streams, directory, `execve`.
+    Command = 2,
+}
+
+/// Why [`spawn`] failed.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The namespaces could not be made or entered: run the command another way.
+    Namespaces,
+    /// The command itself could not start (a missing program, a bad directory).
+    Command(io::Error),
+}
+
+/// Returns only on failure, with the stage and the `errno` to report.
+unsafe fn setup_and_exec(p: &Prepared<'_>) -> (Stage, i32) {
+    let errno = || unsafe { *libc::__errno_location() };
+    let fail = || (Stage::Command, errno());
     // SAFETY: system calls on prepared data (see the module doc).
     unsafe {
         // Handlers belong to the caller and would run in its memory: defaults here.
@@ -292,11 +328,18 @@ unsafe fn setup_and_exec(p: &Prepared<'_>) -> i32 {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
             return fail();
         }
-        if let Err(e) = crate::sys::write_own_maps(&p.plan.maps) {
-            return e.raw_os_error().unwrap_or(libc::EPERM);
+        let namespaces = crate::sys::write_own_maps(&p.plan.maps).and_then(|()| {
+            if p.plan.fresh_proc {
+                crate::sys::own_proc(&p.plan.paths)
+            } else {
+                Ok(())
+            }
+        });
+        if let Err(e) = namespaces {
+            return (Stage::Namespaces, e.raw_os_error().unwrap_or(libc::EPERM));
         }
-        if let Err(e) = crate::sys::isolate(p.plan, p.plan.fresh_proc) {
-            return e.raw_os_error().unwrap_or(libc::EPERM);
+        if let Err(e) = crate::sys::isolate(p.plan, false) {
+            return (Stage::Command, e.raw_os_error().unwrap_or(libc::EPERM));
         }
         for (target, &fd) in p.stdio.iter().enumerate() {
             let target = target as RawFd;

@@ -282,6 +282,17 @@ impl Maps {
     }
 }
 
+#[cfg(test)]
+impl Maps {
+    /// Maps the kernel refuses (not a mapping at all).
+    pub(crate) fn refused() -> Self {
+        Self {
+            uid_line: b"not a map\n".to_vec(),
+            ..Self::current()
+        }
+    }
+}
+
 /// Paths used after the fork.
 #[derive(Debug)]
 pub(crate) struct Paths {
@@ -337,8 +348,9 @@ unsafe fn enter_namespaces(maps: &Maps) -> io::Result<()> {
     write_own_maps(maps)
 }
 
-/// A mount namespace of the init of a new PID namespace, with its own `/proc`.
-unsafe fn own_proc(paths: &Paths) -> io::Result<()> {
+/// A mount namespace of the init of a new PID namespace, with its own `/proc` (after
+/// fork or clone: system calls only).
+pub(crate) fn own_proc(paths: &Paths) -> io::Result<()> {
     // SAFETY: system calls on prepared C strings.
     unsafe {
         check_int(libc::unshare(libc::CLONE_NEWNS))?;

@@ -240,3 +240,34 @@ async fn isolated_on(kernel: crate::Isolation) {
     .await;
     assert_eq!((code, out.trim()), (0, "CONNECTED"));
 }
+
+#[tokio::test]
+async fn refused_namespaces_fall_back_to_the_supervisor() {
+    if !crate::Isolation::probe().namespaces {
+        return; // the fallback is every jail's path here, tested above
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let jail =
+        crate::Jail::with_refused_namespaces(&crate::IsolationSettings::default(), ws.path());
+    let a = unique_sleep();
+    let (code, out) = run(
+        &jail,
+        &format!("setsid sleep {a} & echo $$ > pid; echo ok"),
+        ws.path(),
+    )
+    .await;
+    assert_eq!((code, out.as_str()), (0, "ok\n"));
+    // Not the init of a namespace: the supervisor ran it, and still ended the sleeper.
+    let pid: u32 = std::fs::read_to_string(ws.path().join("pid"))
+        .unwrap()
+        .trim()
+        .parse()
+        .unwrap();
+    assert_ne!(pid, 1);
+    assert!(running_with(&a).is_empty());
+    // A missing program is still an error, not a fallback.
+    let err = jail
+        .spawn(&crate::Spec::new("/nonexistent/program"))
+        .unwrap_err();
+    assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}
