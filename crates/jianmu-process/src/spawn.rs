@@ -80,6 +80,22 @@ fn dev_null() -> io::Result<OwnedFd> {
         .into())
 }
 
+/// `fd` moved to a number above 2, so that placing the child's streams on 0, 1 and 2
+/// never overwrites another of them (it can land low when the caller closed one of its
+/// own standard streams).
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: duplicates an open descriptor; the new one is owned by the result.
+    let moved = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if moved < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `moved` was just made and belongs to no one else.
+    Ok(unsafe { OwnedFd::from_raw_fd(moved) })
+}
+
 /// A child started by [`spawn`]: its pidfd, and what the caller keeps of its pipes.
 #[derive(Debug)]
 pub(crate) struct NsChild {
@@ -140,6 +156,7 @@ fn prepare_and_clone(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
                 child_end
             }
         };
+        let child_end = above_stdio(child_end).map_err(C)?;
         stdio[i] = child_end.as_raw_fd();
         theirs.push(child_end);
     }
