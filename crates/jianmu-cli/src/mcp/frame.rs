@@ -20,6 +20,9 @@ use tokio::sync::mpsc;
 /// answered with -32600.
 pub(crate) const MAX_LINE: usize = 15 * 1024 * 1024;
 
+/// How many of the framing's own answers may wait to be written.
+pub(crate) const QUEUED_ANSWERS: usize = 256;
+
 /// Ids of requests handed on and not yet answered.
 #[derive(Debug, Default, Clone)]
 pub(crate) struct InFlight(Arc<Mutex<HashSet<String>>>);
@@ -210,7 +213,7 @@ pub(crate) async fn read_client<R, W>(
     input: R,
     mut service: W,
     in_flight: InFlight,
-    answers: mpsc::UnboundedSender<Vec<u8>>,
+    answers: mpsc::Sender<Vec<u8>>,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,
@@ -239,7 +242,11 @@ where
             Verdict::Answer(answer) => {
                 let mut out = answer.to_string().into_bytes();
                 out.push(b'\n');
-                let _ = answers.send(out);
+                // Bounded: a client that floods bad lines and never reads its answers
+                // is read no further until it does.
+                if answers.send(out).await.is_err() {
+                    break;
+                }
             }
         }
     }
@@ -252,7 +259,7 @@ pub(crate) async fn write_client<R, W>(
     service: R,
     mut output: W,
     in_flight: InFlight,
-    mut answers: mpsc::UnboundedReceiver<Vec<u8>>,
+    mut answers: mpsc::Receiver<Vec<u8>>,
 ) -> std::io::Result<()>
 where
     R: AsyncRead + Unpin,

@@ -64,7 +64,7 @@ impl Server {
         let (to_service, service_in) = tokio::io::duplex(1 << 20);
         let (service_out, from_service) = tokio::io::duplex(1 << 20);
         let in_flight = frame::InFlight::default();
-        let (answers, answered) = tokio::sync::mpsc::unbounded_channel();
+        let (answers, answered) = tokio::sync::mpsc::channel(frame::QUEUED_ANSWERS);
         let mut reader = tokio::spawn(frame::read_client(
             input,
             to_service,

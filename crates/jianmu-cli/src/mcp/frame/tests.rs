@@ -119,7 +119,7 @@ async fn oversized_lines_are_skipped_and_answered_and_reading_goes_on() {
     input.push(b'\n');
     input.extend_from_slice(b"{\"jsonrpc\":\"2.0\",\"id\":1,\"method\":\"ping\"}\n");
     let (service, mut from_reader) = tokio::io::duplex(1 << 20);
-    let (tx, mut rx) = tokio::sync::mpsc::unbounded_channel();
+    let (tx, mut rx) = tokio::sync::mpsc::channel(super::QUEUED_ANSWERS);
     super::read_client(&input[..], service, InFlight::default(), tx)
         .await
         .unwrap();
