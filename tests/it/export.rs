@@ -55,6 +55,10 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"query": "x"}),
             json!({"query": "x", "path": ".", "regex": true, "case_sensitive": false, "glob": "*.rs", "include_hidden": true, "limit": 3}),
         ],
+        "edit_file" => vec![
+            json!({"path": "a.txt", "edits": [{"old": "a", "new": "b"}]}),
+            json!({"path": "a.txt", "edits": [{"old": "a", "new": "b", "replace_all": true, "expected_count": 2}], "dry_run": true}),
+        ],
         "str_replace" => vec![
             json!({"path": "a.txt", "old": "a", "new": "b"}),
             json!({"path": "a.txt", "old": "a", "new": "b", "regex": true, "count": 1, "expected_count": 1}),
@@ -113,12 +117,7 @@ fn every_exported_schema_accepts_what_the_tool_accepts() {
             if strict["function"]["strict"] == json!(true) {
                 let schema = &strict["function"]["parameters"];
                 let mut full = args.clone();
-                for key in schema["properties"].as_object().unwrap().keys() {
-                    full.as_object_mut()
-                        .unwrap()
-                        .entry(key.clone())
-                        .or_insert(Value::Null);
-                }
+                fill_nulls(schema, &mut full);
                 assert!(
                     valid(schema, &full),
                     "strict schema of {} refuses {full}",
@@ -143,4 +142,33 @@ fn formats_parse_by_name() {
             .unwrap_err()
             .contains("openai-strict")
     );
+}
+
+/// What a model in strict mode sends: every property of every object the schema
+/// describes, `null` for those it leaves out, nested objects included.
+fn fill_nulls(schema: &Value, value: &mut Value) {
+    let variants: Vec<&Value> = match schema.get("anyOf").and_then(Value::as_array) {
+        Some(any) => any.iter().collect(),
+        None => vec![schema],
+    };
+    for schema in variants {
+        match value {
+            Value::Object(map) => {
+                if let Some(props) = schema.get("properties").and_then(Value::as_object) {
+                    for (key, sub) in props {
+                        let entry = map.entry(key.clone()).or_insert(Value::Null);
+                        fill_nulls(sub, entry);
+                    }
+                }
+            }
+            Value::Array(items) => {
+                if let Some(sub) = schema.get("items") {
+                    for item in items {
+                        fill_nulls(sub, item);
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
 }

@@ -64,6 +64,10 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             "str_replace",
             json!({"path": "out.txt", "old": "hi", "new": "ho"}),
         ),
+        (
+            "edit_file",
+            json!({"path": "out.txt", "edits": [{"old": "ho", "new": "hey"}]}),
+        ),
         ("bash", json!({"command": "echo out; echo err >&2"})),
         ("rhai_repl", json!({"code": "40 + 2"})),
         ("python_repl", json!({"code": "print(42)"})),
@@ -109,6 +113,7 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             "grep_search",
             "file_info",
             "str_replace",
+            "edit_file",
             "bash",
             "http_request",
             "duckduckgo_search",

@@ -9,7 +9,7 @@
 //! | Name | Description | Default? |
 //! |---|---|---|
 //! | `calculator` | `calculator` (crate `jianmu-tool-calc`) | No |
-//! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace` (crate `jianmu-tool-code`) | No |
+//! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace`, `edit_file` (crate `jianmu-tool-code`) | No |
 //! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
 //! | `http` | `http_request` (crate `jianmu-tool-http`) | No |
 //! | `script` | `rhai_repl`, `python_repl` (crate `jianmu-tool-script`) | No |
@@ -77,6 +77,7 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("bash", "shell"),
     ("calculator", "calculator"),
     ("duckduckgo_search", "search"),
+    ("edit_file", "code"),
     ("file_info", "code"),
     ("glob_search", "code"),
     ("grep_search", "code"),

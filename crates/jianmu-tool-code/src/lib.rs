@@ -1,6 +1,7 @@
 //! Coding tools: `glob_search`, `grep_search`, `file_info` and `str_replace` (the
 //! Python tools' `coding.py`; docs/python-compat.md), built on ripgrep's crates (`ignore`, `grep-searcher`,
-//! `grep-regex`, `globset`).
+//! `grep-regex`, `globset`), and `edit_file` (several exact edits, all or nothing,
+//! answered with a unified diff).
 //!
 //! Searches behave like `rg` and `fd` run from the workspace root: `.gitignore` inside
 //! git repositories and `.ignore` are respected, hidden entries are skipped unless
@@ -14,12 +15,14 @@
 use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
 use serde::Deserialize;
 
+mod edit;
 mod glob;
 mod grep;
 mod info;
 mod replace;
 mod walk;
 
+pub use edit::{Edit, EditArgs, EditFile, EditOutput, EditSettings};
 pub use glob::{GlobArgs, GlobOutput, GlobSearch};
 pub use grep::{GrepArgs, GrepOutput, GrepSearch, Hit, MAX_LINE_CHARS};
 pub use info::{FileInfo, InfoArgs, InfoOutput};
@@ -68,6 +71,13 @@ fn build_info(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     )?))
 }
 
+fn build_edit(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(EditFile::new(
+        jianmu_workspace::for_tool(config, "edit_file")?,
+        config.settings("edit_file")?,
+    ))
+}
+
 fn build_replace(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(StrReplace::new(
         jianmu_workspace::for_tool(config, "str_replace")?,
@@ -79,3 +89,4 @@ jianmu_tool_core::register_tool!("glob_search", build_glob);
 jianmu_tool_core::register_tool!("grep_search", build_grep);
 jianmu_tool_core::register_tool!("file_info", build_info);
 jianmu_tool_core::register_tool!("str_replace", build_replace);
+jianmu_tool_core::register_tool!("edit_file", build_edit);

@@ -44,7 +44,13 @@ fn expected_tools() -> Vec<&'static str> {
     #[cfg(feature = "calculator")]
     names.push("calculator");
     #[cfg(feature = "code")]
-    names.extend(["file_info", "glob_search", "grep_search", "str_replace"]);
+    names.extend([
+        "edit_file",
+        "file_info",
+        "glob_search",
+        "grep_search",
+        "str_replace",
+    ]);
     #[cfg(feature = "fs")]
     names.extend(["list_dir", "read_file", "write_file"]);
     #[cfg(feature = "http")]

@@ -59,6 +59,7 @@ async def main(jianmu, workspace, audit_log, *flags):
                 ("grep_search", {"query": "hi", "glob": "a.txt"}),
                 ("file_info", {"path": "a.txt"}),
                 ("str_replace", {"path": "a.txt", "old": "hi", "new": "ho"}),
+                ("edit_file", {"path": "a.txt", "edits": [{"old": "ho", "new": "hey"}]}),
                 ("bash", {"command": "echo out; echo err >&2"}),
             ]:
                 result = await session.call_tool(name, args)

@@ -10,6 +10,8 @@ use jianmu_tool_core::{ExecuteOptions, ToolHandle};
 use jianmu_workspace::Workspace;
 use serde_json::{Value, json};
 
+mod edit;
+
 struct Fx {
     _tmp: tempfile::TempDir,
     top: PathBuf,
@@ -98,7 +100,7 @@ fn tree() -> Fx {
     fx
 }
 
-async fn call(tool: &ToolHandle, args: Value) -> String {
+pub(crate) async fn call(tool: &ToolHandle, args: Value) -> String {
     match tool.execute(args, ExecuteOptions::default()).await {
         Ok(out) => out.text,
         Err(e) => format!("error: {e}"),

@@ -1,0 +1,392 @@
+//! `edit_file`: several exact replacements in one file, all or nothing, answered with
+//! a unified diff.
+//!
+//! Each edit applies to the result of the one before. Without `replace_all`, `old` must
+//! match exactly once. A file with CRLF line endings is edited with LF `old`/`new` and
+//! stays CRLF; a UTF-8 byte-order mark stays; a file that is not UTF-8 is refused, never
+//! converted. When `old` is not found, the error shows the closest region of the file
+//! with line numbers and the first line that differs, so the next call can be right.
+
+use std::sync::Arc;
+
+use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_workspace::{Workspace, WriteOptions, blocking, show};
+use serde::{Deserialize, Serialize};
+
+/// Settings of `edit_file` (`[tools.edit_file]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EditSettings {
+    /// Largest file edited, and largest result, in bytes.
+    pub max_file_size: u64,
+    /// Most lines of diff returned; a longer diff is cut with a notice.
+    pub max_diff_lines: usize,
+}
+
+impl Default for EditSettings {
+    fn default() -> Self {
+        Self {
+            max_file_size: 10 * 1024 * 1024,
+            max_diff_lines: 400,
+        }
+    }
+}
+
+/// One replacement.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct Edit {
+    /// The exact text to replace (whitespace and line breaks included; LF line breaks
+    /// also match a CRLF file).
+    #[schemars(length(min = 1))]
+    pub old: String,
+    /// The text to put in its place.
+    pub new: String,
+    /// Replace every occurrence; without it, `old` must occur exactly once.
+    #[serde(default)]
+    pub replace_all: Option<bool>,
+    /// Fail unless `old` occurs exactly this many times.
+    pub expected_count: Option<u64>,
+}
+
+/// Arguments of `edit_file`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct EditArgs {
+    /// The file, relative to the workspace root (or absolute inside it).
+    pub path: String,
+    /// The edits, applied in order, each to the result of the one before.
+    #[schemars(length(min = 1, max = 100))]
+    pub edits: Vec<Edit>,
+    /// Answer the diff and write nothing.
+    #[serde(default)]
+    pub dry_run: bool,
+}
+
+/// The structured result of `edit_file`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct EditOutput {
+    /// The file, relative to the workspace.
+    pub path: String,
+    /// How many edits were applied.
+    pub edits: usize,
+    /// How many occurrences were replaced, over all edits.
+    pub replacements: u64,
+    /// Lines added and removed.
+    pub added: usize,
+    /// Lines removed.
+    pub removed: usize,
+    /// Whether the file was written (false for `dry_run` and for edits that change
+    /// nothing).
+    pub written: bool,
+    /// The unified diff of the change (cut when long).
+    pub diff: String,
+}
+
+/// The `edit_file` tool.
+#[derive(Debug, Clone)]
+pub struct EditFile {
+    ws: Arc<Workspace>,
+    settings: EditSettings,
+}
+
+/// The file's text as edits see it, and how to give it back its form.
+struct Decoded {
+    text: String,
+    bom: bool,
+    crlf: bool,
+}
+
+const BOM: &str = "\u{feff}";
+
+impl EditFile {
+    /// An `edit_file` confined to `ws`.
+    pub fn new(ws: Arc<Workspace>, settings: EditSettings) -> Self {
+        Self { ws, settings }
+    }
+
+    /// The synchronous body.
+    ///
+    /// # Errors
+    /// A refused path; a file that is binary or not UTF-8; an edit whose `old` is
+    /// missing, not unique, or found a number of times other than `expected_count`; a
+    /// result over the size limit. Nothing is written then.
+    pub fn edit(&self, args: &EditArgs) -> Result<ToolOutput, ToolError> {
+        let rel = self.ws.relative_file(&args.path)?;
+        let shown = show(&rel);
+        let bytes = self.ws.read_to_end(&rel, self.settings.max_file_size)?;
+        let decoded = decode(&shown, bytes)?;
+        let max = usize::try_from(self.settings.max_file_size).unwrap_or(usize::MAX);
+        let mut text = decoded.text.clone();
+        let mut replacements = 0u64;
+        let total = args.edits.len();
+        for (i, edit) in args.edits.iter().enumerate() {
+            let which = if total == 1 {
+                String::new()
+            } else {
+                format!("edit {} of {total}: ", i + 1)
+            };
+            let old = normalize(&edit.old, decoded.crlf);
+            let new = normalize(&edit.new, decoded.crlf);
+            let count = text.matches(old.as_str()).count() as u64;
+            if count == 0 {
+                return Err(ToolError::failed(format!(
+                    "{which}`old` was not found in `{shown}`; nothing was written.\n{}",
+                    nearest(&text, &old)
+                )));
+            }
+            if let Some(expected) = edit.expected_count
+                && expected != count
+            {
+                return Err(ToolError::failed(format!(
+                    "{which}expected {expected} occurrence{} of `old` in `{shown}`, found {count}; nothing was written",
+                    if expected == 1 { "" } else { "s" }
+                )));
+            }
+            let replace_all = edit.replace_all.unwrap_or(false);
+            if !replace_all && count > 1 {
+                return Err(ToolError::failed(format!(
+                    "{which}`old` occurs {count} times in `{shown}` (at lines {}); add surrounding lines to make it unique, or set `replace_all`; nothing was written",
+                    match_lines(&text, &old)
+                )));
+            }
+            let done = if replace_all { count } else { 1 };
+            let size = text.len() as u128 - u128::from(done) * old.len() as u128
+                + u128::from(done) * new.len() as u128;
+            if size > max as u128 {
+                return Err(ToolError::failed(format!(
+                    "{which}the result would be {size} bytes, over the limit of {max} bytes for `{shown}`; nothing was written"
+                )));
+            }
+            text = if replace_all {
+                text.replace(old.as_str(), &new)
+            } else {
+                text.replacen(old.as_str(), &new, 1)
+            };
+            replacements += done;
+        }
+        let diff = similar::TextDiff::from_lines(decoded.text.as_str(), text.as_str());
+        let (added, removed) = diff
+            .iter_all_changes()
+            .fold((0, 0), |(a, r), c| match c.tag() {
+                similar::ChangeTag::Insert => (a + 1, r),
+                similar::ChangeTag::Delete => (a, r + 1),
+                similar::ChangeTag::Equal => (a, r),
+            });
+        let unified = diff
+            .unified_diff()
+            .context_radius(3)
+            .header(&format!("a/{shown}"), &format!("b/{shown}"))
+            .to_string();
+        let unified = cut_lines(&unified, self.settings.max_diff_lines);
+        let changed = text != decoded.text;
+        let written = changed && !args.dry_run;
+        if written {
+            let mut out = String::with_capacity(text.len() + 8);
+            if decoded.bom {
+                out.push_str(BOM);
+            }
+            if decoded.crlf {
+                out.push_str(&text.replace('\n', "\r\n"));
+            } else {
+                out.push_str(&text);
+            }
+            self.ws.write_atomic(
+                &rel,
+                out.as_bytes(),
+                &WriteOptions::default().create_dirs(false),
+            )?;
+        }
+        let head = match (changed, args.dry_run) {
+            (false, _) => format!("`{shown}` is unchanged: the edits change nothing"),
+            (true, true) => format!(
+                "Dry run: {total} edit{} would change `{shown}` (+{added} -{removed}); nothing was written",
+                if total == 1 { "" } else { "s" }
+            ),
+            (true, false) => format!(
+                "Edited `{shown}`: {total} edit{}, {replacements} replacement{} (+{added} -{removed})",
+                if total == 1 { "" } else { "s" },
+                if replacements == 1 { "" } else { "s" }
+            ),
+        };
+        let text_out = if changed {
+            format!("{head}\n{unified}")
+        } else {
+            head
+        };
+        Ok(ToolOutput::text(text_out).with_data(&EditOutput {
+            path: shown,
+            edits: total,
+            replacements,
+            added,
+            removed,
+            written,
+            diff: unified,
+        }))
+    }
+}
+
+/// The file's text: UTF-8 only (a BOM noted and removed), CRLF line breaks turned to
+/// LF when every line break is CRLF.
+fn decode(shown: &str, bytes: Vec<u8>) -> Result<Decoded, ToolError> {
+    if bytes.contains(&0) {
+        return Err(ToolError::failed(format!(
+            "`{shown}` is a binary file (it has NUL bytes); nothing was written"
+        )));
+    }
+    let text = String::from_utf8(bytes).map_err(|e| {
+        ToolError::failed(format!(
+            "`{shown}` is not UTF-8 text (invalid byte at offset {}); edit_file edits UTF-8 files only and never converts one; nothing was written",
+            e.utf8_error().valid_up_to()
+        ))
+    })?;
+    let (bom, text) = match text.strip_prefix(BOM) {
+        Some(rest) => (true, rest.to_owned()),
+        None => (false, text),
+    };
+    let breaks = text.matches('\n').count();
+    let crlf = breaks > 0 && text.matches("\r\n").count() == breaks;
+    let text = if crlf {
+        text.replace("\r\n", "\n")
+    } else {
+        text
+    };
+    Ok(Decoded { text, bom, crlf })
+}
+
+/// `s` as edits on a file of that form see it.
+fn normalize(s: &str, crlf: bool) -> String {
+    if crlf {
+        s.replace("\r\n", "\n")
+    } else {
+        s.to_owned()
+    }
+}
+
+/// The 1-based line numbers where `needle` starts, at most ten.
+fn match_lines(text: &str, needle: &str) -> String {
+    let mut lines = Vec::new();
+    let mut line = 1;
+    let mut last = 0;
+    for (at, _) in text.match_indices(needle).take(10) {
+        line += text[last..at].matches('\n').count();
+        last = at;
+        lines.push(line.to_string());
+    }
+    lines.join(", ")
+}
+
+/// The region of `text` closest to `old`, numbered like `cat -n`, and the first line
+/// that differs.
+fn nearest(text: &str, old: &str) -> String {
+    let lines: Vec<&str> = text.lines().collect();
+    let wanted: Vec<&str> = old.lines().collect();
+    let Some(first) = wanted.iter().position(|l| !l.trim().is_empty()) else {
+        return "(`old` is only whitespace)".to_owned();
+    };
+    let probe = wanted[first].trim();
+    // The line most like the first non-blank line of `old` (bounded work).
+    let best = lines
+        .iter()
+        .take(50_000)
+        .enumerate()
+        .filter(|(_, l)| {
+            let l = l.trim();
+            l.len() <= probe.len() * 3 + 8 && probe.len() <= l.len() * 3 + 8
+        })
+        .map(|(i, l)| {
+            let score = similar::TextDiff::from_chars(l.trim(), probe).ratio();
+            (i, score)
+        })
+        .max_by(|a, b| a.1.total_cmp(&b.1));
+    let Some((at, _)) = best.filter(|(_, s)| *s >= 0.5) else {
+        return format!(
+            "No line of the file resembles `{}`: read the file again before editing.",
+            jianmu_tool_core::echo(probe)
+        );
+    };
+    let start = at.saturating_sub(first);
+    let mut out = String::new();
+    // The first line of `old` that differs from the file at that place (one does, or
+    // `old` would have been found).
+    for (k, want) in wanted.iter().enumerate() {
+        let have = lines.get(start + k).copied().unwrap_or("");
+        if *want != have {
+            let hint = if want.trim() == have.trim() {
+                " (they differ only in indentation or trailing spaces)"
+            } else {
+                ""
+            };
+            out.push_str(&format!(
+                "The closest region starts at line {}; line {} differs{hint}:\n  old:  {}\n  file: {}\n",
+                start + 1,
+                start + k + 1,
+                jianmu_tool_core::echo(want),
+                jianmu_tool_core::echo(have)
+            ));
+            break;
+        }
+    }
+    let from = start.saturating_sub(2);
+    let to = (start + wanted.len() + 2).min(lines.len());
+    out.push_str(&format!("Lines {}-{} of the file:\n", from + 1, to));
+    for (n, line) in lines.iter().enumerate().take(to).skip(from) {
+        let (kept, rest) = jianmu_tool_core::cut_chars(line, 300);
+        let kept = jianmu_tool_core::escape_controls(kept);
+        let more = if rest > 0 { "…" } else { "" };
+        out.push_str(&format!("{}\t{kept}{more}\n", n + 1));
+    }
+    out
+}
+
+/// `text` cut to `max` lines, with a notice.
+fn cut_lines(text: &str, max: usize) -> String {
+    let total = text.lines().count();
+    if total <= max {
+        return text.to_owned();
+    }
+    let mut out: String = text.lines().take(max).flat_map(|l| [l, "\n"]).collect();
+    out.push_str(&format!(
+        "... ({} more diff lines not shown)\n",
+        total - max
+    ));
+    out
+}
+
+impl Tool for EditFile {
+    type Args = EditArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "edit_file"
+    }
+
+    fn description(&self) -> &str {
+        "Edits one file of the workspace with exact replacements and answers with a unified \
+         diff of the change.\n\
+         `edits` apply in order, each to the result of the one before; all succeed or nothing \
+         is written. Without `replace_all`, `old` must occur exactly once (include surrounding \
+         lines to make it unique). When `old` is not found, the error shows the closest lines \
+         of the file with their numbers. LF in `old`/`new` matches a CRLF file, which stays \
+         CRLF. `dry_run` shows the diff without writing. The write is atomic and keeps the \
+         file's permissions."
+    }
+
+    fn parallel_safe(&self) -> bool {
+        false
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<EditOutput>()
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["filesystem:write"]
+    }
+
+    async fn call(&self, args: EditArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let this = self.clone();
+        blocking("edit_file", move || this.edit(&args)).await
+    }
+}
