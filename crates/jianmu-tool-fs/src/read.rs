@@ -44,6 +44,27 @@ pub struct ReadArgs {
     /// Most lines to return.
     #[schemars(range(min = 1))]
     pub limit: Option<u64>,
+    /// Number each line like `cat -n` (`N<TAB>text`), cut lines over 2,000 characters,
+    /// and end with `(lines A-B of N)`. On by default when `offset` or `limit` is given.
+    pub line_numbers: Option<bool>,
+}
+
+/// How many characters of one line a numbered read shows.
+pub const MAX_NUMBERED_LINE_CHARS: usize = 2000;
+
+/// `text` with each line numbered from `first` (`N<TAB>text`), lines over
+/// [`MAX_NUMBERED_LINE_CHARS`] cut with a marker.
+fn numbered(text: &str, first: u64) -> String {
+    let mut out = String::with_capacity(text.len() + text.len() / 8 + 16);
+    for (i, line) in text.lines().enumerate() {
+        let (kept, rest) = jianmu_tool_core::cut_chars(line, MAX_NUMBERED_LINE_CHARS);
+        out.push_str(&format!("{}\t{kept}", first + i as u64));
+        if rest > 0 {
+            out.push_str(&format!("…[{rest} more characters]"));
+        }
+        out.push('\n');
+    }
+    out
 }
 
 /// The `read_file` tool.
@@ -94,7 +115,9 @@ impl ReadFile {
         if memchr::memchr(0, head).is_some() {
             return binary();
         }
-        if args.offset.is_none() && args.limit.is_none() {
+        let windowed = args.offset.is_some() || args.limit.is_some();
+        let numbers = args.line_numbers.unwrap_or(windowed);
+        if !windowed {
             if size > limit {
                 return Err(ToolError::failed(format!(
                     "refused `{}`: it is {size} bytes, over the limit of {limit} bytes; read it in windows with `offset` and `limit`",
@@ -119,6 +142,16 @@ impl ReadFile {
             }
             let text = utf8(&rel, bytes, 0)?;
             let lines = text.lines().count() as u64;
+            let text = if numbers {
+                let mut out = numbered(&text, 1);
+                out.push_str(&match lines {
+                    0 => "(no lines: the file is empty)".to_owned(),
+                    n => format!("(lines 1-{n} of {n})"),
+                });
+                out
+            } else {
+                text
+            };
             return Ok(ToolOutput::text(text).with_data(&ReadOutput {
                 path: show(&rel),
                 size,
@@ -138,8 +171,11 @@ impl ReadFile {
         }
         let last = first + window.lines.saturating_sub(1);
         let mut text = utf8(&rel, window.bytes, window.start_byte)?;
+        if numbers {
+            text = numbered(&text, first);
+        }
         let whole = first == 1 && window.lines == window.total;
-        if !whole {
+        if !whole || numbers {
             if !text.is_empty() && !text.ends_with('\n') {
                 text.push('\n');
             }
@@ -298,9 +334,10 @@ impl Tool for ReadFile {
     fn description(&self) -> &str {
         "Reads a text file in the workspace and returns its content.\n\
          Files over the size limit (1 MiB by default) are read in windows of lines with \
-         `offset` (first line, from 1) and `limit` (number of lines); a window ends with a \
-         line such as `(lines 10-20 of 500)`. Binary files are reported with their size, \
-         not shown."
+         `offset` (first line, from 1) and `limit` (number of lines); a window numbers its \
+         lines (`N<TAB>text`, as `cat -n`; `line_numbers` turns that on or off for any read) \
+         and ends with a line such as `(lines 10-20 of 500)`. Binary files are reported with \
+         their size, not shown."
     }
 
     fn output_schema(&self) -> serde_json::Value {

@@ -85,15 +85,28 @@ async fn read_file_whole_window_binary_and_encoding() {
     );
     check(
         call(&read, json!({"path": "big.txt", "offset": 4999})).await,
-        "line 4999\nline 5000\n(lines 4999-5000 of 5000)",
+        "4999\tline 4999\n5000\tline 5000\n(lines 4999-5000 of 5000)",
     );
     check(
         call(&read, json!({"path": "big.txt", "offset": 10, "limit": 2})).await,
-        "line 10\nline 11\n(lines 10-11 of 5000)",
+        "10\tline 10\n11\tline 11\n(lines 10-11 of 5000)",
     );
     check(
         call(&read, json!({"path": "a.txt", "limit": 10})).await,
-        "one\ntwo\nthree\n",
+        "1\tone\n2\ttwo\n3\tthree\n(lines 1-3 of 3)",
+    );
+    // Numbers on request, or off for a window.
+    check(
+        call(&read, json!({"path": "a.txt", "line_numbers": true})).await,
+        "1\tone\n2\ttwo\n3\tthree\n(lines 1-3 of 3)",
+    );
+    check(
+        call(
+            &read,
+            json!({"path": "big.txt", "offset": 10, "limit": 2, "line_numbers": false}),
+        )
+        .await,
+        "line 10\nline 11\n(lines 10-11 of 5000)",
     );
     check(
         call(&read, json!({"path": "a.txt", "offset": 9})).await,
@@ -280,5 +293,29 @@ async fn list_dir_table() {
     check(
         call(&list, json!({"path": "/"})).await,
         "error: refused `/`: the path is outside the workspace",
+    );
+}
+
+#[tokio::test]
+async fn numbered_reads_count_right_and_cut_long_lines() {
+    let fx = Fx::new();
+    let body: String = (1..=1000).map(|i| format!("row {i}\n")).collect();
+    fx.put("k.txt", &body);
+    let read = fx.read_tool(ReadSettings::default());
+    let out = call(&read, json!({"path": "k.txt", "offset": 990, "limit": 20})).await;
+    let expected: String = (990..=1000).map(|i| format!("{i}\trow {i}\n")).collect();
+    check(out, &format!("{expected}(lines 990-1000 of 1000)"));
+    let out = call(&read, json!({"path": "k.txt", "line_numbers": true})).await;
+    assert!(out.starts_with("1\trow 1\n2\trow 2\n"), "{}", &out[..40]);
+    assert!(out.ends_with("1000\trow 1000\n(lines 1-1000 of 1000)"));
+    // A minified line is cut, and says how much.
+    fx.put("min.js", format!("{}\nnext\n", "x".repeat(5000)));
+    let out = call(&read, json!({"path": "min.js", "limit": 5})).await;
+    check(
+        out,
+        &format!(
+            "1\t{}…[3000 more characters]\n2\tnext\n(lines 1-2 of 2)",
+            "x".repeat(2000)
+        ),
     );
 }
