@@ -272,24 +272,9 @@ impl Jail {
         if self.plan.namespaces && !self.plan.namespaces_failed.load(Ordering::Relaxed) {
             match crate::spawn::spawn(&self.plan, spec) {
                 Ok(mut child) => {
-                    return Ok(Supervised {
-                        stdin: child
-                            .stdin
-                            .take()
-                            .map(pipe::Sender::from_owned_fd)
-                            .transpose()?,
-                        stdout: child
-                            .stdout
-                            .take()
-                            .map(pipe::Receiver::from_owned_fd)
-                            .transpose()?,
-                        stderr: child
-                            .stderr
-                            .take()
-                            .map(pipe::Receiver::from_owned_fd)
-                            .transpose()?,
-                        inner: Inner::Namespace(child),
-                    });
+                    let (stdin, stdout, stderr) =
+                        (child.stdin.take(), child.stdout.take(), child.stderr.take());
+                    return Supervised::new(Inner::Namespace(child), stdin, stdout, stderr);
                 }
                 Err(crate::spawn::Failure::Command(e)) => return Err(e),
                 // A policy refuses the namespaces to this process although the probe
@@ -322,19 +307,10 @@ impl Jail {
             cmd.pre_exec(move || sys::enter(&plan, parent));
         }
         let mut child = cmd.spawn()?;
-        let fd = |fd: Option<io::Result<OwnedFd>>| fd.transpose();
-        Ok(Supervised {
-            stdin: fd(child.stdin.take().map(|s| s.into_owned_fd()))?
-                .map(pipe::Sender::from_owned_fd)
-                .transpose()?,
-            stdout: fd(child.stdout.take().map(|s| s.into_owned_fd()))?
-                .map(pipe::Receiver::from_owned_fd)
-                .transpose()?,
-            stderr: fd(child.stderr.take().map(|s| s.into_owned_fd()))?
-                .map(pipe::Receiver::from_owned_fd)
-                .transpose()?,
-            inner: Inner::Supervisor(child),
-        })
+        let stdin = child.stdin.take().map(|s| s.into_owned_fd()).transpose()?;
+        let stdout = child.stdout.take().map(|s| s.into_owned_fd()).transpose()?;
+        let stderr = child.stderr.take().map(|s| s.into_owned_fd()).transpose()?;
+        Supervised::new(Inner::Supervisor(child), stdin, stdout, stderr)
     }
 }
 
@@ -438,6 +414,21 @@ enum Inner {
 }
 
 impl Supervised {
+    /// The running command with the caller's ends of its pipes made async.
+    fn new(
+        inner: Inner,
+        stdin: Option<OwnedFd>,
+        stdout: Option<OwnedFd>,
+        stderr: Option<OwnedFd>,
+    ) -> io::Result<Self> {
+        Ok(Self {
+            stdin: stdin.map(pipe::Sender::from_owned_fd).transpose()?,
+            stdout: stdout.map(pipe::Receiver::from_owned_fd).transpose()?,
+            stderr: stderr.map(pipe::Receiver::from_owned_fd).transpose()?,
+            inner,
+        })
+    }
+
     /// Waits until the command has exited and nothing it started is left.
     ///
     /// # Errors

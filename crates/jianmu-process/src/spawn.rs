@@ -108,10 +108,6 @@ pub(crate) struct NsChild {
 
 /// Starts `spec` under `plan`, as the init of a new user and PID namespace.
 pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
-    prepare_and_clone(plan, spec)
-}
-
-fn prepare_and_clone(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
     use Failure::Command as C;
     let env: Vec<CString> = spec
         .env

@@ -151,8 +151,7 @@ impl EditFile {
                 )));
             }
             let done = if replace_all { count } else { 1 };
-            let size = text.len() as u128 - u128::from(done) * old.len() as u128
-                + u128::from(done) * new.len() as u128;
+            let size = crate::replaced_size(text.len(), done, &old, &new);
             if size > max as u128 {
                 return Err(ToolError::failed(format!(
                     "{which}the result would be {size} bytes, over the limit of {max} bytes for `{shown}`; nothing was written"

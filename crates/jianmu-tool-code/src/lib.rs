@@ -28,6 +28,12 @@ pub use grep::{GrepArgs, GrepOutput, GrepSearch, Hit, MAX_LINE_CHARS};
 pub use info::{FileInfo, InfoArgs, InfoOutput};
 pub use replace::{ReplaceArgs, ReplaceOutput, ReplaceSettings, StrReplace};
 
+/// The size of `len` bytes of text after `count` occurrences of `old` become `new`:
+/// computed before the result is built, so a limit holds before any allocation.
+pub(crate) fn replaced_size(len: usize, count: u64, old: &str, new: &str) -> u128 {
+    len as u128 - u128::from(count) * old.len() as u128 + u128::from(count) * new.len() as u128
+}
+
 /// How many results a search returns: 200 by default, at most 10,000.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, schemars::JsonSchema)]
 #[serde(transparent)]

@@ -123,8 +123,7 @@ impl StrReplace {
             } else {
                 matches.min(limit as u64)
             };
-            let size = text.len() as u128 - u128::from(done) * args.old.len() as u128
-                + u128::from(done) * args.new.len() as u128;
+            let size = crate::replaced_size(text.len(), done, &args.old, &args.new);
             if size > max as u128 {
                 return Err(too_big(size));
             }

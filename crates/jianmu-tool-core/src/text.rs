@@ -31,7 +31,13 @@ pub fn escape_controls(text: &str) -> Cow<'_, str> {
 /// Model input as an error message repeats it: control characters escaped, at most
 /// [`ECHO_CHARS`] characters, then a marker saying how much was left out.
 pub fn echo(text: &str) -> Cow<'_, str> {
-    let (kept, rest) = crate::cut_chars(text, ECHO_CHARS);
+    shorten(text, ECHO_CHARS)
+}
+
+/// `text` made safe to show: control characters escaped, at most `max` characters,
+/// then a marker (`…[N more bytes]`) saying how much was left out.
+pub fn shorten(text: &str, max: usize) -> Cow<'_, str> {
+    let (kept, rest) = crate::cut_chars(text, max);
     match (escape_controls(kept), rest) {
         (Cow::Borrowed(_), 0) => Cow::Borrowed(text),
         (shown, 0) => Cow::Owned(shown.into_owned()),

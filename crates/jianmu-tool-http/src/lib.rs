@@ -252,7 +252,7 @@ impl HttpRequest {
         let body = match &parsed {
             Some(v) => serde_json::to_string_pretty(v).unwrap_or_default(),
             // NUL bytes make a body binary, as they make a file binary for read_file.
-            None if has_nul(&bytes) => format!(
+            None if bytes.contains(&0) => format!(
                 "(a binary body of {} bytes, with NUL bytes; not shown)",
                 bytes.len()
             ),
@@ -279,10 +279,6 @@ impl HttpRequest {
             json: parsed,
         }))
     }
-}
-
-fn has_nul(bytes: &[u8]) -> bool {
-    bytes.contains(&0)
 }
 
 /// Headers the client sets from the request itself: a caller's value would contradict

@@ -202,12 +202,7 @@ pub fn show(path: &Path) -> String {
     if path.as_os_str().is_empty() {
         return ".".to_owned();
     }
-    let text = path.to_string_lossy();
-    let escaped = jianmu_tool_core::escape_controls(&text);
-    match jianmu_tool_core::cut_chars(&escaped, MAX) {
-        (all, 0) => all.to_owned(),
-        (kept, _) => format!("{kept}…[{} more bytes]", escaped.len() - kept.len()),
-    }
+    jianmu_tool_core::shorten(&path.to_string_lossy(), MAX).into_owned()
 }
 
 /// A workspace root and an open handle on it.

@@ -476,8 +476,9 @@ async fn network_is_opt_in() {
     f.sandbox.shutdown().await;
 }
 
-#[test]
-fn the_command_runs_calls_in_docker_when_asked() {
+/// A project folder whose `jianmu.toml` runs calls in Docker, with its workspace `ws`
+/// given to the sandbox user.
+fn docker_project() -> (tempfile::TempDir, std::path::PathBuf) {
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
@@ -490,6 +491,12 @@ fn the_command_runs_calls_in_docker_when_asked() {
         ),
     )
     .unwrap();
+    (dir, ws)
+}
+
+#[test]
+fn the_command_runs_calls_in_docker_when_asked() {
+    let (dir, ws) = docker_project();
     let out = crate::jianmu(
         &["call", "bash", r#"{"command": "id -u; echo $((1+1))"}"#],
         dir.path(),
@@ -520,18 +527,7 @@ fn the_command_runs_calls_in_docker_when_asked() {
 
 #[test]
 fn a_signal_mid_call_removes_the_container() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    give_to_sandbox_user(&ws);
-    std::fs::write(
-        dir.path().join("jianmu.toml"),
-        format!(
-            "workspace = \"ws\"\n[execution]\ntool_runner = \"docker\"\n[execution.docker]\nimage = \"{}\"\n",
-            test_image()
-        ),
-    )
-    .unwrap();
+    let (dir, _ws) = docker_project();
     let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
         .args(["call", "bash", r#"{"command": "sleep 300"}"#])
         .current_dir(dir.path())
