@@ -164,7 +164,10 @@ impl EditFile {
             };
             replacements += done;
         }
-        let diff = similar::TextDiff::from_lines(decoded.text.as_str(), text.as_str());
+        // Bounded: past the deadline the diff is coarser, never slower.
+        let diff = similar::TextDiff::configure()
+            .timeout(std::time::Duration::from_secs(2))
+            .diff_lines(decoded.text.as_str(), text.as_str());
         let (added, removed) = diff
             .iter_all_changes()
             .fold((0, 0), |(a, r), c| match c.tag() {
@@ -284,17 +287,25 @@ fn nearest(text: &str, old: &str) -> String {
         return "(`old` is only whitespace)".to_owned();
     };
     let probe = wanted[first].trim();
-    // The line most like the first non-blank line of `old` (bounded work).
+    // The line most like the first non-blank line of `old`. Bounded work: at most
+    // 50,000 lines, 200 characters of each, and one second in all.
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(1);
+    let short = |s: &str| jianmu_tool_core::cut_chars(s, 200).0.to_owned();
+    let probe_short = short(probe);
     let best = lines
         .iter()
         .take(50_000)
         .enumerate()
+        .take_while(|_| std::time::Instant::now() < deadline)
         .filter(|(_, l)| {
             let l = l.trim();
             l.len() <= probe.len() * 3 + 8 && probe.len() <= l.len() * 3 + 8
         })
         .map(|(i, l)| {
-            let score = similar::TextDiff::from_chars(l.trim(), probe).ratio();
+            let score = similar::TextDiff::configure()
+                .deadline(deadline)
+                .diff_chars(short(l.trim()).as_str(), probe_short.as_str())
+                .ratio();
             (i, score)
         })
         .max_by(|a, b| a.1.total_cmp(&b.1));

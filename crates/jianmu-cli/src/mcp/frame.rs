@@ -63,9 +63,13 @@ fn error(id: Value, code: i64, message: impl Into<String>) -> Verdict {
     }))
 }
 
+/// The longest request id kept, in bytes: ids of requests in flight are remembered.
+pub(crate) const MAX_ID_LEN: usize = 256;
+
 /// The key of a request id (`None`: not a valid id).
 fn id_key(id: &Value) -> Option<String> {
     match id {
+        Value::String(s) if s.len() > MAX_ID_LEN => None,
         Value::String(_) | Value::Number(_) => Some(id.to_string()),
         _ => None,
     }
@@ -116,7 +120,7 @@ pub(crate) fn judge(line: &[u8], in_flight: &InFlight) -> Verdict {
         return error(
             Value::Null,
             -32600,
-            "Invalid Request: `id` must be a string or an integer",
+            "Invalid Request: `id` must be a string (at most 256 bytes) or an integer",
         );
     }
     match message.get("method") {

@@ -182,3 +182,29 @@ async fn dry_run_writes_nothing_and_paths_stay_inside() {
     .await;
     assert_eq!(out, "`d.txt` is unchanged: the edits change nothing");
 }
+
+#[tokio::test]
+async fn the_nearest_region_search_is_bounded_on_huge_lines() {
+    let (dir, t) = fixture();
+    // One 3 MB line, and an `old` whose first line is 1 MB: a character diff of the
+    // two would take minutes.
+    std::fs::write(
+        dir.path().join("h.txt"),
+        format!("{}\n", "ab".repeat(1_500_000)),
+    )
+    .unwrap();
+    let old = format!("{}x\n", "ba".repeat(500_000));
+    let start = std::time::Instant::now();
+    let out = call(
+        &t,
+        json!({"path": "h.txt", "edits": [{"old": old, "new": ""}]}),
+    )
+    .await;
+    assert!(
+        out.starts_with("error: `old` was not found in `h.txt`"),
+        "{}",
+        &out[..100]
+    );
+    assert!(out.len() < 4000, "{}", out.len());
+    assert!(start.elapsed() < std::time::Duration::from_secs(30));
+}

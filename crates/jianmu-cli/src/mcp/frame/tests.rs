@@ -48,6 +48,10 @@ fn well_formed_but_invalid_messages_get_invalid_request() {
             json!({"jsonrpc": "2.0", "id": {"a": 1}, "method": "ping"}),
             Value::Null,
         ),
+        (
+            json!({"jsonrpc": "2.0", "id": "i".repeat(257), "method": "ping"}),
+            Value::Null,
+        ),
     ];
     for (message, id) in cases {
         let (got_id, code, text) = answer(message.to_string().as_bytes());
