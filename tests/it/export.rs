@@ -59,6 +59,9 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"path": "a.txt", "edits": [{"old": "a", "new": "b"}]}),
             json!({"path": "a.txt", "edits": [{"old": "a", "new": "b", "replace_all": true, "expected_count": 2}], "dry_run": true}),
         ],
+        "apply_patch" => {
+            vec![json!({"patch": "*** Begin Patch\n*** Delete File: a.txt\n*** End Patch"})]
+        }
         "str_replace" => vec![
             json!({"path": "a.txt", "old": "a", "new": "b"}),
             json!({"path": "a.txt", "old": "a", "new": "b", "regex": true, "count": 1, "expected_count": 1}),

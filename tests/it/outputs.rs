@@ -68,6 +68,10 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             "edit_file",
             json!({"path": "out.txt", "edits": [{"old": "ho", "new": "hey"}]}),
         ),
+        (
+            "apply_patch",
+            json!({"patch": "*** Begin Patch\n*** Update File: out.txt\n-hey\n+hi\n*** End Patch"}),
+        ),
         ("bash", json!({"command": "echo out; echo err >&2"})),
         ("rhai_repl", json!({"code": "40 + 2"})),
         ("python_repl", json!({"code": "print(42)"})),
@@ -114,6 +118,7 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             "file_info",
             "str_replace",
             "edit_file",
+            "apply_patch",
             "bash",
             "http_request",
             "duckduckgo_search",

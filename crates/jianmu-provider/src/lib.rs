@@ -9,7 +9,7 @@
 //! | Name | Description | Default? |
 //! |---|---|---|
 //! | `calculator` | `calculator` (crate `jianmu-tool-calc`) | No |
-//! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace`, `edit_file` (crate `jianmu-tool-code`) | No |
+//! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace`, `edit_file`, `apply_patch` (crate `jianmu-tool-code`) | No |
 //! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
 //! | `http` | `http_request` (crate `jianmu-tool-http`) | No |
 //! | `script` | `rhai_repl`, `python_repl` (crate `jianmu-tool-script`) | No |
@@ -74,6 +74,7 @@ pub const ALIASES: &[(&str, &str)] = &[
 
 /// Every built-in tool and the Cargo feature of this crate that adds it.
 pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
+    ("apply_patch", "code"),
     ("bash", "shell"),
     ("calculator", "calculator"),
     ("duckduckgo_search", "search"),

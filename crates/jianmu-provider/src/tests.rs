@@ -14,6 +14,7 @@ fn expected() -> Vec<&'static str> {
     names.push("calculator");
     #[cfg(feature = "code")]
     names.extend([
+        "apply_patch",
         "edit_file",
         "file_info",
         "glob_search",

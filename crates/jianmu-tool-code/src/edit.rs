@@ -13,6 +13,8 @@ use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WriteOptions, blocking, show};
 use serde::{Deserialize, Serialize};
 
+use crate::text::Decoded;
+
 /// Settings of `edit_file` (`[tools.edit_file]`).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -90,15 +92,6 @@ pub struct EditFile {
     settings: EditSettings,
 }
 
-/// The file's text as edits see it, and how to give it back its form.
-struct Decoded {
-    text: String,
-    bom: bool,
-    crlf: bool,
-}
-
-const BOM: &str = "\u{feff}";
-
 impl EditFile {
     /// An `edit_file` confined to `ws`.
     pub fn new(ws: Arc<Workspace>, settings: EditSettings) -> Self {
@@ -115,7 +108,8 @@ impl EditFile {
         let rel = self.ws.relative_file(&args.path)?;
         let shown = show(&rel);
         let bytes = self.ws.read_to_end(&rel, self.settings.max_file_size)?;
-        let decoded = decode(&shown, bytes)?;
+        let decoded = Decoded::new(&shown, bytes)
+            .map_err(|e| ToolError::failed(format!("{e}; nothing was written")))?;
         let max = usize::try_from(self.settings.max_file_size).unwrap_or(usize::MAX);
         let mut text = decoded.text.clone();
         let mut replacements = 0u64;
@@ -126,8 +120,8 @@ impl EditFile {
             } else {
                 format!("edit {} of {total}: ", i + 1)
             };
-            let old = normalize(&edit.old, decoded.crlf);
-            let new = normalize(&edit.new, decoded.crlf);
+            let old = decoded.normalize(&edit.old);
+            let new = decoded.normalize(&edit.new);
             let count = text.matches(old.as_str()).count() as u64;
             if count == 0 {
                 return Err(ToolError::failed(format!(
@@ -184,18 +178,9 @@ impl EditFile {
         let changed = text != decoded.text;
         let written = changed && !args.dry_run;
         if written {
-            let mut out = String::with_capacity(text.len() + 8);
-            if decoded.bom {
-                out.push_str(BOM);
-            }
-            if decoded.crlf {
-                out.push_str(&text.replace('\n', "\r\n"));
-            } else {
-                out.push_str(&text);
-            }
             self.ws.write_atomic(
                 &rel,
-                out.as_bytes(),
+                &decoded.encode(&text),
                 &WriteOptions::default().create_dirs(false),
             )?;
         }
@@ -225,43 +210,6 @@ impl EditFile {
             written,
             diff: unified,
         }))
-    }
-}
-
-/// The file's text: UTF-8 only (a BOM noted and removed), CRLF line breaks turned to
-/// LF when every line break is CRLF.
-fn decode(shown: &str, bytes: Vec<u8>) -> Result<Decoded, ToolError> {
-    if bytes.contains(&0) {
-        return Err(ToolError::failed(format!(
-            "`{shown}` is a binary file (it has NUL bytes); nothing was written"
-        )));
-    }
-    let text = String::from_utf8(bytes).map_err(|e| {
-        ToolError::failed(format!(
-            "`{shown}` is not UTF-8 text (invalid byte at offset {}); edit_file edits UTF-8 files only and never converts one; nothing was written",
-            e.utf8_error().valid_up_to()
-        ))
-    })?;
-    let (bom, text) = match text.strip_prefix(BOM) {
-        Some(rest) => (true, rest.to_owned()),
-        None => (false, text),
-    };
-    let breaks = text.matches('\n').count();
-    let crlf = breaks > 0 && text.matches("\r\n").count() == breaks;
-    let text = if crlf {
-        text.replace("\r\n", "\n")
-    } else {
-        text
-    };
-    Ok(Decoded { text, bom, crlf })
-}
-
-/// `s` as edits on a file of that form see it.
-fn normalize(s: &str, crlf: bool) -> String {
-    if crlf {
-        s.replace("\r\n", "\n")
-    } else {
-        s.to_owned()
     }
 }
 

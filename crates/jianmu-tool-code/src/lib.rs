@@ -1,7 +1,8 @@
 //! Coding tools: `glob_search`, `grep_search`, `file_info` and `str_replace` (the
 //! Python tools' `coding.py`; docs/python-compat.md), built on ripgrep's crates (`ignore`, `grep-searcher`,
-//! `grep-regex`, `globset`), and `edit_file` (several exact edits, all or nothing,
-//! answered with a unified diff).
+//! `grep-regex`, `globset`), `edit_file` (several exact edits, all or nothing,
+//! answered with a unified diff) and `apply_patch` (a multi-file patch in the
+//! `*** Begin Patch` format, every file or none).
 //!
 //! Searches behave like `rg` and `fd` run from the workspace root: `.gitignore` inside
 //! git repositories and `.ignore` are respected, hidden entries are skipped unless
@@ -19,13 +20,16 @@ mod edit;
 mod glob;
 mod grep;
 mod info;
+mod patch;
 mod replace;
+mod text;
 mod walk;
 
 pub use edit::{Edit, EditArgs, EditFile, EditOutput, EditSettings};
 pub use glob::{GlobArgs, GlobOutput, GlobSearch};
 pub use grep::{GrepArgs, GrepOutput, GrepSearch, Hit, MAX_LINE_CHARS};
 pub use info::{FileInfo, InfoArgs, InfoOutput};
+pub use patch::{ApplyPatch, PatchArgs, PatchOutput, PatchSettings, PatchedFile};
 pub use replace::{ReplaceArgs, ReplaceOutput, ReplaceSettings, StrReplace};
 
 /// The size of `len` bytes of text after `count` occurrences of `old` become `new`:
@@ -84,6 +88,13 @@ fn build_edit(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ))
 }
 
+fn build_patch(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(ApplyPatch::new(
+        jianmu_workspace::for_tool(config, "apply_patch")?,
+        config.settings("apply_patch")?,
+    ))
+}
+
 fn build_replace(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(StrReplace::new(
         jianmu_workspace::for_tool(config, "str_replace")?,
@@ -96,3 +107,4 @@ jianmu_tool_core::register_tool!("grep_search", build_grep);
 jianmu_tool_core::register_tool!("file_info", build_info);
 jianmu_tool_core::register_tool!("str_replace", build_replace);
 jianmu_tool_core::register_tool!("edit_file", build_edit);
+jianmu_tool_core::register_tool!("apply_patch", build_patch);

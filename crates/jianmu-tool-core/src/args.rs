@@ -15,6 +15,9 @@ pub(crate) struct ArgsValidator {
     /// Top-level properties that are optional and do not accept `null`: a `null` for
     /// one of them means "absent" (what strict-mode clients send) and is dropped.
     null_means_absent: Vec<String>,
+    /// The name of the only argument, when the tool takes exactly one, a required
+    /// string: a bare string stands for it (`"x"` means `{"patch": "x"}`).
+    lone_string: Option<String>,
 }
 
 impl std::fmt::Debug for ArgsValidator {
@@ -36,6 +39,7 @@ impl ArgsValidator {
             validator,
             bare_string: spec.takes_bare_string(),
             null_means_absent: optional_non_null(&spec.input_schema),
+            lone_string: lone_string(&spec.input_schema),
         })
     }
 
@@ -76,6 +80,11 @@ impl ArgsValidator {
             Value::String(_) if self.bare_string => {
                 let mut map = Map::new();
                 map.insert(INPUT_KEY.to_owned(), args);
+                Ok(Value::Object(map))
+            }
+            Value::String(_) if self.lone_string.is_some() => {
+                let mut map = Map::new();
+                map.insert(self.lone_string.clone().unwrap_or_default(), args);
                 Ok(Value::Object(map))
             }
             Value::Object(_) => Ok(args),
@@ -193,6 +202,17 @@ fn clip(mut message: String) -> String {
         message.push_str("...");
     }
     message
+}
+
+/// The only property of an object schema, when it is a required string.
+fn lone_string(schema: &Value) -> Option<String> {
+    let props = schema.get("properties")?.as_object()?;
+    let (name, sub) = props.iter().next().filter(|_| props.len() == 1)?;
+    let required = schema.get("required")?.as_array()?;
+    (required.len() == 1
+        && required[0].as_str() == Some(name)
+        && sub.get("type").and_then(Value::as_str) == Some("string"))
+    .then(|| name.clone())
 }
 
 fn optional_non_null(schema: &Value) -> Vec<String> {

@@ -47,6 +47,31 @@ fn check_call(tool: &ToolHandle, args: Value, options: ExecuteOptions<'_>, expec
 }
 
 #[test]
+fn a_lone_required_string_argument_may_come_bare() {
+    let tool = echo(ToolSpec::new("patch", "Patches.").with_input_schema(json!({
+        "type": "object",
+        "properties": {"patch": {"type": "string"}},
+        "required": ["patch"],
+        "additionalProperties": false,
+    })));
+    let o = ExecuteOptions::default();
+    check_call(&tool, json!("p"), o, expect![[r#"ok: {"patch":"p"}"#]]);
+    check_call(
+        &tool,
+        json!({"patch": "p"}),
+        o,
+        expect![[r#"ok: {"patch":"p"}"#]],
+    );
+    // Not for tools with more arguments: the schema says what is wrong.
+    check_call(
+        &object_tool(),
+        json!("p"),
+        o,
+        expect![[r#"err: invalid arguments for `pair`: at /: "p" is not of type "object""#]],
+    );
+}
+
+#[test]
 fn bare_string_tool_takes_string_or_input_object() {
     let tool = echo(ToolSpec::new("shout", "Shouts."));
     let o = ExecuteOptions::default();

@@ -281,6 +281,49 @@ fn writes_keep_permissions_append_and_leave_no_temp_files() {
     assert_no_temp_files(&ws_path);
 }
 
+#[test]
+fn a_staged_write_changes_nothing_until_committed() {
+    let fx = fixture();
+    let rel = fx.ws.relative("a.txt").unwrap();
+    fx.ws
+        .write_atomic(&rel, b"old", &WriteOptions::default())
+        .unwrap();
+    let staged = fx
+        .ws
+        .stage_write(&rel, b"new", &WriteOptions::default())
+        .unwrap();
+    assert_eq!(fx.ws.read_to_end(&rel, 10).unwrap(), b"old");
+    drop(staged);
+    assert_eq!(fx.ws.read_to_end(&rel, 10).unwrap(), b"old");
+    assert_no_temp_files(&fx.top.join("ws"));
+    let staged = fx
+        .ws
+        .stage_write(&rel, b"new", &WriteOptions::default())
+        .unwrap();
+    assert_eq!(staged.commit().unwrap(), 3);
+    assert_eq!(fx.ws.read_to_end(&rel, 10).unwrap(), b"new");
+    assert_no_temp_files(&fx.top.join("ws"));
+    // Removing: a file or a link itself; never a folder, never through a link out.
+    fx.ws.remove_file(&rel).unwrap();
+    assert!(matches!(
+        fx.ws.remove_file(&rel),
+        Err(WorkspaceError::NotFound { .. })
+    ));
+    std::fs::create_dir(fx.top.join("ws/d")).unwrap();
+    let d = fx.ws.relative("d").unwrap();
+    assert!(matches!(
+        fx.ws.remove_file(&d),
+        Err(WorkspaceError::NotAFile { .. })
+    ));
+    symlink(fx.top.join("outside"), fx.top.join("ws/out")).unwrap();
+    let through = fx.ws.relative("out/secret.txt").unwrap();
+    assert!(matches!(
+        fx.ws.remove_file(&through),
+        Err(WorkspaceError::Escape { .. })
+    ));
+    assert!(fx.top.join("outside/secret.txt").exists());
+}
+
 fn assert_no_temp_files(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();

@@ -63,6 +63,25 @@ impl Workspace {
         content: &[u8],
         options: &WriteOptions,
     ) -> Result<u64, WorkspaceError> {
+        self.stage_write(rel, content, options)?.commit()
+    }
+
+    /// Writes `content` for `rel` into a temporary file beside it and returns it
+    /// staged: [`Staged::commit`] puts it in place (a rename), dropping it removes the
+    /// temporary file and leaves `rel` as it was. Several files staged first and
+    /// committed after change all or none, unless a rename itself fails.
+    ///
+    /// With `append` and an existing file, the append happens in place at once (the
+    /// old content is not copied) and the commit does nothing more.
+    ///
+    /// # Errors
+    /// As [`Workspace::write_atomic`].
+    pub fn stage_write(
+        &self,
+        rel: &Path,
+        content: &[u8],
+        options: &WriteOptions,
+    ) -> Result<Staged, WorkspaceError> {
         let target = self.write_target(rel, options.create_dirs)?;
         let (parent, name) = split(&target).ok_or_else(|| WorkspaceError::NotAFile {
             path: show(rel),
@@ -85,27 +104,62 @@ impl Workspace {
             Err(e) => return Err(WorkspaceError::from_io(rel, e)),
         };
         if options.append && existing.is_some() {
-            return append_in_place(&pdir, name, content)
-                .map_err(|e| WorkspaceError::from_io(rel, e));
+            let size = append_in_place(&pdir, name, content)
+                .map_err(|e| WorkspaceError::from_io(rel, e))?;
+            return Ok(Staged {
+                rel: rel.to_owned(),
+                pending: None,
+                size,
+            });
         }
         let tmp = temp_name(name);
-        let result = write_temp(
+        match write_temp(
             &pdir,
             &tmp,
             name,
             existing.as_ref(),
             content,
             options.append,
-        )
-        .and_then(|size| {
-            pdir.rename(&tmp, &pdir, name)?;
-            sync_dir(&pdir)?;
-            Ok(size)
-        });
-        result.map_err(|e| {
-            let _ = pdir.remove_file(&tmp);
-            WorkspaceError::from_io(rel, e)
-        })
+        ) {
+            Ok(size) => Ok(Staged {
+                rel: rel.to_owned(),
+                pending: Some(Pending {
+                    pdir,
+                    tmp,
+                    name: name.to_owned(),
+                }),
+                size,
+            }),
+            Err(e) => {
+                let _ = pdir.remove_file(&tmp);
+                Err(WorkspaceError::from_io(rel, e))
+            }
+        }
+    }
+
+    /// Removes the file `rel` (a symbolic link itself, not what it points to).
+    ///
+    /// # Errors
+    /// A refused path, [`WorkspaceError::NotFound`], a directory or other non-file
+    /// ([`WorkspaceError::NotAFile`]), or an I/O failure.
+    pub fn remove_file(&self, rel: &Path) -> Result<(), WorkspaceError> {
+        let (parent, name) = split(rel).ok_or_else(|| WorkspaceError::NotAFile {
+            path: show(rel),
+            kind: "a directory",
+        })?;
+        let pdir = self.open_dir(parent)?;
+        let meta = pdir
+            .symlink_metadata(name)
+            .map_err(|e| WorkspaceError::from_io(rel, e))?;
+        if !meta.is_file() && !meta.file_type().is_symlink() {
+            return Err(WorkspaceError::NotAFile {
+                path: show(rel),
+                kind: crate::kind_of(&meta),
+            });
+        }
+        pdir.remove_file(name)
+            .and_then(|()| sync_dir(&pdir))
+            .map_err(|e| WorkspaceError::from_io(rel, e))
     }
 
     /// The path to write: `rel` itself, or where the symlink `rel` points (beneath the
@@ -129,6 +183,51 @@ impl Workspace {
         match self.symlink_metadata(rel) {
             Ok(meta) if meta.file_type().is_symlink() => self.canonical(rel),
             _ => Ok(rel.to_owned()),
+        }
+    }
+}
+
+/// A write made but not yet in place: see [`Workspace::stage_write`].
+#[derive(Debug)]
+#[must_use = "a staged write is discarded unless committed"]
+pub struct Staged {
+    rel: PathBuf,
+    pending: Option<Pending>,
+    size: u64,
+}
+
+#[derive(Debug)]
+struct Pending {
+    pdir: Dir,
+    tmp: PathBuf,
+    name: PathBuf,
+}
+
+impl Staged {
+    /// Puts the written file in place and returns its size.
+    ///
+    /// # Errors
+    /// An I/O failure of the rename (the old file is then intact and the temporary
+    /// file removed).
+    pub fn commit(mut self) -> Result<u64, WorkspaceError> {
+        if let Some(p) = self.pending.take() {
+            let done = p
+                .pdir
+                .rename(&p.tmp, &p.pdir, &p.name)
+                .and_then(|()| sync_dir(&p.pdir));
+            if let Err(e) = done {
+                let _ = p.pdir.remove_file(&p.tmp);
+                return Err(WorkspaceError::from_io(&self.rel, e));
+            }
+        }
+        Ok(self.size)
+    }
+}
+
+impl Drop for Staged {
+    fn drop(&mut self) {
+        if let Some(p) = self.pending.take() {
+            let _ = p.pdir.remove_file(&p.tmp);
         }
     }
 }

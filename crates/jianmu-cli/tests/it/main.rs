@@ -45,6 +45,7 @@ fn expected_tools() -> Vec<&'static str> {
     names.push("calculator");
     #[cfg(feature = "code")]
     names.extend([
+        "apply_patch",
         "edit_file",
         "file_info",
         "glob_search",

@@ -111,13 +111,14 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
         "glob_search",
         "grep_search",
         "edit_file",
+        "apply_patch",
     ] {
         assert_eq!(tools[name]["output_schema"], true, "{name}");
     }
     for (name, outcome) in seen["checked"].as_object().unwrap() {
         assert_eq!(outcome, &json!([false, true]), "{name}");
     }
-    assert_eq!(seen["checked"].as_object().unwrap().len(), 8);
+    assert_eq!(seen["checked"].as_object().unwrap().len(), 9);
     assert_eq!(
         seen["ok"],
         json!([false, "1267650600228229401496703205376"])

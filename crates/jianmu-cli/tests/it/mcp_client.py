@@ -60,6 +60,10 @@ async def main(jianmu, workspace, audit_log, *flags):
                 ("file_info", {"path": "a.txt"}),
                 ("str_replace", {"path": "a.txt", "old": "hi", "new": "ho"}),
                 ("edit_file", {"path": "a.txt", "edits": [{"old": "ho", "new": "hey"}]}),
+                (
+                    "apply_patch",
+                    {"patch": "*** Begin Patch\n*** Update File: a.txt\n-hey\n+hi\n*** End Patch"},
+                ),
                 ("bash", {"command": "echo out; echo err >&2"}),
             ]:
                 result = await session.call_tool(name, args)

@@ -144,7 +144,7 @@ async fn crlf_bom_and_encodings_are_kept_or_refused() {
     .await;
     assert_eq!(
         out,
-        "error: `l.txt` is not UTF-8 text (invalid byte at offset 3); edit_file edits UTF-8 files only and never converts one; nothing was written"
+        "error: `l.txt` is not UTF-8 text (invalid byte at offset 3); only UTF-8 files are edited, never converted; nothing was written"
     );
     assert_eq!(std::fs::read(&latin1).unwrap(), b"caf\xe9\n");
 }

@@ -11,6 +11,7 @@ use jianmu_workspace::Workspace;
 use serde_json::{Value, json};
 
 mod edit;
+mod patch;
 
 struct Fx {
     _tmp: tempfile::TempDir,

@@ -1,0 +1,450 @@
+//! `apply_patch`: applies a patch in the `*** Begin Patch` format (files added,
+//! deleted, updated and moved), every file or none.
+//!
+//! Every path is confined to the workspace. All files are read and every hunk placed
+//! before anything is written; then the new contents are staged beside their targets
+//! and put in place, and deletions done last. If a rename fails midway, the files
+//! already changed are put back.
+
+use std::collections::HashSet;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+
+use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_workspace::{Staged, Workspace, WorkspaceError, WriteOptions, blocking, show};
+use serde::{Deserialize, Serialize};
+
+use crate::text::Decoded;
+
+mod parse;
+mod place;
+
+/// Settings of `apply_patch` (`[tools.apply_patch]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct PatchSettings {
+    /// Largest file read or written, in bytes.
+    pub max_file_size: u64,
+}
+
+impl Default for PatchSettings {
+    fn default() -> Self {
+        Self {
+            max_file_size: 10 * 1024 * 1024,
+        }
+    }
+}
+
+/// Arguments of `apply_patch`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchArgs {
+    /// The whole patch, from `*** Begin Patch` to `*** End Patch`.
+    #[schemars(length(min = 1))]
+    pub patch: String,
+}
+
+/// The structured result of `apply_patch`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct PatchOutput {
+    /// The files changed, in the patch's order.
+    pub files: Vec<PatchedFile>,
+    /// Lines added over all files.
+    pub added: usize,
+    /// Lines removed over all files.
+    pub removed: usize,
+}
+
+/// One file the patch changed.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct PatchedFile {
+    /// The file, relative to the workspace (after a move, where it is now).
+    pub path: String,
+    /// `A` added, `M` modified, `D` deleted, `R` moved (and maybe modified).
+    pub status: String,
+    /// Where a moved file was.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub from: Option<String>,
+    /// Lines added.
+    pub added: usize,
+    /// Lines removed.
+    pub removed: usize,
+    /// Hunks (1-based) that matched only when whitespace was ignored.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub loose_hunks: Vec<usize>,
+}
+
+/// The `apply_patch` tool.
+#[derive(Debug, Clone)]
+pub struct ApplyPatch {
+    ws: Arc<Workspace>,
+    settings: PatchSettings,
+}
+
+/// What one file operation will do, worked out before anything is written.
+struct Planned {
+    report: PatchedFile,
+    /// The path written and its new bytes.
+    write: Option<(PathBuf, Vec<u8>)>,
+    /// The path removed (a deletion, or the source of a move).
+    remove: Option<PathBuf>,
+    /// The bytes at the written or removed path before the patch, for putting back.
+    before: Option<Vec<u8>>,
+    /// The written path did not exist before.
+    created: bool,
+}
+
+const NOTHING: &str = "no file was changed";
+
+impl ApplyPatch {
+    /// An `apply_patch` confined to `ws`.
+    pub fn new(ws: Arc<Workspace>, settings: PatchSettings) -> Self {
+        Self { ws, settings }
+    }
+
+    /// The synchronous body.
+    ///
+    /// # Errors
+    /// A malformed patch, a refused path, a missing or already existing file, a hunk
+    /// that does not match, a file over the size limit. No file is changed then.
+    pub fn apply(&self, args: &PatchArgs) -> Result<ToolOutput, ToolError> {
+        let patch = parse::parse(&args.patch)
+            .map_err(|e| ToolError::failed(format!("the patch is malformed: {e}; {NOTHING}")))?;
+        let mut seen = HashSet::new();
+        let mut plans = Vec::with_capacity(patch.ops.len());
+        for op in &patch.ops {
+            let plan = self
+                .plan(op, &mut seen)
+                .map_err(|e| ToolError::failed(format!("{e}; {NOTHING}")))?;
+            plans.push(plan);
+        }
+        self.commit(&mut plans)?;
+        let files: Vec<PatchedFile> = plans.into_iter().map(|p| p.report).collect();
+        let added = files.iter().map(|f| f.added).sum();
+        let removed = files.iter().map(|f| f.removed).sum();
+        let mut text = format!(
+            "Applied the patch: {} file{} changed (+{added} -{removed})\n",
+            files.len(),
+            if files.len() == 1 { "" } else { "s" }
+        );
+        for f in &files {
+            let stat = match f.status.as_str() {
+                "A" => format!("+{}", f.added),
+                "D" => format!("-{}", f.removed),
+                _ => format!("+{} -{}", f.added, f.removed),
+            };
+            match &f.from {
+                Some(from) => text.push_str(&format!("R {from} -> {} ({stat})\n", f.path)),
+                None => text.push_str(&format!("{} {} ({stat})\n", f.status, f.path)),
+            }
+        }
+        for f in files.iter().filter(|f| !f.loose_hunks.is_empty()) {
+            let list: Vec<String> = f.loose_hunks.iter().map(ToString::to_string).collect();
+            text.push_str(&format!(
+                "Note: hunk{} {} of {} matched only when whitespace was ignored; the file's own context lines were kept.\n",
+                if list.len() == 1 { "" } else { "s" },
+                list.join(", "),
+                f.path
+            ));
+        }
+        Ok(ToolOutput::text(text.trim_end()).with_data(&PatchOutput {
+            files,
+            added,
+            removed,
+        }))
+    }
+
+    /// Reads what `op` needs and works out its result; writes nothing.
+    fn plan(&self, op: &parse::FileOp, seen: &mut HashSet<PathBuf>) -> Result<Planned, String> {
+        let at = format!("`{}` (patch line {})", op.path, op.line);
+        let rel = self.rel(&op.path, &at)?;
+        let shown = show(&rel);
+        if !seen.insert(rel.clone()) {
+            return Err(format!(
+                "`{shown}` appears twice in the patch (patch line {}); put all its changes in one `*** Update File:`",
+                op.line
+            ));
+        }
+        let limit = self.settings.max_file_size;
+        match &op.kind {
+            parse::OpKind::Add(lines) => {
+                self.absent(&rel, "Add File")?;
+                let mut text = lines.join("\n");
+                if !lines.is_empty() {
+                    text.push('\n');
+                }
+                self.fits(&shown, text.len())?;
+                Ok(Planned {
+                    report: report(shown, "A", lines.len(), 0),
+                    write: Some((rel, text.into_bytes())),
+                    remove: None,
+                    before: None,
+                    created: true,
+                })
+            }
+            parse::OpKind::Delete => {
+                let bytes = self
+                    .ws
+                    .read_to_end(&rel, limit)
+                    .map_err(|e| error_text(&e))?;
+                let removed = line_count(&bytes);
+                Ok(Planned {
+                    report: report(shown, "D", 0, removed),
+                    write: None,
+                    remove: Some(rel),
+                    before: Some(bytes),
+                    created: false,
+                })
+            }
+            parse::OpKind::Update { move_to, chunks } => {
+                let bytes = self
+                    .ws
+                    .read_to_end(&rel, limit)
+                    .map_err(|e| error_text(&e))?;
+                let decoded = Decoded::new(&shown, bytes.clone())?;
+                let text = decoded.text.as_str();
+                let ends_in_break = text.is_empty() || text.ends_with('\n');
+                let body = text.strip_suffix('\n').unwrap_or(text);
+                let lines: Vec<&str> = if text.is_empty() {
+                    Vec::new()
+                } else {
+                    body.split('\n').collect()
+                };
+                let placed =
+                    place::place(&lines, chunks).map_err(|m| format!("`{shown}`: {}", m.0))?;
+                let mut new_text = placed.lines.join("\n");
+                if ends_in_break && !placed.lines.is_empty() {
+                    new_text.push('\n');
+                }
+                let new_bytes = decoded.encode(&new_text);
+                self.fits(&shown, new_bytes.len())?;
+                let (added, removed) =
+                    chunks
+                        .iter()
+                        .flat_map(|c| &c.lines)
+                        .fold((0, 0), |(a, r), l| match l {
+                            parse::HunkLine::Insert(_) => (a + 1, r),
+                            parse::HunkLine::Remove(_) => (a, r + 1),
+                            parse::HunkLine::Keep(_) => (a, r),
+                        });
+                let mut planned = Planned {
+                    report: PatchedFile {
+                        loose_hunks: placed.loose,
+                        ..report(shown.clone(), "M", added, removed)
+                    },
+                    write: Some((rel.clone(), new_bytes)),
+                    remove: None,
+                    before: Some(bytes),
+                    created: false,
+                };
+                if let Some(dest) = move_to {
+                    let dest_rel = self.rel(dest, &format!("`{dest}` (`*** Move to:` of {at})"))?;
+                    if dest_rel != rel {
+                        if !seen.insert(dest_rel.clone()) {
+                            return Err(format!(
+                                "`{}` appears twice in the patch",
+                                show(&dest_rel)
+                            ));
+                        }
+                        self.absent(&dest_rel, "Move to")?;
+                        planned.report.status = "R".to_owned();
+                        planned.report.from = Some(shown);
+                        planned.report.path = show(&dest_rel);
+                        planned.write = planned.write.map(|(_, b)| (dest_rel, b));
+                        planned.remove = Some(rel);
+                    }
+                }
+                Ok(planned)
+            }
+        }
+    }
+
+    fn rel(&self, path: &str, at: &str) -> Result<PathBuf, String> {
+        self.ws
+            .relative_file(path)
+            .map_err(|e| format!("{at}: {e}"))
+    }
+
+    /// Refuses a path that exists already: adding or moving onto it would lose a file.
+    fn absent(&self, rel: &Path, what: &str) -> Result<(), String> {
+        match self.ws.symlink_metadata(rel) {
+            Err(WorkspaceError::NotFound { .. }) => Ok(()),
+            Err(e) => Err(error_text(&e)),
+            Ok(_) => Err(format!(
+                "`{}` already exists (`*** {what}:` creates a file); to change it, use `*** Update File:`",
+                show(rel)
+            )),
+        }
+    }
+
+    fn fits(&self, shown: &str, size: usize) -> Result<(), String> {
+        let max = self.settings.max_file_size;
+        if size as u64 > max {
+            return Err(format!(
+                "`{shown}` would be {size} bytes, over the limit of {max} bytes"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Stages every write, then puts them in place and removes what goes; puts the
+    /// files back if that fails midway.
+    fn commit(&self, plans: &mut [Planned]) -> Result<(), ToolError> {
+        let options = WriteOptions::default();
+        let mut staged: Vec<Option<Staged>> = Vec::with_capacity(plans.len());
+        for plan in plans.iter() {
+            staged.push(match &plan.write {
+                Some((rel, bytes)) => Some(
+                    self.ws
+                        .stage_write(rel, bytes, &options)
+                        .map_err(|e| ToolError::failed(format!("{}; {NOTHING}", error_text(&e))))?,
+                ),
+                None => None,
+            });
+        }
+        let mut done: Vec<usize> = Vec::new();
+        let mut removed: Vec<usize> = Vec::new();
+        let mut failure = None;
+        for (i, s) in staged.into_iter().enumerate() {
+            if let Some(s) = s {
+                match s.commit() {
+                    Ok(_) => done.push(i),
+                    Err(e) => {
+                        failure = Some(e);
+                        break;
+                    }
+                }
+            }
+        }
+        if failure.is_none() {
+            for (i, plan) in plans.iter().enumerate() {
+                if let Some(rel) = &plan.remove {
+                    match self.ws.remove_file(rel) {
+                        Ok(()) => removed.push(i),
+                        Err(e) => {
+                            failure = Some(e);
+                            break;
+                        }
+                    }
+                }
+            }
+        }
+        let Some(e) = failure else { return Ok(()) };
+        let restored = self.restore(plans, &done, &removed);
+        Err(ToolError::failed(format!(
+            "{} while applying the patch; {}",
+            error_text(&e),
+            if restored {
+                "the files already changed were put back, so no file was changed"
+            } else {
+                "some files could not be put back: check them with `git status` or read them again"
+            }
+        )))
+    }
+
+    /// Undoes committed writes and removals; true when all of it worked.
+    fn restore(&self, plans: &[Planned], done: &[usize], removed: &[usize]) -> bool {
+        let mut ok = true;
+        for &i in done {
+            let plan = &plans[i];
+            let Some((rel, _)) = &plan.write else {
+                continue;
+            };
+            ok &= if plan.created || plan.remove.is_some() {
+                self.ws.remove_file(rel).is_ok()
+            } else {
+                plan.before.as_ref().is_some_and(|b| {
+                    self.ws
+                        .write_atomic(rel, b, &WriteOptions::default())
+                        .is_ok()
+                })
+            };
+        }
+        for &i in removed {
+            let plan = &plans[i];
+            if let (Some(rel), Some(before)) = (&plan.remove, &plan.before) {
+                ok &= self
+                    .ws
+                    .write_atomic(rel, before, &WriteOptions::default())
+                    .is_ok();
+            }
+        }
+        ok
+    }
+}
+
+fn report(path: String, status: &str, added: usize, removed: usize) -> PatchedFile {
+    PatchedFile {
+        path,
+        status: status.to_owned(),
+        from: None,
+        added,
+        removed,
+        loose_hunks: Vec::new(),
+    }
+}
+
+fn line_count(bytes: &[u8]) -> usize {
+    let breaks = bytes.iter().filter(|&&b| b == b'\n').count();
+    breaks + usize::from(!bytes.is_empty() && !bytes.ends_with(b"\n"))
+}
+
+fn error_text(e: &WorkspaceError) -> String {
+    match e {
+        WorkspaceError::Io { source, .. } => format!("{e}: {source}"),
+        _ => e.to_string(),
+    }
+}
+
+impl Tool for ApplyPatch {
+    type Args = PatchArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "apply_patch"
+    }
+
+    fn description(&self) -> &str {
+        "Applies a patch to files of the workspace: adds, deletes, updates and moves files, \
+         every file or none. The patch (also accepted as a bare string):\n\
+         *** Begin Patch\n\
+         *** Add File: path/new.txt\n\
+         +each line of the new file, prefixed with +\n\
+         *** Delete File: path/old.txt\n\
+         *** Update File: path/file.py\n\
+         *** Move to: path/renamed.py   (optional)\n\
+         @@ def handler():   (optional: a line the hunk comes after, to place it)\n\
+         \u{20}unchanged context line (about 3 before and after each change)\n\
+         -removed line\n\
+         +added line\n\
+         *** End of File   (optional: the hunk ends at the end of the file)\n\
+         *** End Patch\n\
+         No line numbers. Hunks apply in order, each after the previous one; context must \
+         match the file exactly (a match ignoring whitespace is the fallback, and is \
+         reported). Lines that are only added go after their `@@` line, or at the end \
+         with `*** End of File`. Paths are relative to the workspace root. Answers with \
+         the files changed (A added, M modified, D deleted, R moved) and lines added and \
+         removed."
+    }
+
+    fn parallel_safe(&self) -> bool {
+        false
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<PatchOutput>()
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["filesystem:write"]
+    }
+
+    async fn call(&self, args: PatchArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let this = self.clone();
+        blocking("apply_patch", move || this.apply(&args)).await
+    }
+}
+
+#[cfg(test)]
+mod tests;

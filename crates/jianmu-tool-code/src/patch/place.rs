@@ -1,0 +1,295 @@
+//! Where each hunk of an update goes, and the file's new lines.
+//!
+//! A hunk's expected lines (context and removed) are searched from the end of the
+//! previous hunk onwards: exactly first, then ignoring trailing whitespace, then
+//! ignoring leading and trailing whitespace. The search runs over line hashes with
+//! Knuth–Morris–Pratt, so it is linear in the file and the hunk whatever they hold,
+//! and it also yields the longest partial match for the error message.
+
+use std::hash::{DefaultHasher, Hash, Hasher};
+
+use super::parse::{Chunk, HunkLine};
+
+/// How strictly lines are compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Fit {
+    Exact,
+    TrailingSpace,
+    Whitespace,
+}
+
+const FITS: [Fit; 3] = [Fit::Exact, Fit::TrailingSpace, Fit::Whitespace];
+
+impl Fit {
+    fn key(self, line: &str) -> &str {
+        match self {
+            Fit::Exact => line,
+            Fit::TrailingSpace => line.trim_end(),
+            Fit::Whitespace => line.trim(),
+        }
+    }
+}
+
+/// Why a hunk could not be placed, in words for the model.
+#[derive(Debug)]
+pub(crate) struct Miss(pub String);
+
+/// The placed hunks of one file: the new lines and the hunks that needed a looser fit.
+#[derive(Debug)]
+pub(crate) struct Placed {
+    pub lines: Vec<String>,
+    /// 1-based numbers of hunks matched ignoring whitespace.
+    pub loose: Vec<usize>,
+}
+
+/// Line hashes of the file under one fit, computed when first needed.
+struct Keys<'a> {
+    lines: &'a [&'a str],
+    cache: [Option<Vec<u64>>; 3],
+}
+
+impl<'a> Keys<'a> {
+    fn get(&mut self, fit: Fit) -> &[u64] {
+        let lines = self.lines;
+        self.cache[fit as usize]
+            .get_or_insert_with(|| lines.iter().map(|l| hash(fit.key(l))).collect())
+    }
+}
+
+fn hash(s: &str) -> u64 {
+    let mut h = DefaultHasher::new();
+    s.hash(&mut h);
+    h.finish()
+}
+
+/// Applies `chunks` to `lines` (the file without its final line break).
+///
+/// # Errors
+/// The first hunk that cannot be placed, with the closest part of the file.
+pub(crate) fn place(lines: &[&str], chunks: &[Chunk]) -> Result<Placed, Miss> {
+    let mut keys = Keys {
+        lines,
+        cache: [None, None, None],
+    };
+    // (start, old length, hunk index) of every placed hunk, in file order.
+    let mut spots: Vec<(usize, usize, usize)> = Vec::with_capacity(chunks.len());
+    let mut loose = Vec::new();
+    let mut cursor = 0usize;
+    for (k, chunk) in chunks.iter().enumerate() {
+        let number = k + 1;
+        if let Some(anchor) = &chunk.anchor {
+            let found = FITS.iter().find_map(|&fit| {
+                let want = fit.key(anchor);
+                (cursor..lines.len()).find(|&i| fit.key(lines[i]) == want)
+            });
+            match found {
+                Some(i) => cursor = i + 1,
+                None => {
+                    return Err(Miss(format!(
+                        "hunk {number} (patch line {}): its `@@ {}` line was not found{}",
+                        chunk.line,
+                        jianmu_tool_core::echo(anchor),
+                        after(cursor)
+                    )));
+                }
+            }
+        }
+        let old: Vec<&str> = chunk.old().collect();
+        if old.is_empty() {
+            // Only added lines: they go right after the `@@` line, or at the end with
+            // `*** End of File`, or into an empty file. Anything else would be a guess.
+            let at = if chunk.eof {
+                lines.len()
+            } else if chunk.anchor.is_some() {
+                cursor
+            } else if lines.is_empty() || (lines.len() == 1 && lines[0].is_empty()) {
+                0
+            } else {
+                return Err(Miss(format!(
+                    "hunk {number} (patch line {}) only adds lines and does not say where: give the line they follow as `@@ LINE`, or unchanged ` ` context lines around them, or end the hunk with `*** End of File` to append",
+                    chunk.line
+                )));
+            };
+            spots.push((at, 0, k));
+            cursor = at;
+            continue;
+        }
+        let mut placed = None;
+        for (i, &fit) in FITS.iter().enumerate() {
+            let pattern: Vec<u64> = old.iter().map(|l| hash(fit.key(l))).collect();
+            let hay = keys.get(fit);
+            let at = if chunk.eof {
+                let start = hay.len().checked_sub(pattern.len());
+                start.filter(|&s| {
+                    s >= cursor && hay[s..] == pattern[..] && same(lines, s, &old, fit)
+                })
+            } else {
+                search(hay, &pattern, cursor, |s| same(lines, s, &old, fit))
+            };
+            if let Some(at) = at {
+                placed = Some(at);
+                if i > 0 {
+                    loose.push(number);
+                }
+                break;
+            }
+        }
+        let Some(at) = placed else {
+            return Err(Miss(miss(lines, &mut keys, chunk, number, &old, cursor)));
+        };
+        spots.push((at, old.len(), k));
+        cursor = at + old.len();
+    }
+    // Build the new file: unchanged stretches, and each hunk with the file's own
+    // context lines (a loose match keeps the file's whitespace there).
+    let mut out: Vec<String> = Vec::with_capacity(lines.len() + 16);
+    let mut from = 0;
+    for (at, len, k) in spots {
+        out.extend(lines[from..at].iter().map(|s| (*s).to_owned()));
+        let mut file_line = at;
+        for l in &chunks[k].lines {
+            match l {
+                HunkLine::Keep(_) => {
+                    out.push(lines[file_line].to_owned());
+                    file_line += 1;
+                }
+                HunkLine::Remove(_) => file_line += 1,
+                HunkLine::Insert(s) => out.push(s.clone()),
+            }
+        }
+        from = at + len;
+    }
+    out.extend(lines[from..].iter().map(|s| (*s).to_owned()));
+    Ok(Placed { lines: out, loose })
+}
+
+fn after(cursor: usize) -> String {
+    if cursor == 0 {
+        String::new()
+    } else {
+        format!(" after line {cursor} (where the previous hunk ended)")
+    }
+}
+
+/// Confirms a hash match line by line.
+fn same(lines: &[&str], start: usize, old: &[&str], fit: Fit) -> bool {
+    old.iter()
+        .zip(&lines[start..])
+        .all(|(a, b)| fit.key(a) == fit.key(b))
+}
+
+/// The prefix function of `pattern` (Knuth–Morris–Pratt).
+fn failure(pattern: &[u64]) -> Vec<usize> {
+    let mut f = vec![0; pattern.len()];
+    let mut k = 0;
+    for i in 1..pattern.len() {
+        while k > 0 && pattern[i] != pattern[k] {
+            k = f[k - 1];
+        }
+        if pattern[i] == pattern[k] {
+            k += 1;
+        }
+        f[i] = k;
+    }
+    f
+}
+
+/// Scans `hay[from..]` for `pattern`, calling `each(matched, end)` after every line
+/// with how many leading lines of `pattern` end there. Stops when `each` says so.
+fn scan(hay: &[u64], pattern: &[u64], from: usize, mut each: impl FnMut(usize, usize) -> bool) {
+    let f = failure(pattern);
+    let mut q = 0;
+    for (i, h) in hay.iter().enumerate().skip(from) {
+        while q > 0 && (q == pattern.len() || *h != pattern[q]) {
+            q = f[q - 1];
+        }
+        if *h == pattern[q] {
+            q += 1;
+        }
+        if each(q, i + 1) {
+            return;
+        }
+    }
+}
+
+/// The first start at or after `from` where `pattern` occurs and `confirm` agrees.
+fn search(
+    hay: &[u64],
+    pattern: &[u64],
+    from: usize,
+    confirm: impl Fn(usize) -> bool,
+) -> Option<usize> {
+    let mut found = None;
+    scan(hay, pattern, from, |q, end| {
+        if q == pattern.len() && confirm(end - q) {
+            found = Some(end - q);
+            return true;
+        }
+        false
+    });
+    found
+}
+
+/// The message for a hunk that was not found: where the longest run of its first
+/// lines is in the file, and the first line that differs there.
+fn miss(
+    lines: &[&str],
+    keys: &mut Keys<'_>,
+    chunk: &Chunk,
+    number: usize,
+    old: &[&str],
+    cursor: usize,
+) -> String {
+    let pattern: Vec<u64> = old.iter().map(|l| hash(Fit::Whitespace.key(l))).collect();
+    let mut best = (0, 0);
+    scan(keys.get(Fit::Whitespace), &pattern, cursor, |q, end| {
+        if q > best.0 {
+            best = (q, end);
+        }
+        false
+    });
+    let mut msg = format!(
+        "hunk {number} (patch line {}): its {} context and removed line{} were not found{}",
+        chunk.line,
+        old.len(),
+        if old.len() == 1 { "" } else { "s" },
+        after(cursor)
+    );
+    if chunk.eof {
+        msg.push_str(" at the end of the file (the hunk ends with `*** End of File`)");
+    }
+    let (matched, end) = best;
+    if matched == 0 {
+        msg.push_str(&format!(
+            ".\nNo line of the file from there on is `{}` (the hunk's first line): read the file again before patching.",
+            jianmu_tool_core::echo(old[0])
+        ));
+        return msg;
+    }
+    let start = end - matched;
+    if matched == old.len() {
+        msg.push_str(&format!(
+            ".\nThe hunk's lines are at file lines {}-{end}, which is not the end of the file: drop `*** End of File`, or include the lines after them.",
+            start + 1
+        ));
+        return msg;
+    }
+    let have = match lines.get(end) {
+        Some(line) => format!("`{}`", jianmu_tool_core::echo(line)),
+        None => "past the end".to_owned(),
+    };
+    let span = if matched == 1 {
+        format!("file line {end} matches the hunk's first line")
+    } else {
+        format!(
+            "file lines {}-{end} match the hunk's first {matched} lines",
+            start + 1
+        )
+    };
+    msg.push_str(&format!(
+        ".\nClosest: {span}; then the hunk has\n  `{}`\nwhere line {} of the file is {have}",
+        jianmu_tool_core::echo(old[matched]),
+        end + 1,
+    ));
+    msg
+}
