@@ -164,7 +164,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         #[cfg(feature = "mcp")]
         Command::Mcp => {
-            let settings = load()?;
+            let mut settings = load()?;
+            // Clients edit by line numbers they read: number every read unless the
+            // configuration says otherwise.
+            settings.tools =
+                settings
+                    .tools
+                    .with_default_setting("read_file", "line_numbers", Value::Bool(true));
             let tools = ToolSet::from_providers(&[&settings.provider()]).map_err(lookup)?;
             let rt = runtime()?;
             let served = rt.block_on(async {

@@ -54,7 +54,7 @@ pub use events::{Emitter, EventBus, EventKind, ExecutionEvent, SubscriptionId};
 pub use export::{Annotations, SchemaFormat};
 pub use function::FunctionTool;
 pub use node::ToolNode;
-pub use output::{IntoToolOutput, Json, ToolOutput, cut_chars};
+pub use output::{Image, IntoToolOutput, Json, ToolOutput, cut_chars};
 pub use policy::{Policy, WRITE_EFFECTS};
 pub use registry::{BuildFn, ToolConfig, ToolRegistration, registrations};
 pub use runner::{BoxFuture, DynRunner, LocalSandbox, PreparedCall, Runner};

@@ -1,6 +1,6 @@
 //! `ToolOutput` and the conversions that let a plain function return ordinary values.
 
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
 use crate::ToolError;
@@ -14,6 +14,17 @@ pub struct ToolOutput {
     pub text: String,
     /// The result as JSON, when the tool has a structured form of it.
     pub structured: Option<Value>,
+    /// Images for the model to see (MCP image content), in order after the text.
+    pub images: Vec<Image>,
+}
+
+/// An image in a tool's answer.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Image {
+    /// Its MIME type: `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub mime_type: String,
+    /// Its bytes, base64-encoded (standard alphabet, padded).
+    pub base64: String,
 }
 
 impl ToolOutput {
@@ -22,7 +33,15 @@ impl ToolOutput {
         Self {
             text: text.into(),
             structured: None,
+            images: Vec::new(),
         }
+    }
+
+    /// Adds an image after the text.
+    #[must_use]
+    pub fn with_image(mut self, image: Image) -> Self {
+        self.images.push(image);
+        self
     }
 
     /// Adds a structured form of the result.

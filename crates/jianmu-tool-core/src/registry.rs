@@ -90,6 +90,21 @@ impl ToolConfig {
         self
     }
 
+    /// Sets one setting of `tool` unless its settings already have `key`: a default
+    /// chosen by the program that runs the tools, which the configuration overrides.
+    /// Settings that are not a table are left alone (building the tool reports them).
+    #[must_use]
+    pub fn with_default_setting(mut self, tool: &str, key: &str, value: Value) -> Self {
+        let entry = self
+            .settings
+            .entry(tool.to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(map) = entry {
+            map.entry(key.to_owned()).or_insert(value);
+        }
+        self
+    }
+
     /// Sets the settings of one tool.
     #[must_use]
     pub fn with_settings(mut self, tool: impl Into<String>, settings: Value) -> Self {

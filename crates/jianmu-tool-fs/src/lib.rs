@@ -31,7 +31,7 @@ mod read;
 mod write;
 
 pub use list::{Entry, ListArgs, ListDir, ListOutput, ListSettings};
-pub use read::{MAX_NUMBERED_LINE_CHARS, ReadArgs, ReadFile, ReadOutput, ReadSettings};
+pub use read::{ImageData, MAX_NUMBERED_LINE_CHARS, ReadArgs, ReadFile, ReadOutput, ReadSettings};
 pub use write::{WriteArgs, WriteFile, WriteOutput, WriteSettings};
 
 /// One mebibyte, the default size limit of the Python tools.

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Image, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WorkspaceError, show};
 use serde::{Deserialize, Serialize};
 
@@ -20,6 +20,13 @@ pub struct ReadSettings {
     pub max_file_size: u64,
     /// Extensions that may be read; all when absent.
     pub allowed_extensions: Extensions,
+    /// Whether reads that do not give `line_numbers` number their lines; unset (the
+    /// default), windows are numbered and whole files are not. `jianmu mcp` sets it
+    /// to `true` unless the configuration says otherwise.
+    pub line_numbers: Option<bool>,
+    /// Largest image (PNG, JPEG, GIF, WebP) returned as an image, in bytes; 3.75 MiB
+    /// by default, which is 5 MiB in base64.
+    pub max_image_size: u64,
 }
 
 impl Default for ReadSettings {
@@ -27,7 +34,25 @@ impl Default for ReadSettings {
         Self {
             max_file_size: MIB,
             allowed_extensions: Extensions::default(),
+            line_numbers: None,
+            max_image_size: 3 * MIB + 3 * MIB / 4,
         }
+    }
+}
+
+/// The MIME type of an image format `read_file` returns as an image, judged by the
+/// file's first bytes (never by its name).
+fn image_type(head: &[u8]) -> Option<&'static str> {
+    if head.starts_with(b"\x89PNG\r\n\x1a\n") {
+        Some("image/png")
+    } else if head.starts_with(&[0xff, 0xd8, 0xff]) {
+        Some("image/jpeg")
+    } else if head.starts_with(b"GIF87a") || head.starts_with(b"GIF89a") {
+        Some("image/gif")
+    } else if head.len() >= 12 && &head[..4] == b"RIFF" && &head[8..12] == b"WEBP" {
+        Some("image/webp")
+    } else {
+        None
     }
 }
 
@@ -110,13 +135,20 @@ impl ReadFile {
                 lines: None,
                 total_lines: None,
                 cut: None,
+                image: None,
             }))
         };
+        if let Some(mime) = image_type(head) {
+            return self.image(&rel, reader, size, mime);
+        }
         if memchr::memchr(0, head).is_some() {
             return binary();
         }
         let windowed = args.offset.is_some() || args.limit.is_some();
-        let numbers = args.line_numbers.unwrap_or(windowed);
+        let numbers = args
+            .line_numbers
+            .or(self.settings.line_numbers)
+            .unwrap_or(windowed);
         if !windowed {
             if size > limit {
                 return Err(ToolError::failed(format!(
@@ -160,6 +192,7 @@ impl ReadFile {
                 lines: Some(lines),
                 total_lines: Some(lines),
                 cut: Some(false),
+                image: None,
             }));
         }
         let first = args.offset.unwrap_or(1).max(1);
@@ -198,7 +231,69 @@ impl ReadFile {
             lines: Some(window.lines),
             total_lines: Some(window.total),
             cut: Some(window.cut),
+            image: None,
         }))
+    }
+
+    /// An image file as an image for the model, with its type and size as text.
+    fn image(
+        &self,
+        rel: &Path,
+        reader: impl Read,
+        size: u64,
+        mime: &'static str,
+    ) -> Result<ToolOutput, ToolError> {
+        use base64::Engine as _;
+        let limit = self.settings.max_image_size;
+        let kind = mime.trim_start_matches("image/").to_uppercase();
+        let too_big = |size: u64| {
+            ToolError::failed(format!(
+                "`{}` is a {kind} image of {size} bytes, over the limit of {limit} bytes for images; it was not read",
+                show(rel)
+            ))
+        };
+        if size > limit {
+            return Err(too_big(size));
+        }
+        let mut bytes = Vec::with_capacity(size as usize);
+        reader
+            .take(limit + 1)
+            .read_to_end(&mut bytes)
+            .map_err(|e| WorkspaceError::from_io(rel, e))?;
+        if bytes.len() as u64 > limit {
+            return Err(too_big(bytes.len() as u64));
+        }
+        // Dimensions are a courtesy: a damaged header still returns the image.
+        let dims = imagesize::blob_size(&bytes).ok();
+        let base64 = base64::engine::general_purpose::STANDARD.encode(&bytes);
+        let shape = dims.map_or_else(String::new, |d| {
+            format!(", {}x{} pixels", d.width, d.height)
+        });
+        let text = format!(
+            "`{}` is a {kind} image ({} bytes{shape}); it follows as an image.",
+            show(rel),
+            bytes.len()
+        );
+        Ok(ToolOutput::text(text)
+            .with_data(&ReadOutput {
+                path: show(rel),
+                size: bytes.len() as u64,
+                binary: true,
+                first_line: None,
+                lines: None,
+                total_lines: None,
+                cut: None,
+                image: Some(ImageData {
+                    mime_type: mime.to_owned(),
+                    width: dims.map(|d| d.width as u64),
+                    height: dims.map(|d| d.height as u64),
+                    base64: base64.clone(),
+                }),
+            })
+            .with_image(Image {
+                mime_type: mime.to_owned(),
+                base64,
+            }))
     }
 }
 
@@ -306,7 +401,8 @@ pub struct ReadOutput {
     pub path: String,
     /// The file's size in bytes.
     pub size: u64,
-    /// True when the file is binary (it has NUL bytes): its content is not shown.
+    /// True when the file is binary (it has NUL bytes, or is an image): its content is
+    /// not shown as text.
     pub binary: bool,
     /// The first line shown, from 1.
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -320,6 +416,24 @@ pub struct ReadOutput {
     /// True when the window stopped at the size limit before `limit` lines.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cut: Option<bool>,
+    /// The image, when the file is one (PNG, JPEG, GIF or WebP).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub image: Option<ImageData>,
+}
+
+/// An image file's content.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct ImageData {
+    /// `image/png`, `image/jpeg`, `image/gif` or `image/webp`.
+    pub mime_type: String,
+    /// Width in pixels, when the header says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub width: Option<u64>,
+    /// Height in pixels, when the header says.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub height: Option<u64>,
+    /// The file's bytes, base64-encoded.
+    pub base64: String,
 }
 
 impl Tool for ReadFile {
@@ -332,7 +446,8 @@ impl Tool for ReadFile {
     }
 
     fn description(&self) -> &str {
-        "Reads a text file in the workspace and returns its content.\n\
+        "Reads a text file in the workspace and returns its content; an image (PNG, JPEG, \
+         GIF, WebP) is returned as an image to look at.\n\
          Files over the size limit (1 MiB by default) are read in windows of lines with \
          `offset` (first line, from 1) and `limit` (number of lines); a window numbers its \
          lines (`N<TAB>text`, as `cat -n`; `line_numbers` turns that on or off for any read) \

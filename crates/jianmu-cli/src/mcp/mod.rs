@@ -133,7 +133,14 @@ fn describe(spec: &jianmu_tool_core::ToolSpec) -> Tool {
 fn result(outcome: Result<ToolOutput, ToolError>) -> Result<CallToolResult, ErrorData> {
     match outcome {
         Ok(out) => {
-            let mut r = CallToolResult::success(vec![ContentBlock::text(out.text)]);
+            let mut content = Vec::with_capacity(1 + out.images.len());
+            content.push(ContentBlock::text(out.text));
+            content.extend(
+                out.images
+                    .into_iter()
+                    .map(|i| ContentBlock::image(i.base64, i.mime_type)),
+            );
+            let mut r = CallToolResult::success(content);
             r.structured_content = out.structured;
             Ok(r)
         }

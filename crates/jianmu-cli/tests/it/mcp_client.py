@@ -2,7 +2,9 @@
 
 Usage: mcp_client.py JIANMU WORKSPACE AUDIT_LOG [SERVER_FLAG...]. Prints one JSON object with what it saw.
 """
+import base64
 import json
+import os
 import sys
 
 import anyio
@@ -49,6 +51,16 @@ async def main(jianmu, workspace, audit_log, *flags):
             seen["stateful"] = [kept.is_error, text(kept)]
             listing = await session.call_tool("write_file", {"path": "a.txt", "content": "hi"})
             seen["structured"] = listing.structured_content
+            # Under MCP every read is numbered; an image comes back as image content.
+            numbered = await session.call_tool("read_file", {"path": "a.txt"})
+            seen["numbered"] = text(numbered)
+            picture = await session.call_tool("read_file", {"path": "pixel.png"})
+            with open(os.path.join(workspace, "pixel.png"), "rb") as f:
+                raw = f.read()
+            seen["image"] = [[c.type, getattr(c, "mime_type", None) or getattr(c, "mimeType", None)] for c in picture.content] + [
+                base64.b64decode(picture.content[-1].data) == raw,
+                picture.structured_content["image"]["width"],
+            ]
             # The client checks every structuredContent against the tool's
             # outputSchema and raises when it does not match.
             checked = {}

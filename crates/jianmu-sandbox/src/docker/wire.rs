@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use jianmu_tool_core::{ToolConfig, ToolError, ToolOutput};
+use jianmu_tool_core::{Image, ToolConfig, ToolError, ToolOutput};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -84,6 +84,9 @@ pub(crate) enum CallResult {
         /// The structured form, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         structured: Option<Value>,
+        /// Images after the text.
+        #[serde(default, skip_serializing_if = "Vec::is_empty")]
+        images: Vec<Image>,
     },
     /// The tool's error.
     Err(WireError),
@@ -112,6 +115,7 @@ impl CallResult {
             Ok(out) => CallResult::Ok {
                 text: out.text,
                 structured: out.structured,
+                images: out.images,
             },
             Err(e) => CallResult::Err(WireError::from_error(&e)),
         }
@@ -123,9 +127,14 @@ impl CallResult {
     /// The tool's error, rebuilt by [`WireError::into_error`].
     pub(crate) fn into_result(self, tool: &str) -> Result<ToolOutput, ToolError> {
         match self {
-            CallResult::Ok { text, structured } => {
+            CallResult::Ok {
+                text,
+                structured,
+                images,
+            } => {
                 let mut out = ToolOutput::text(text);
                 out.structured = structured;
+                out.images = images;
                 Ok(out)
             }
             CallResult::Err(e) => Err(e.into_error(tool)),
@@ -257,7 +266,7 @@ mod round_trip {
             round_trips(&Request::Call { id, tool: tool.clone(), args: args.clone(), call_id, context: (!args.is_null()).then(|| args.clone()) })?;
             round_trips(&Request::Cancel { id })?;
             let result = if ok {
-                CallResult::Ok { text: message.clone(), structured: (!args.is_null()).then_some(args) }
+                CallResult::Ok { text: message.clone(), structured: (!args.is_null()).then_some(args), images: Vec::new() }
             } else {
                 CallResult::Err(WireError { kind: "failed".into(), tool: Some(tool), message: message.clone(), after_ms })
             };

@@ -319,3 +319,79 @@ async fn numbered_reads_count_right_and_cut_long_lines() {
         ),
     );
 }
+
+/// A real 3x2 PNG (red pixels), CRCs included.
+const PNG: &[u8] = b"\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x03\x00\x00\x00\x02\x08\x02\x00\x00\x00\x12\x16\xf1\x4d\x00\x00\x00\x10\x49\x44\x41\x54\x78\x9c\x63\xf8\xcf\xc0\x00\x41\x0c\x70\x16\x00\x41\xd2\x05\xfb\x87\xf0\xb9\x48\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82";
+
+#[tokio::test]
+async fn images_come_back_as_images() {
+    use base64::Engine as _;
+    let fx = Fx::new();
+    // Judged by content, not by name.
+    fx.put("pixel.dat", PNG);
+    fx.put("anim.gif", b"GIF89a\x05\x00\x04\x00\x00\x00\x00;");
+    // A damaged header still returns the image, without dimensions.
+    fx.put("broken.jpg", b"\xff\xd8\xff\xe0garbage");
+    let t = fx.read_tool(ReadSettings::default());
+    let out = t
+        .execute(json!({"path": "pixel.dat"}), ExecuteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(
+        out.text,
+        "`pixel.dat` is a PNG image (73 bytes, 3x2 pixels); it follows as an image."
+    );
+    assert_eq!(out.images.len(), 1);
+    assert_eq!(out.images[0].mime_type, "image/png");
+    let decoded = base64::engine::general_purpose::STANDARD
+        .decode(&out.images[0].base64)
+        .unwrap();
+    assert_eq!(decoded, PNG);
+    let data = out.structured.unwrap();
+    assert_eq!(data["image"]["width"], 3);
+    assert_eq!(data["image"]["base64"], out.images[0].base64);
+    assert_eq!(data["binary"], true);
+    check(
+        call(&t, json!({"path": "anim.gif"})).await,
+        "`anim.gif` is a GIF image (14 bytes, 5x4 pixels); it follows as an image.",
+    );
+    check(
+        call(&t, json!({"path": "broken.jpg"})).await,
+        "`broken.jpg` is a JPEG image (11 bytes); it follows as an image.",
+    );
+    // Over the image limit: refused before it is read.
+    let small = fx.read_tool(ReadSettings {
+        max_image_size: 50,
+        ..ReadSettings::default()
+    });
+    check(
+        call(&small, json!({"path": "pixel.dat"})).await,
+        "error: `pixel.dat` is a PNG image of 73 bytes, over the limit of 50 bytes for images; it was not read",
+    );
+}
+
+#[tokio::test]
+async fn the_line_numbers_setting_is_the_default_for_every_read() {
+    let fx = Fx::new();
+    fx.put("a.txt", "one\ntwo\n");
+    let on = fx.read_tool(ReadSettings {
+        line_numbers: Some(true),
+        ..ReadSettings::default()
+    });
+    check(
+        call(&on, json!({"path": "a.txt"})).await,
+        "1\tone\n2\ttwo\n(lines 1-2 of 2)",
+    );
+    check(
+        call(&on, json!({"path": "a.txt", "line_numbers": false})).await,
+        "one\ntwo\n",
+    );
+    let off = fx.read_tool(ReadSettings {
+        line_numbers: Some(false),
+        ..ReadSettings::default()
+    });
+    check(
+        call(&off, json!({"path": "a.txt", "offset": 2})).await,
+        "two\n(lines 2-2 of 2)",
+    );
+}

@@ -89,7 +89,8 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
             id: 2,
             result: CallResult::Ok {
                 text: "hi".into(),
-                structured: None
+                structured: None,
+                images: Vec::new(),
             },
             oom_kills: 0
         }
