@@ -20,6 +20,9 @@ struct Row {
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
+    if args.iter().any(|a| a == "--edit-only") {
+        return crate::edit_bench::run(quick);
+    }
     let mut c = cargo();
     c.args(["bench", "--locked"]);
     for krate in [
@@ -196,6 +199,7 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
     if !python {
         println!("(python3 not found: reference columns left empty)");
     }
+    crate::edit_bench::run(quick)?;
     crate::mcp_bench::run()?;
     crate::docker_bench::run()?;
     if args.iter().any(|a| a == "--no-search") {
@@ -263,7 +267,7 @@ fn human(ns: f64) -> String {
 }
 
 /// The median of a criterion benchmark, from its saved estimates.
-fn median_ns(id: &str) -> anyhow::Result<f64> {
+pub(crate) fn median_ns(id: &str) -> anyhow::Result<f64> {
     let path = root()
         .join("target/criterion")
         .join(id)

@@ -13,6 +13,7 @@ use anyhow::{Context, bail};
 
 mod bench;
 mod docker_bench;
+mod edit_bench;
 mod mcp_bench;
 mod search_bench;
 mod setup;
@@ -23,7 +24,8 @@ const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
             root, a Docker engine), then fmt, clippy, the feature matrix, tests,
             docs, cargo deny
   bench     benchmarks, printed as ratios against reference implementations
-            [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree
+            [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree;
+            [--edit-only] only edit_file and apply_patch against git apply
   docs      regenerate docs/tools.md from the live tool specs
   docker-image  build a release jianmu and the Docker sandbox image from it
             [ARGS...] passed to `jianmu sandbox build-image` (--tag, --no-python, ...)";

@@ -122,7 +122,19 @@ impl EditFile {
             };
             let old = decoded.normalize(&edit.old);
             let new = decoded.normalize(&edit.new);
-            let count = text.matches(old.as_str()).count() as u64;
+            // SIMD substring search; a unique match needs only the first two found.
+            let finder = memchr::memmem::Finder::new(old.as_bytes());
+            let replace_all = edit.replace_all.unwrap_or(false);
+            let first = finder.find(text.as_bytes());
+            let count = match first {
+                None => 0,
+                Some(_) if replace_all || edit.expected_count.is_some() => {
+                    finder.find_iter(text.as_bytes()).count() as u64
+                }
+                Some(at) => {
+                    1 + u64::from(finder.find(&text.as_bytes()[at + old.len()..]).is_some())
+                }
+            };
             if count == 0 {
                 return Err(ToolError::failed(format!(
                     "{which}`old` was not found in `{shown}`; nothing was written.\n{}",
@@ -137,10 +149,10 @@ impl EditFile {
                     if expected == 1 { "" } else { "s" }
                 )));
             }
-            let replace_all = edit.replace_all.unwrap_or(false);
             if !replace_all && count > 1 {
                 return Err(ToolError::failed(format!(
-                    "{which}`old` occurs {count} times in `{shown}` (at lines {}); add surrounding lines to make it unique, or set `replace_all`; nothing was written",
+                    "{which}`old` occurs {} times in `{shown}` (at lines {}); add surrounding lines to make it unique, or set `replace_all`; nothing was written",
+                    finder.find_iter(text.as_bytes()).count(),
                     match_lines(&text, &old)
                 )));
             }
@@ -151,39 +163,42 @@ impl EditFile {
                     "{which}the result would be {size} bytes, over the limit of {max} bytes for `{shown}`; nothing was written"
                 )));
             }
-            text = if replace_all {
-                text.replace(old.as_str(), &new)
-            } else {
-                text.replacen(old.as_str(), &new, 1)
-            };
+            match first {
+                Some(at) if !replace_all => text.replace_range(at..at + old.len(), &new),
+                _ => {
+                    let mut out = String::with_capacity(usize::try_from(size).unwrap_or(0));
+                    let mut last = 0;
+                    for at in finder.find_iter(text.as_bytes()) {
+                        out.push_str(&text[last..at]);
+                        out.push_str(&new);
+                        last = at + old.len();
+                    }
+                    out.push_str(&text[last..]);
+                    text = out;
+                }
+            }
             replacements += done;
         }
-        // Bounded: past the deadline the diff is coarser, never slower.
-        let diff = similar::TextDiff::configure()
-            .timeout(std::time::Duration::from_secs(2))
-            .diff_lines(decoded.text.as_str(), text.as_str());
-        let (added, removed) = diff
-            .iter_all_changes()
-            .fold((0, 0), |(a, r), c| match c.tag() {
-                similar::ChangeTag::Insert => (a + 1, r),
-                similar::ChangeTag::Delete => (a, r + 1),
-                similar::ChangeTag::Equal => (a, r),
-            });
-        let unified = diff
-            .unified_diff()
-            .context_radius(3)
-            .header(&format!("a/{shown}"), &format!("b/{shown}"))
-            .to_string();
-        let unified = cut_lines(&unified, self.settings.max_diff_lines);
         let changed = text != decoded.text;
         let written = changed && !args.dry_run;
-        if written {
-            self.ws.write_atomic(
+        let diff = || crate::text::unified_diff(&decoded.text, &text, &shown);
+        let (unified, added, removed) = if written {
+            let staged = self.ws.stage_write(
                 &rel,
                 &decoded.encode(&text),
                 &WriteOptions::default().create_dirs(false),
             )?;
-        }
+            // The diff is worked out while the disk syncs the new file.
+            let (diff, committed) = std::thread::scope(|scope| {
+                let commit = scope.spawn(move || staged.commit());
+                (diff(), commit.join())
+            });
+            committed.map_err(|_| ToolError::failed(format!("writing `{shown}` failed")))??;
+            diff
+        } else {
+            diff()
+        };
+        let unified = cut_lines(&unified, self.settings.max_diff_lines);
         let head = match (changed, args.dry_run) {
             (false, _) => format!("`{shown}` is unchanged: the edits change nothing"),
             (true, true) => format!(

@@ -39,7 +39,7 @@ mod write;
 /// for a writer; regular files read the same either way.
 pub(crate) const O_NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
 
-pub use write::{Staged, WriteOptions};
+pub use write::{CommitError, Staged, WriteOptions};
 
 /// Why a path was refused or an operation failed. Every message names the path and
 /// the rule, so a model can correct its call.

@@ -324,6 +324,32 @@ fn a_staged_write_changes_nothing_until_committed() {
     assert!(fx.top.join("outside/secret.txt").exists());
 }
 
+#[test]
+fn commit_all_puts_writes_in_place_in_order_and_says_where_it_stopped() {
+    let fx = fixture();
+    let w = WriteOptions::default();
+    let rel = |p: &str| fx.ws.relative(p).unwrap();
+    let staged = ["a/1.txt", "a/2.txt", "b/3.txt"]
+        .iter()
+        .map(|p| fx.ws.stage_write(&rel(p), p.as_bytes(), &w).unwrap())
+        .collect();
+    fx.ws.commit_all(staged).unwrap();
+    for p in ["a/1.txt", "a/2.txt", "b/3.txt"] {
+        assert_eq!(fx.ws.read_to_end(&rel(p), 100).unwrap(), p.as_bytes());
+    }
+    // The second folder vanishes after staging (its temporary file has no name, so
+    // it is empty): the first write is in place, the second fails, nothing is left.
+    let staged = vec![
+        fx.ws.stage_write(&rel("c/4.txt"), b"4", &w).unwrap(),
+        fx.ws.stage_write(&rel("d/5.txt"), b"5", &w).unwrap(),
+    ];
+    std::fs::remove_dir(fx.top.join("ws/d")).unwrap();
+    let err = fx.ws.commit_all(staged).unwrap_err();
+    assert_eq!(err.committed, 1);
+    assert_eq!(fx.ws.read_to_end(&rel("c/4.txt"), 10).unwrap(), b"4");
+    assert_no_temp_files(&fx.top.join("ws"));
+}
+
 fn assert_no_temp_files(dir: &Path) {
     for entry in std::fs::read_dir(dir).unwrap() {
         let entry = entry.unwrap();

@@ -113,6 +113,7 @@ impl Workspace {
             });
         }
         let tmp = temp_name(name);
+        let parent = parent.to_owned();
         match write_temp(
             &pdir,
             &tmp,
@@ -121,12 +122,15 @@ impl Workspace {
             content,
             options.append,
         ) {
-            Ok(size) => Ok(Staged {
+            Ok((file, anonymous, size)) => Ok(Staged {
                 rel: rel.to_owned(),
                 pending: Some(Pending {
                     pdir,
+                    parent,
                     tmp,
                     name: name.to_owned(),
+                    file,
+                    linked: !anonymous,
                 }),
                 size,
             }),
@@ -135,6 +139,68 @@ impl Workspace {
                 Err(WorkspaceError::from_io(rel, e))
             }
         }
+    }
+
+    /// Commits several staged writes: syncs their contents together (one `syncfs` per
+    /// file system, whatever the number of files), renames each in order, then syncs
+    /// each folder once.
+    ///
+    /// # Errors
+    /// The first failure, with how many writes were already in place (a prefix of
+    /// `staged`; none if a sync failed). The writes not in place are discarded.
+    pub fn commit_all(&self, staged: Vec<Staged>) -> Result<(), CommitError> {
+        let mut staged = staged;
+        // One `syncfs` per file system flushes every staged file in one journal
+        // commit; syncing each file would cost one commit per file.
+        let mut devices: Vec<(u64, usize)> = Vec::new();
+        for (i, s) in staged.iter().enumerate() {
+            let Some(p) = &s.pending else { continue };
+            let dev = std::os::unix::fs::MetadataExt::dev(&p.file.metadata().map_err(|e| {
+                CommitError {
+                    committed: 0,
+                    error: WorkspaceError::from_io(&s.rel, e),
+                }
+            })?);
+            if !devices.iter().any(|(d, _)| *d == dev) {
+                devices.push((dev, i));
+            }
+        }
+        for &(_, i) in &devices {
+            if let Some(p) = &staged[i].pending
+                && let Err(e) = rustix::fs::syncfs(&p.file)
+            {
+                return Err(CommitError {
+                    committed: 0,
+                    error: WorkspaceError::from_io(&staged[i].rel, e.into()),
+                });
+            }
+        }
+        let mut folders: Vec<(PathBuf, Dir)> = Vec::new();
+        let total = staged.len();
+        for (i, s) in staged.iter_mut().enumerate() {
+            let Some(p) = s.pending.take() else { continue };
+            if let Err(e) = p
+                .link()
+                .and_then(|()| p.pdir.rename(&p.tmp, &p.pdir, &p.name))
+            {
+                // Harmless if the link itself failed: then there is no such name.
+                let _ = p.pdir.remove_file(&p.tmp);
+                return Err(CommitError {
+                    committed: i,
+                    error: WorkspaceError::from_io(&s.rel, e),
+                });
+            }
+            if !folders.iter().any(|(f, _)| *f == p.parent) {
+                folders.push((p.parent.clone(), p.into_dir()));
+            }
+        }
+        for (parent, dir) in &folders {
+            sync_dir(dir).map_err(|e| CommitError {
+                committed: total,
+                error: WorkspaceError::from_io(parent, e),
+            })?;
+        }
+        Ok(())
     }
 
     /// Removes the file `rel` (a symbolic link itself, not what it points to).
@@ -196,24 +262,67 @@ pub struct Staged {
     size: u64,
 }
 
+/// A staged write's temporary file: written, not yet synced; without a name until it
+/// is linked in (where `O_TMPFILE` works).
 #[derive(Debug)]
 struct Pending {
     pdir: Dir,
+    parent: PathBuf,
     tmp: PathBuf,
     name: PathBuf,
+    file: std::fs::File,
+    /// The file has the name `tmp` (created with it, or linked in).
+    linked: bool,
+}
+
+impl Pending {
+    /// Gives an unnamed file the name `tmp`. Called once it is synced, so a crash
+    /// never leaves a named, incomplete file.
+    fn link(&self) -> io::Result<()> {
+        if self.linked {
+            return Ok(());
+        }
+        let proc_path = format!("/proc/self/fd/{}", self.file.as_raw_fd());
+        rustix::fs::linkat(
+            rustix::fs::CWD,
+            proc_path.as_str(),
+            &self.pdir,
+            &self.tmp,
+            AtFlags::SYMLINK_FOLLOW,
+        )
+        .or_else(|_| {
+            rustix::fs::linkat(&self.file, "", &self.pdir, &self.tmp, AtFlags::EMPTY_PATH)
+        })?;
+        Ok(())
+    }
+
+    fn into_dir(self) -> Dir {
+        self.pdir
+    }
+}
+
+/// Why [`Workspace::commit_all`] stopped.
+#[derive(Debug)]
+pub struct CommitError {
+    /// How many of the writes, from the first, are in place.
+    pub committed: usize,
+    /// What failed.
+    pub error: WorkspaceError,
 }
 
 impl Staged {
     /// Puts the written file in place and returns its size.
     ///
     /// # Errors
-    /// An I/O failure of the rename (the old file is then intact and the temporary
-    /// file removed).
+    /// An I/O failure of the sync or the rename (the old file is then intact and the
+    /// temporary file removed).
     pub fn commit(mut self) -> Result<u64, WorkspaceError> {
         if let Some(p) = self.pending.take() {
             let done = p
-                .pdir
-                .rename(&p.tmp, &p.pdir, &p.name)
+                .file
+                .sync_all()
+                .and_then(|()| p.link())
+                .and_then(|()| p.pdir.rename(&p.tmp, &p.pdir, &p.name))
                 .and_then(|()| sync_dir(&p.pdir));
             if let Err(e) = done {
                 let _ = p.pdir.remove_file(&p.tmp);
@@ -226,7 +335,10 @@ impl Staged {
 
 impl Drop for Staged {
     fn drop(&mut self) {
-        if let Some(p) = self.pending.take() {
+        // An unnamed file vanishes when closed; a named one is removed.
+        if let Some(p) = self.pending.take()
+            && p.linked
+        {
             let _ = p.pdir.remove_file(&p.tmp);
         }
     }
@@ -278,12 +390,12 @@ fn append_in_place(pdir: &Dir, name: &Path, content: &[u8]) -> io::Result<u64> {
     Ok(start + content.len() as u64)
 }
 
-/// Writes the new content into a temporary file in `pdir` and links it in as `tmp`.
+/// Writes the new content into a temporary file in `pdir`, not yet synced.
 ///
-/// The file is first created unnamed (`O_TMPFILE`), so a crash while writing leaves
-/// nothing behind; it gets the name `tmp` only once it is complete and synced, just
-/// before the rename. Where the file system has no `O_TMPFILE`, it is created as
-/// `tmp` directly.
+/// The file is created unnamed (`O_TMPFILE`), so a crash while writing leaves nothing
+/// behind; it gets the name `tmp` only once it is complete and synced, just before the
+/// rename. Where the file system has no `O_TMPFILE`, it is created as `tmp` directly
+/// (then `anonymous` is false).
 fn write_temp(
     pdir: &Dir,
     tmp: &Path,
@@ -291,7 +403,7 @@ fn write_temp(
     existing: Option<&cap_std::fs::Metadata>,
     content: &[u8],
     append: bool,
-) -> io::Result<u64> {
+) -> io::Result<(std::fs::File, bool, u64)> {
     let mode = existing.map(|m| cap_std::fs::PermissionsExt::mode(&m.permissions()) & 0o7777);
     let (file, anonymous) = create_temp(pdir, tmp, mode)?;
     let mut out = io::BufWriter::new(file);
@@ -309,20 +421,8 @@ fn write_temp(
             cap_std::fs::PermissionsExt::mode(&meta.permissions()),
         ))?;
     }
-    file.sync_all()?;
     let size = file.metadata()?.len();
-    if anonymous {
-        let proc_path = format!("/proc/self/fd/{}", file.as_raw_fd());
-        rustix::fs::linkat(
-            rustix::fs::CWD,
-            proc_path.as_str(),
-            pdir,
-            tmp,
-            AtFlags::SYMLINK_FOLLOW,
-        )
-        .or_else(|_| rustix::fs::linkat(&file, "", pdir, tmp, AtFlags::EMPTY_PATH))?;
-    }
-    Ok(size)
+    Ok((file, anonymous, size))
 }
 
 pub(crate) fn create_temp(

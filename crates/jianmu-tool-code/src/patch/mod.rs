@@ -216,7 +216,7 @@ impl ApplyPatch {
                 if ends_in_break && !placed.lines.is_empty() {
                     new_text.push('\n');
                 }
-                let new_bytes = decoded.encode(&new_text);
+                let new_bytes = decoded.encode(&new_text).into_owned();
                 self.fits(&shown, new_bytes.len())?;
                 let (added, removed) =
                     chunks
@@ -291,31 +291,24 @@ impl ApplyPatch {
     /// files back if that fails midway.
     fn commit(&self, plans: &mut [Planned]) -> Result<(), ToolError> {
         let options = WriteOptions::default();
-        let mut staged: Vec<Option<Staged>> = Vec::with_capacity(plans.len());
-        for plan in plans.iter() {
-            staged.push(match &plan.write {
-                Some((rel, bytes)) => Some(
+        let mut staged: Vec<Staged> = Vec::with_capacity(plans.len());
+        // Which plan each staged write belongs to.
+        let mut owners: Vec<usize> = Vec::with_capacity(plans.len());
+        for (i, plan) in plans.iter().enumerate() {
+            if let Some((rel, bytes)) = &plan.write {
+                staged.push(
                     self.ws
                         .stage_write(rel, bytes, &options)
                         .map_err(|e| ToolError::failed(format!("{}; {NOTHING}", error_text(&e))))?,
-                ),
-                None => None,
-            });
-        }
-        let mut done: Vec<usize> = Vec::new();
-        let mut removed: Vec<usize> = Vec::new();
-        let mut failure = None;
-        for (i, s) in staged.into_iter().enumerate() {
-            if let Some(s) = s {
-                match s.commit() {
-                    Ok(_) => done.push(i),
-                    Err(e) => {
-                        failure = Some(e);
-                        break;
-                    }
-                }
+                );
+                owners.push(i);
             }
         }
+        let (done, mut failure) = match self.ws.commit_all(staged) {
+            Ok(()) => (owners, None),
+            Err(e) => (owners[..e.committed].to_vec(), Some(e.error)),
+        };
+        let mut removed: Vec<usize> = Vec::new();
         if failure.is_none() {
             for (i, plan) in plans.iter().enumerate() {
                 if let Some(rel) = &plan.remove {
@@ -330,6 +323,9 @@ impl ApplyPatch {
             }
         }
         let Some(e) = failure else { return Ok(()) };
+        if done.is_empty() && removed.is_empty() {
+            return Err(ToolError::failed(format!("{}; {NOTHING}", error_text(&e))));
+        }
         let restored = self.restore(plans, &done, &removed);
         Err(ToolError::failed(format!(
             "{} while applying the patch; {}",

@@ -261,7 +261,7 @@ fn miss(
     let (matched, end) = best;
     if matched == 0 {
         msg.push_str(&format!(
-            ".\nNo line of the file from there on is `{}` (the hunk's first line): read the file again before patching.",
+            ".\nNo line of the file from there on is `{}` (the hunk's first line): read the file again before patching",
             jianmu_tool_core::echo(old[0])
         ));
         return msg;
@@ -269,7 +269,7 @@ fn miss(
     let start = end - matched;
     if matched == old.len() {
         msg.push_str(&format!(
-            ".\nThe hunk's lines are at file lines {}-{end}, which is not the end of the file: drop `*** End of File`, or include the lines after them.",
+            ".\nThe hunk's lines are at file lines {}-{end}, which is not the end of the file: drop `*** End of File`, or include the lines after them",
             start + 1
         ));
         return msg;
