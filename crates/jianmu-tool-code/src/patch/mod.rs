@@ -25,12 +25,19 @@ mod place;
 pub struct PatchSettings {
     /// Largest file read or written, in bytes.
     pub max_file_size: u64,
+    /// Most files one patch may touch.
+    pub max_files: usize,
+    /// Most bytes one patch may hold in memory: the old and new contents of every
+    /// file it touches.
+    pub max_total_size: u64,
 }
 
 impl Default for PatchSettings {
     fn default() -> Self {
         Self {
             max_file_size: 10 * 1024 * 1024,
+            max_files: 1000,
+            max_total_size: 100 * 1024 * 1024,
         }
     }
 }
@@ -110,12 +117,29 @@ impl ApplyPatch {
     pub fn apply(&self, args: &PatchArgs) -> Result<ToolOutput, ToolError> {
         let patch = parse::parse(&args.patch)
             .map_err(|e| ToolError::failed(format!("the patch is malformed: {e}; {NOTHING}")))?;
+        if patch.ops.len() > self.settings.max_files {
+            return Err(ToolError::failed(format!(
+                "the patch touches {} files, over the limit of {}; split it; {NOTHING}",
+                patch.ops.len(),
+                self.settings.max_files
+            )));
+        }
         let mut seen = HashSet::new();
+        let mut budget = place::Budget(place::Budget::DEFAULT);
+        let mut held = 0u64;
         let mut plans = Vec::with_capacity(patch.ops.len());
         for op in &patch.ops {
             let plan = self
-                .plan(op, &mut seen)
+                .plan(op, &mut seen, &mut budget)
                 .map_err(|e| ToolError::failed(format!("{e}; {NOTHING}")))?;
+            held += plan.write.as_ref().map_or(0, |(_, b)| b.len() as u64)
+                + plan.before.as_ref().map_or(0, |b| b.len() as u64);
+            if held > self.settings.max_total_size {
+                return Err(ToolError::failed(format!(
+                    "the files the patch touches up to `{}` (patch line {}) hold over {} bytes, old and new contents together, the limit for one patch; split it; {NOTHING}",
+                    op.path, op.line, self.settings.max_total_size
+                )));
+            }
             plans.push(plan);
         }
         self.commit(&mut plans)?;
@@ -155,7 +179,12 @@ impl ApplyPatch {
     }
 
     /// Reads what `op` needs and works out its result; writes nothing.
-    fn plan(&self, op: &parse::FileOp, seen: &mut HashSet<PathBuf>) -> Result<Planned, String> {
+    fn plan(
+        &self,
+        op: &parse::FileOp,
+        seen: &mut HashSet<PathBuf>,
+        budget: &mut place::Budget,
+    ) -> Result<Planned, String> {
         let at = format!("`{}` (patch line {})", op.path, op.line);
         let rel = self.rel(&op.path, &at)?;
         let shown = show(&rel);
@@ -210,8 +239,8 @@ impl ApplyPatch {
                 } else {
                     body.split('\n').collect()
                 };
-                let placed =
-                    place::place(&lines, chunks).map_err(|m| format!("`{shown}`: {}", m.0))?;
+                let placed = place::place(&lines, chunks, budget)
+                    .map_err(|m| format!("`{shown}`: {}", m.0))?;
                 let mut new_text = placed.lines.join("\n");
                 if ends_in_break && !placed.lines.is_empty() {
                     new_text.push('\n');

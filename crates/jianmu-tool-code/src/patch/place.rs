@@ -34,6 +34,27 @@ impl Fit {
 #[derive(Debug)]
 pub(crate) struct Miss(pub String);
 
+/// How many lines all searches of one patch may look at: far more than any real
+/// patch needs (about a hundred loosely matched hunks in a million-line file), and a
+/// bound on what a hostile one can cost (a fraction of a second).
+#[derive(Debug)]
+pub(crate) struct Budget(pub u64);
+
+impl Budget {
+    pub(crate) const DEFAULT: u64 = 100_000_000;
+
+    fn spend(&mut self, lines: usize, number: usize, chunk: &Chunk) -> Result<(), Miss> {
+        self.0 = self.0.saturating_sub(lines as u64);
+        if self.0 == 0 {
+            return Err(Miss(format!(
+                "hunk {number} (patch line {}): placing the patch's hunks looked at more lines than a patch should need; give the hunks more distinctive context, or split the patch",
+                chunk.line
+            )));
+        }
+        Ok(())
+    }
+}
+
 /// The placed hunks of one file: the new lines and the hunks that needed a looser fit.
 #[derive(Debug)]
 pub(crate) struct Placed {
@@ -66,7 +87,7 @@ fn hash(s: &str) -> u64 {
 ///
 /// # Errors
 /// The first hunk that cannot be placed, with the closest part of the file.
-pub(crate) fn place(lines: &[&str], chunks: &[Chunk]) -> Result<Placed, Miss> {
+pub(crate) fn place(lines: &[&str], chunks: &[Chunk], budget: &mut Budget) -> Result<Placed, Miss> {
     let mut keys = Keys {
         lines,
         cache: [None, None, None],
@@ -78,10 +99,20 @@ pub(crate) fn place(lines: &[&str], chunks: &[Chunk]) -> Result<Placed, Miss> {
     for (k, chunk) in chunks.iter().enumerate() {
         let number = k + 1;
         if let Some(anchor) = &chunk.anchor {
-            let found = FITS.iter().find_map(|&fit| {
+            let mut found = None;
+            for fit in FITS {
                 let want = fit.key(anchor);
-                (cursor..lines.len()).find(|&i| fit.key(lines[i]) == want)
-            });
+                let target = hash(want);
+                let hay = keys.get(fit);
+                let at =
+                    (cursor..hay.len()).find(|&i| hay[i] == target && fit.key(lines[i]) == want);
+                let looked = at.map_or(hay.len(), |i| i + 1).saturating_sub(cursor);
+                budget.spend(looked, number, chunk)?;
+                if at.is_some() {
+                    found = at;
+                    break;
+                }
+            }
             match found {
                 Some(i) => cursor = i + 1,
                 None => {
@@ -119,12 +150,15 @@ pub(crate) fn place(lines: &[&str], chunks: &[Chunk]) -> Result<Placed, Miss> {
             let pattern: Vec<u64> = old.iter().map(|l| hash(fit.key(l))).collect();
             let hay = keys.get(fit);
             let at = if chunk.eof {
+                budget.spend(pattern.len(), number, chunk)?;
                 let start = hay.len().checked_sub(pattern.len());
                 start.filter(|&s| {
                     s >= cursor && hay[s..] == pattern[..] && same(lines, s, &old, fit)
                 })
             } else {
-                search(hay, &pattern, cursor, |s| same(lines, s, &old, fit))
+                let (at, looked) = search(hay, &pattern, cursor, |s| same(lines, s, &old, fit));
+                budget.spend(looked + pattern.len(), number, chunk)?;
+                at
             };
             if let Some(at) = at {
                 placed = Some(at);
@@ -195,8 +229,14 @@ fn failure(pattern: &[u64]) -> Vec<usize> {
 }
 
 /// Scans `hay[from..]` for `pattern`, calling `each(matched, end)` after every line
-/// with how many leading lines of `pattern` end there. Stops when `each` says so.
-fn scan(hay: &[u64], pattern: &[u64], from: usize, mut each: impl FnMut(usize, usize) -> bool) {
+/// with how many leading lines of `pattern` end there. Stops when `each` says so;
+/// returns how many lines it looked at.
+fn scan(
+    hay: &[u64],
+    pattern: &[u64],
+    from: usize,
+    mut each: impl FnMut(usize, usize) -> bool,
+) -> usize {
     let f = failure(pattern);
     let mut q = 0;
     for (i, h) in hay.iter().enumerate().skip(from) {
@@ -207,9 +247,10 @@ fn scan(hay: &[u64], pattern: &[u64], from: usize, mut each: impl FnMut(usize, u
             q += 1;
         }
         if each(q, i + 1) {
-            return;
+            return i + 1 - from;
         }
     }
+    hay.len().saturating_sub(from)
 }
 
 /// The first start at or after `from` where `pattern` occurs and `confirm` agrees.
@@ -218,16 +259,16 @@ fn search(
     pattern: &[u64],
     from: usize,
     confirm: impl Fn(usize) -> bool,
-) -> Option<usize> {
+) -> (Option<usize>, usize) {
     let mut found = None;
-    scan(hay, pattern, from, |q, end| {
+    let looked = scan(hay, pattern, from, |q, end| {
         if q == pattern.len() && confirm(end - q) {
             found = Some(end - q);
             return true;
         }
         false
     });
-    found
+    (found, looked)
 }
 
 /// The message for a hunk that was not found: where the longest run of its first

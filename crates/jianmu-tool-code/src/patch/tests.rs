@@ -1,7 +1,7 @@
 //! The patch format's parser and the placing of hunks, on in-memory lines.
 
 use super::parse::{HunkLine, OpKind, parse};
-use super::place::place;
+use super::place::{Budget, place};
 
 #[track_caller]
 fn check_parse_error(patch: &str, expect: &str) {
@@ -103,14 +103,16 @@ fn chunks_of(patch: &str) -> Vec<super::parse::Chunk> {
 #[track_caller]
 fn check_place(file: &[&str], hunks: &str, expect: &[&str]) {
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
-    let placed = place(file, &chunks_of(&patch)).unwrap_or_else(|m| panic!("{}", m.0));
+    let placed = place(file, &chunks_of(&patch), &mut Budget(Budget::DEFAULT))
+        .unwrap_or_else(|m| panic!("{}", m.0));
     assert_eq!(placed.lines, expect);
 }
 
 #[track_caller]
 fn check_miss(file: &[&str], hunks: &str, expect: &str) {
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
-    let miss = place(file, &chunks_of(&patch)).expect_err("the hunk should not be placed");
+    let miss = place(file, &chunks_of(&patch), &mut Budget(Budget::DEFAULT))
+        .expect_err("the hunk should not be placed");
     assert!(miss.0.contains(expect), "{}", miss.0);
 }
 
@@ -154,7 +156,7 @@ fn hunks_go_where_their_context_is() {
 fn whitespace_is_a_reported_fallback_and_the_file_keeps_its_context() {
     let file = ["def f():", "    return 1  ", "x"];
     let patch = "*** Begin Patch\n*** Update File: f\n def f():\n-  return 1\n+    return 2\n x\n*** End Patch";
-    let placed = place(&file, &chunks_of(patch)).unwrap();
+    let placed = place(&file, &chunks_of(patch), &mut Budget(Budget::DEFAULT)).unwrap();
     assert_eq!(placed.lines, ["def f():", "    return 2", "x"]);
     assert_eq!(placed.loose, [1]);
 }
@@ -195,10 +197,31 @@ fn search_is_linear_on_repetitive_input() {
     let mut hunk = "-x\n".repeat(50_000);
     hunk.push_str("-y\n");
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunk}*** End Patch\n");
-    let miss = place(&file, &chunks_of(&patch)).expect_err("no match");
+    let miss =
+        place(&file, &chunks_of(&patch), &mut Budget(Budget::DEFAULT)).expect_err("no match");
     assert!(
         miss.0.contains("match the hunk's first 50000 lines"),
         "{}",
         &miss.0[..200]
+    );
+}
+
+#[test]
+fn many_hunks_that_each_scan_the_file_run_out_of_budget() {
+    // Each hunk matches only when whitespace is ignored, so the exact and the
+    // trailing-space searches scan to the end of the file for every hunk.
+    let file: Vec<String> = (0..100_000).map(|i| format!("  line {i}")).collect();
+    let file: Vec<&str> = file.iter().map(String::as_str).collect();
+    let hunks: String = (0..50_000)
+        .map(|i| format!("@@\n-line {i}\n+x\n"))
+        .collect();
+    let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
+    let miss =
+        place(&file, &chunks_of(&patch), &mut Budget(Budget::DEFAULT)).expect_err("too costly");
+    assert!(
+        miss.0
+            .contains("looked at more lines than a patch should need"),
+        "{}",
+        miss.0
     );
 }

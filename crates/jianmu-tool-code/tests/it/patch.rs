@@ -300,7 +300,12 @@ async fn existing_missing_and_repeated_files_are_refused() {
 async fn a_file_over_the_limit_is_refused() {
     let dir = tempfile::tempdir().unwrap();
     let ws = Arc::new(Workspace::open(dir.path()).unwrap());
-    let t = ToolHandle::new(ApplyPatch::new(ws, PatchSettings { max_file_size: 8 })).unwrap();
+    let settings = PatchSettings {
+        max_file_size: 8,
+        max_files: 2,
+        max_total_size: 12,
+    };
+    let t = ToolHandle::new(ApplyPatch::new(ws, settings)).unwrap();
     put(dir.path(), "a.txt", "1234\n");
     let out = call(
         &t,
@@ -311,6 +316,27 @@ async fn a_file_over_the_limit_is_refused() {
         out,
         "error: `a.txt` would be 10 bytes, over the limit of 8 bytes; no file was changed"
     );
+    let out = call(
+        &t,
+        json!({"patch": "*** Begin Patch\n*** Add File: x\n*** Add File: y\n*** Add File: z\n*** End Patch"}),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "error: the patch touches 3 files, over the limit of 2; split it; no file was changed"
+    );
+    // Old and new contents together count against one patch's memory.
+    put(dir.path(), "b.txt", "5678\n");
+    let out = call(
+        &t,
+        json!({"patch": "*** Begin Patch\n*** Update File: a.txt\n-1234\n+12\n*** Update File: b.txt\n-5678\n+56\n*** End Patch"}),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "error: the files the patch touches up to `b.txt` (patch line 5) hold over 12 bytes, old and new contents together, the limit for one patch; split it; no file was changed"
+    );
+    assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"1234\n");
 }
 
 /// A small deterministic generator, so every run tests the same cases.
