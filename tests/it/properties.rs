@@ -33,6 +33,35 @@ const KEYS: &[&str] = &[
     "include_hidden",
     "case_sensitive",
     "recursive",
+    "edits",
+    "patch",
+    "line_numbers",
+    "dry_run",
+    "replace_all",
+];
+
+/// Pieces of patches, so generated patches reach past the parser.
+const PATCH_LINES: &[&str] = &[
+    "*** Begin Patch",
+    "*** End Patch",
+    "*** Add File: new.txt",
+    "*** Add File: ../outside.txt",
+    "*** Update File: a.txt",
+    "*** Update File: /etc/hostname",
+    "*** Delete File: a.txt",
+    "*** Move to: b.txt",
+    "*** Move to: ../moved.txt",
+    "*** End of File",
+    "@@",
+    "@@ alpha",
+    " alpha",
+    " beta",
+    "-alpha",
+    "-beta",
+    "+gamma",
+    "+",
+    "",
+    "junk",
 ];
 
 fn json_value() -> impl Strategy<Value = Value> {
@@ -102,6 +131,24 @@ proptest! {
             prop_assert!(!chain.contains("panicked"), "`{}` panicked on {}: {}", name, args, chain);
             prop_assert!(chain.len() < 4096, "`{}`: an error of {} bytes", name, chain.len());
         }
+    }
+
+    #[test]
+    fn any_patch_ends_in_an_answer_and_stays_inside(lines in prop::collection::vec(prop::sample::select(PATCH_LINES), 0..24)) {
+        let top = tempfile::tempdir().unwrap();
+        let ws = top.path().join("ws");
+        std::fs::create_dir(&ws).unwrap();
+        std::fs::write(ws.join("a.txt"), "alpha\nbeta\n").unwrap();
+        let (tools, _) = local_tools(&ws);
+        // Framed, so most generated patches reach the placing and writing code.
+        let patch = format!("*** Begin Patch\n{}\n*** End Patch", lines.join("\n"));
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let outcome = rt.block_on(tools.execute("apply_patch", Value::String(patch.clone()), None));
+        if let Err(e) = &outcome {
+            prop_assert!(e.is_model_facing(), "{:?}: {}", patch, e);
+        }
+        let outside: Vec<_> = std::fs::read_dir(top.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+        prop_assert_eq!(outside, vec![std::ffi::OsString::from("ws")], "{:?}", patch);
     }
 
     #[test]
