@@ -70,7 +70,10 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"code": "1 + 1"}),
             json!({"code": "1", "reset": true}),
         ],
-        "python_repl" => vec![json!({"code": "1 + 1"}), json!({"code": "1", "timeout": 5})],
+        "python_repl" => vec![
+            json!({"code": "1 + 1"}),
+            json!({"code": "1", "timeout": 5, "reset": true}),
+        ],
         "http_request" => vec![
             json!({"url": "https://example.com/"}),
             json!({"url": "https://example.com/", "method": "POST", "headers": {"a": "b"}, "body": {"k": [1]}, "retries": 1, "retry_non_idempotent": true, "timeout": 5}),

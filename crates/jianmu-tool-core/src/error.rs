@@ -31,12 +31,15 @@ pub enum ToolError {
         message: String,
     },
     /// The call did not finish within its time limit; its work was stopped.
-    #[error("`{tool}` timed out after {}", HumanDuration(*.after))]
+    #[error("`{tool}` timed out after {}{}", HumanDuration(*.after), Partial(.partial.as_deref()))]
     Timeout {
         /// The tool that was called.
         tool: String,
         /// The limit that was hit.
         after: Duration,
+        /// What the call produced before it was stopped, when the tool kept it (a
+        /// command's output so far, head and tail).
+        partial: Option<String>,
     },
     /// No tool of that name is known.
     #[error("unknown tool `{}`; known tools: {}", crate::echo(.name), .known.join(", "))]
@@ -170,6 +173,24 @@ impl fmt::Display for Violations<'_> {
 }
 
 struct HumanDuration(Duration);
+
+/// A timed-out call's output so far, after the timeout message.
+struct Partial<'a>(Option<&'a str>);
+
+impl fmt::Display for Partial<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.0 {
+            Some(text) if !text.is_empty() => {
+                write!(
+                    f,
+                    "; everything it started was stopped. Its output until then:\n{text}"
+                )
+            }
+            Some(_) => write!(f, "; everything it started was stopped; it printed nothing"),
+            None => Ok(()),
+        }
+    }
+}
 
 impl fmt::Display for HumanDuration {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {

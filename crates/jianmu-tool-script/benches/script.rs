@@ -30,10 +30,12 @@ fn bench(c: &mut Criterion) {
     let args = PythonArgs {
         code: "x + 1".into(),
         timeout: None,
+        reset: false,
     };
     rt.block_on(python.run(&PythonArgs {
         code: "x = 41".into(),
         timeout: None,
+        reset: false,
     }))
     .unwrap();
     assert_eq!(rt.block_on(python.run(&args)).unwrap().text, "42");

@@ -63,13 +63,18 @@ impl Default for PythonSettings {
 #[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PythonArgs {
-    /// Python code. An expression's value is returned; statements run and their printed
-    /// output is returned. Names persist between calls.
+    /// Python code. What it prints is returned, then the value of its last line when
+    /// that is an expression (as a notebook cell; `None` shows nothing). Names persist
+    /// between calls.
     pub code: String,
     /// Time limit of this call in seconds (default 30). When it passes, the
     /// interpreter is stopped and its state is lost.
     #[schemars(range(min = 0.001, max = 3600.0))]
     pub timeout: Option<f64>,
+    /// Start a fresh interpreter before running `code`: every name and import is
+    /// forgotten.
+    #[serde(default)]
+    pub reset: bool,
 }
 
 struct Interpreter {
@@ -210,6 +215,11 @@ impl PythonRepl {
     /// that died; the last two lose the interpreter's state, and say so.
     pub async fn run(&self, args: &PythonArgs) -> Result<ToolOutput, ToolError> {
         let mut state = self.state.lock().await;
+        if args.reset {
+            // Dropping the interpreter stops it and everything it started.
+            state.interpreter = None;
+            state.lost = None;
+        }
         let notice = state.lost.take();
         let outcome = self.exchange(&mut state, args).await;
         match notice {
@@ -290,10 +300,15 @@ impl PythonRepl {
     fn render(&self, answer: &Value) -> Result<ToolOutput, ToolError> {
         let field = |k: &str| answer.get(k).and_then(Value::as_str).unwrap_or("");
         let dropped = answer.get("dropped").and_then(Value::as_u64).unwrap_or(0);
-        let mut text = match answer.get("value").and_then(Value::as_str) {
-            Some(value) => value.to_owned(),
-            None => field("stdout").to_owned(),
-        };
+        // What the code printed, then the value of its last expression (as a
+        // notebook shows a cell).
+        let mut text = field("stdout").to_owned();
+        if let Some(value) = answer.get("value").and_then(Value::as_str) {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str(value);
+        }
         let stderr = field("stderr");
         if !stderr.is_empty() {
             if !text.is_empty() && !text.ends_with('\n') {
@@ -386,9 +401,10 @@ impl Tool for PythonRepl {
     }
 
     fn description(&self) -> &str {
-        "Runs Python code in a persistent CPython interpreter and returns the value of an \
-         expression, or the printed output of statements (stderr appended).\n\
-         Names and imports persist between calls. An exception comes back as the end of its \
+        "Runs Python code in a persistent CPython interpreter and returns what it printed, \
+         then the value of its last line when that is an expression, as a notebook cell \
+         shows it (stderr appended).\n\
+         Names and imports persist between calls (`reset` starts afresh). An exception comes back as the end of its \
          traceback. A call past its time limit (30 s by default) stops the interpreter and \
          loses its state. Processes the code starts end with its call. Where the host allows, \
          the code can write only in the workspace and $TMPDIR and has no network access."

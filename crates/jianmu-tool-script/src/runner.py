@@ -3,6 +3,7 @@
 # stdin and stdout when the process started; user code sees /dev/null there instead.
 # Each answer carries its request's id. After each request, every process the code
 # started is ended.
+import ast
 import builtins
 import json
 import os
@@ -150,7 +151,13 @@ def run(code):
         if compiled is not None:
             value = eval(compiled, namespace)
         else:
-            exec(compile(code, "<repl>", "exec"), namespace)
+            # As a notebook cell: when the last statement is an expression, its value
+            # is the answer's value, after what the code printed.
+            tree = ast.parse(code, "<repl>", "exec")
+            last = tree.body.pop() if tree.body and isinstance(tree.body[-1], ast.Expr) else None
+            exec(compile(tree, "<repl>", "exec"), namespace)
+            if last is not None:
+                value = eval(compile(ast.Expression(last.value), "<repl>", "eval"), namespace)
     except BaseException as exc:  # noqa: BLE001 - everything goes back to the model
         if isinstance(exc, KeyboardInterrupt):
             raise

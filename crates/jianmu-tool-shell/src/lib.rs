@@ -157,10 +157,29 @@ impl Bash {
             Ok(status) => status
                 .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?,
             Err(_) => {
+                // Everything the command started is gone now, so the pipes are at
+                // their end: what it printed until then goes back with the error.
                 child.stop_and_wait().await;
+                let stdout = stdout
+                    .await
+                    .map_err(|e| ToolError::runner("bash", e))?
+                    .text();
+                let stderr = stderr
+                    .await
+                    .map_err(|e| ToolError::runner("bash", e))?
+                    .text();
+                let mut partial = stdout;
+                if !stderr.is_empty() {
+                    if !partial.is_empty() && !partial.ends_with('\n') {
+                        partial.push('\n');
+                    }
+                    partial.push_str("[stderr]\n");
+                    partial.push_str(&stderr);
+                }
                 return Err(ToolError::Timeout {
                     tool: "bash".into(),
                     after: limit,
+                    partial: Some(partial),
                 });
             }
         };
@@ -208,7 +227,7 @@ impl Tool for Bash {
          exit returns `Error (CODE):` and stderr.\n\
          stdin is empty; long output keeps its start and end; nothing the command starts \
          outlives the call, and a time limit (120 s by default, `timeout` to change) ends it \
-         all. Where the host allows, commands can write only in the workspace and $TMPDIR \
+         all, answering with what it printed until then. Where the host allows, commands can write only in the workspace and $TMPDIR \
          and have no network access."
     }
 

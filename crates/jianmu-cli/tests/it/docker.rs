@@ -377,6 +377,18 @@ async fn a_timeout_kills_the_work_and_the_container_stays_usable() {
         id,
         "the same container serves on"
     );
+    // bash's own limit inside the container answers with the output so far.
+    let err = f
+        .call(
+            "bash",
+            json!({"command": "echo early; sleep 30", "timeout": 1}),
+        )
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(&err, ToolError::Timeout { partial: Some(p), .. } if p == "early\n"),
+        "{err}"
+    );
     f.sandbox.shutdown().await;
 }
 

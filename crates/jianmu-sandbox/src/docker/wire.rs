@@ -106,6 +106,9 @@ pub(crate) struct WireError {
     /// For timeouts: the limit, in milliseconds.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub(crate) after_ms: Option<u64>,
+    /// For timeouts: what the call produced before it was stopped.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) partial: Option<String>,
 }
 
 impl CallResult {
@@ -147,7 +150,7 @@ impl WireError {
     pub(crate) fn from_error(error: &ToolError) -> Self {
         let (kind, tool, after_ms) = match error {
             ToolError::Failed { .. } => ("failed", None, None),
-            ToolError::Timeout { tool, after } => (
+            ToolError::Timeout { tool, after, .. } => (
                 "timeout",
                 Some(tool.clone()),
                 Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
@@ -166,11 +169,16 @@ impl WireError {
             ToolError::Runner { source, .. } => jianmu_tool_core::error_chain(&**source),
             _ => jianmu_tool_core::error_chain(error),
         };
+        let partial = match error {
+            ToolError::Timeout { partial, .. } => partial.clone(),
+            _ => None,
+        };
         Self {
             kind: kind.to_owned(),
             tool,
             message,
             after_ms,
+            partial,
         }
     }
 
@@ -181,6 +189,7 @@ impl WireError {
             "timeout" => ToolError::Timeout {
                 tool: name,
                 after: Duration::from_millis(self.after_ms.unwrap_or(0)),
+                partial: self.partial,
             },
             "config" => ToolError::Config {
                 tool: name,
@@ -268,7 +277,7 @@ mod round_trip {
             let result = if ok {
                 CallResult::Ok { text: message.clone(), structured: (!args.is_null()).then_some(args), images: Vec::new() }
             } else {
-                CallResult::Err(WireError { kind: "failed".into(), tool: Some(tool), message: message.clone(), after_ms })
+                CallResult::Err(WireError { kind: "failed".into(), tool: Some(tool), message: message.clone(), after_ms, partial: None })
             };
             round_trips(&Reply::Done { id, result, oom_kills: id % 7 })?;
             round_trips(&Reply::InitFailed { message })?;

@@ -60,6 +60,7 @@ impl<R: Runner> Runner for WithTimeout<R> {
             }
             timer.as_mut().poll(task).map(|()| {
                 Err(ToolError::Timeout {
+                    partial: None,
                     tool: tool.name().to_owned(),
                     after: limit,
                 })

@@ -200,14 +200,14 @@ async fn python_output_is_capped_and_never_breaks_on_bytes() {
         &out[10_000..]
     );
     assert_eq!(call(&p, json!({"code": "import sys"})).await, "");
-    // An expression: its value. Statements: what they printed, bytes decoded safely.
+    // What the code printed (bytes decoded safely), then an expression's value.
     assert_eq!(
         call(
             &p,
             json!({"code": "sys.stdout.buffer.write(b'\\xff\\xfeok')"})
         )
         .await,
-        "4"
+        "\u{fffd}\u{fffd}ok\n4"
     );
     assert_eq!(
         call(
@@ -216,6 +216,29 @@ async fn python_output_is_capped_and_never_breaks_on_bytes() {
         )
         .await,
         "\u{fffd}ok"
+    );
+}
+
+#[tokio::test]
+async fn python_shows_the_last_expression_like_a_notebook() {
+    let p = python(PythonSettings::default());
+    for (code, expect) in [
+        ("import os; type(os.getuid()).__name__", "int"),
+        ("import math; math.sqrt(16)", "4.0"),
+        ("print('a'); 1 + 1", "a\n2"),
+        ("x = 5\nx * 2", "10"),
+        // `None` shows nothing; pure statements answer what they printed.
+        ("print('only')\nNone", "only\n"),
+        ("for i in range(2): print(i)", "0\n1\n"),
+        ("y = 1", ""),
+    ] {
+        assert_eq!(call(&p, json!({"code": code})).await, expect, "{code}");
+    }
+    // `reset` starts a fresh interpreter: every name is gone.
+    assert_eq!(call(&p, json!({"code": "'y' in dir()"})).await, "True");
+    assert_eq!(
+        call(&p, json!({"code": "'y' in dir()", "reset": true})).await,
+        "False"
     );
 }
 

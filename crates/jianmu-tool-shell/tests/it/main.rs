@@ -58,6 +58,25 @@ async fn the_python_tools_contract() {
     assert_eq!(spec.effect_tags, ["process:exec"]);
 }
 
+#[tokio::test]
+async fn a_timeout_answers_with_the_output_so_far() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = bash(dir.path(), BashSettings::default());
+    assert_eq!(
+        call(
+            &b,
+            json!({"command": "echo first; echo oops >&2; sleep 30", "timeout": 1.0})
+        )
+        .await,
+        "error: `bash` timed out after 1 s; everything it started was stopped. Its output until then:\nfirst\n[stderr]\noops\n"
+    );
+    // Endless output keeps only its head and tail.
+    let out = call(&b, json!({"command": "yes", "timeout": 1.0})).await;
+    assert!(out.starts_with("error: `bash` timed out after 1 s; everything it started was stopped. Its output until then:\ny\ny\n"), "{}", &out[..200]);
+    assert!(out.contains("bytes cut from the middle"), "{}", &out[..200]);
+    assert!(out.len() < 40 * 1024, "{} bytes", out.len());
+}
+
 fn running_with(needle: &str) -> usize {
     jianmu_process::running_with(needle).len()
 }
@@ -75,7 +94,7 @@ async fn a_timeout_kills_the_tree_even_past_setsid() {
     let start = Instant::now();
     assert_eq!(
         call(&b, json!({"command": command, "timeout": 1.0})).await,
-        "error: `bash` timed out after 1 s"
+        "error: `bash` timed out after 1 s; everything it started was stopped; it printed nothing"
     );
     assert!(start.elapsed() < Duration::from_secs(10));
     let started = std::fs::read_to_string(dir.path().join("started")).unwrap();

@@ -310,10 +310,11 @@ fn errors_keep_their_kind_across_the_wire() {
     let timeout = ToolError::Timeout {
         tool: "bash".into(),
         after: Duration::from_millis(1500),
+        partial: Some("so far".into()),
     };
     let back = WireError::from_error(&timeout).into_error("x");
     assert!(
-        matches!(back, ToolError::Timeout { ref tool, after } if tool == "bash" && after == Duration::from_millis(1500))
+        matches!(back, ToolError::Timeout { ref tool, after, ref partial } if tool == "bash" && after == Duration::from_millis(1500) && partial.as_deref() == Some("so far"))
     );
     let runner = ToolError::runner("t", "disk gone");
     let back = WireError::from_error(&runner).into_error("t");
