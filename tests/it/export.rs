@@ -82,7 +82,10 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"query": "rust"}),
             json!({"query": "rust", "max_results": 3, "region": "us-en", "safesearch": "off", "timelimit": "w"}),
         ],
-        "bash" => vec![json!({"command": "ls"}), json!({"cmd": "ls", "timeout": 2})],
+        "bash" => vec![
+            json!({"command": "ls"}),
+            json!({"cmd": "ls", "timeout": 2, "session": "s1", "reset": true}),
+        ],
         other => panic!("add samples for `{other}`"),
     }
 }

@@ -38,6 +38,8 @@ const KEYS: &[&str] = &[
     "line_numbers",
     "dry_run",
     "replace_all",
+    "session",
+    "reset",
 ];
 
 /// Pieces of patches, so generated patches reach past the parser.

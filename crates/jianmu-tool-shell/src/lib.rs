@@ -22,6 +22,7 @@ use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, Too
 use serde::{Deserialize, Serialize};
 
 mod capture;
+mod session;
 
 use jianmu_process::{IsolationSettings, Jail, Spec, Stream};
 
@@ -43,6 +44,10 @@ pub struct BashSettings {
     pub env: std::collections::BTreeMap<String, String>,
     /// How commands are isolated (`[tools.bash.isolation]`).
     pub isolation: IsolationSettings,
+    /// Most shell sessions kept at once.
+    pub max_sessions: usize,
+    /// Seconds after which an unused session is forgotten.
+    pub session_idle_secs: u64,
 }
 
 impl Default for BashSettings {
@@ -59,6 +64,8 @@ impl Default for BashSettings {
             .to_vec(),
             env: Default::default(),
             isolation: IsolationSettings::default(),
+            max_sessions: 16,
+            session_idle_secs: 3600,
         }
     }
 }
@@ -78,6 +85,14 @@ pub struct BashArgs {
     /// killed.
     #[schemars(range(min = 0.001, max = 86400.0))]
     pub timeout: Option<f64>,
+    /// A shell session: calls with the same id keep the working directory and
+    /// exported variables the previous call left (`cd`, `export`).
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))]
+    pub session: Option<String>,
+    /// With `session`: start the session afresh (the workspace root, the default
+    /// environment).
+    #[serde(default)]
+    pub reset: bool,
 }
 
 /// The `bash` tool.
@@ -86,6 +101,7 @@ pub struct Bash {
     settings: BashSettings,
     cwd: PathBuf,
     jail: Jail,
+    sessions: std::sync::Arc<session::Sessions>,
 }
 
 impl Bash {
@@ -100,6 +116,7 @@ impl Bash {
             settings,
             cwd,
             jail,
+            sessions: std::sync::Arc::default(),
         })
     }
 
@@ -120,19 +137,52 @@ impl Bash {
             .map(|c| c.trim())
             .find(|c| !c.is_empty())
             .ok_or_else(|| ToolError::failed("no command given: pass it as `command`"))?;
+        let session = match &args.session {
+            Some(id) => Some((
+                id.as_str(),
+                self.sessions.open(
+                    id,
+                    args.reset,
+                    self.settings.max_sessions,
+                    Duration::from_secs(self.settings.session_idle_secs),
+                    self.jail.tmp(),
+                )?,
+            )),
+            None => None,
+        };
         let mut spec = Spec::new(&self.settings.shell);
         spec.arg("-c")
-            .arg(command)
             .current_dir(&self.cwd)
             .stdout(Stream::Piped)
             .stderr(Stream::Piped);
-        for name in &self.settings.env_allow {
-            if let Some(v) = std::env::var_os(name) {
-                spec.env(name, v);
+        match &session {
+            Some((_, start)) => {
+                spec.arg(format!("{}{command}", session::TRAP));
+                if let Some(cwd) = start.cwd.as_ref().filter(|d| d.is_dir()) {
+                    spec.current_dir(cwd);
+                }
+                spec.env(session::STATE_VAR, &start.dir);
+            }
+            None => {
+                spec.arg(command);
             }
         }
-        for (k, v) in &self.settings.env {
-            spec.env(k, v);
+        match session.as_ref().and_then(|(_, start)| start.env.as_ref()) {
+            Some(env) => {
+                for (k, v) in env {
+                    spec.env(k, v);
+                }
+            }
+            None => {
+                for name in &self.settings.env_allow {
+                    if let Some(v) = std::env::var_os(name) {
+                        spec.env(name, v);
+                    }
+                }
+                for (k, v) in &self.settings.env {
+                    spec.env(k, v);
+                }
+            }
         }
         if let Some(tmp) = self.jail.tmp() {
             spec.env("TMPDIR", tmp);
@@ -183,6 +233,9 @@ impl Bash {
                 });
             }
         };
+        if let Some((id, _)) = &session {
+            self.sessions.save(id);
+        }
         // The command is reaped only once nothing it started is left, so every writer
         // of the pipes is gone and the readers are at their end.
         let (stdout, stderr) = (stdout.await, stderr.await);
@@ -227,7 +280,8 @@ impl Tool for Bash {
          exit returns `Error (CODE):` and stderr.\n\
          stdin is empty; long output keeps its start and end; nothing the command starts \
          outlives the call, and a time limit (120 s by default, `timeout` to change) ends it \
-         all, answering with what it printed until then. Where the host allows, commands can write only in the workspace and $TMPDIR \
+         all, answering with what it printed until then. With `session`, calls share a \
+         shell's working directory and exported variables. Where the host allows, commands can write only in the workspace and $TMPDIR \
          and have no network access."
     }
 

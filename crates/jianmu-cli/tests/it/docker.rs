@@ -377,6 +377,18 @@ async fn a_timeout_kills_the_work_and_the_container_stays_usable() {
         id,
         "the same container serves on"
     );
+    // A shell session lives in the container: its directory and exports carry over.
+    f.call(
+        "bash",
+        json!({"command": "mkdir -p d && cd d && export Q=7", "session": "s"}),
+    )
+    .await
+    .unwrap();
+    let out = f
+        .call("bash", json!({"command": "pwd; echo $Q", "session": "s"}))
+        .await
+        .unwrap();
+    assert!(out.text.ends_with("/d\n7\n"), "{}", out.text);
     // bash's own limit inside the container answers with the output so far.
     let err = f
         .call(

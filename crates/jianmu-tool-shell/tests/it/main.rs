@@ -77,6 +77,69 @@ async fn a_timeout_answers_with_the_output_so_far() {
     assert!(out.len() < 40 * 1024, "{} bytes", out.len());
 }
 
+#[tokio::test]
+async fn sessions_keep_the_directory_and_exports() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    std::fs::create_dir(root.join("sub")).unwrap();
+    let b = bash(&root, BashSettings::default());
+    let run = |session: &str, command: &str| json!({"command": command, "session": session});
+    assert_eq!(
+        call(&b, run("s1", "cd sub && export X=1 && Y=local")).await,
+        ""
+    );
+    let here = format!("{}\n1|\n", root.join("sub").display());
+    assert_eq!(call(&b, run("s1", "pwd; echo \"$X|$Y\"")).await, here);
+    // Another session, and a call without one, start at the root with nothing set.
+    let fresh = format!("{}\n|\n", root.display());
+    assert_eq!(call(&b, run("s2", "pwd; echo \"$X|$Y\"")).await, fresh);
+    assert_eq!(
+        call(&b, json!({"command": "pwd; echo \"$X|$Y\""})).await,
+        fresh
+    );
+    // A failing command still keeps what it changed; `unset` is kept too.
+    assert_eq!(
+        call(&b, run("s1", "cd ..; unset X; export Z=2; false")).await,
+        "error: Error (1):\n"
+    );
+    let after = format!("{}\n|2\n", root.display());
+    assert_eq!(call(&b, run("s1", "pwd; echo \"$X|$Z\"")).await, after);
+    // `reset` starts the session afresh.
+    assert_eq!(
+        call(
+            &b,
+            json!({"command": "echo \"$Z\"", "session": "s1", "reset": true})
+        )
+        .await,
+        "\n"
+    );
+}
+
+#[tokio::test]
+async fn sessions_are_capped_and_their_ids_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = BashSettings {
+        max_sessions: 2,
+        ..BashSettings::default()
+    };
+    let b = bash(dir.path(), settings);
+    for id in ["a", "b"] {
+        assert_eq!(
+            call(&b, json!({"command": "true", "session": id})).await,
+            ""
+        );
+    }
+    assert_eq!(
+        call(&b, json!({"command": "true", "session": "c"})).await,
+        "error: there are already 2 shell sessions, the limit; reuse one of them (a, b), or wait until one has been idle for 3600 s"
+    );
+    let out = call(&b, json!({"command": "true", "session": "../x"})).await;
+    assert!(
+        out.starts_with("error: invalid arguments for `bash`: at /session"),
+        "{out}"
+    );
+}
+
 fn running_with(needle: &str) -> usize {
     jianmu_process::running_with(needle).len()
 }
