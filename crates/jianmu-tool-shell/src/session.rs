@@ -137,9 +137,11 @@ impl Sessions {
             .ok_or_else(|| ToolError::failed("the session vanished"))?;
         session.used = now;
         // What the last call left is consumed: a call that does not save (stopped, or
-        // `exec`) must not leave stale files for the next.
+        // `exec`) must not leave stale files for the next. The folder is made again in
+        // case a command removed it (it lies in the command's `TMPDIR`).
         let _ = std::fs::remove_file(session.dir.join("cwd"));
         let _ = std::fs::remove_file(session.dir.join("env"));
+        let _ = std::fs::create_dir_all(&session.dir);
         Ok(Start {
             dir: session.dir.clone(),
             cwd: session.cwd.clone(),

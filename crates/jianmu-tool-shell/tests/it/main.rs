@@ -104,6 +104,17 @@ async fn sessions_keep_the_directory_and_exports() {
     );
     let after = format!("{}\n|2\n", root.display());
     assert_eq!(call(&b, run("s1", "pwd; echo \"$X|$Z\"")).await, after);
+    // Removing the session's state folder (it is in `TMPDIR`) loses only that call's
+    // changes: the next call saves again.
+    assert_eq!(
+        call(&b, run("s1", "rm -rf \"$TMPDIR\"/.session-*")).await,
+        ""
+    );
+    assert_eq!(call(&b, run("s1", "cd sub")).await, "");
+    assert_eq!(
+        call(&b, run("s1", "pwd")).await,
+        format!("{}\n", root.join("sub").display())
+    );
     // `reset` starts the session afresh.
     assert_eq!(
         call(
