@@ -204,43 +204,45 @@ impl Bash {
         let limit = Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
             .unwrap_or(Duration::from_secs(120));
         let status = match tokio::time::timeout(limit, child.wait()).await {
-            Ok(status) => status
-                .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?,
+            Ok(status) => Some(
+                status
+                    .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?,
+            ),
             Err(_) => {
-                // Everything the command started is gone now, so the pipes are at
-                // their end: what it printed until then goes back with the error.
                 child.stop_and_wait().await;
-                let stdout = stdout
-                    .await
-                    .map_err(|e| ToolError::runner("bash", e))?
-                    .text();
-                let stderr = stderr
-                    .await
-                    .map_err(|e| ToolError::runner("bash", e))?
-                    .text();
-                let mut partial = stdout;
-                if !stderr.is_empty() {
-                    if !partial.is_empty() && !partial.ends_with('\n') {
-                        partial.push('\n');
-                    }
-                    partial.push_str("[stderr]\n");
-                    partial.push_str(&stderr);
-                }
-                return Err(ToolError::Timeout {
-                    tool: "bash".into(),
-                    after: limit,
-                    partial: Some(partial),
-                });
+                None
             }
+        };
+        // The command is reaped only once nothing it started is left (or it was
+        // stopped with all of it), so every writer of the pipes is gone and the readers
+        // are at their end.
+        let stdout = stdout
+            .await
+            .map_err(|e| ToolError::runner("bash", e))?
+            .text();
+        let stderr = stderr
+            .await
+            .map_err(|e| ToolError::runner("bash", e))?
+            .text();
+        let Some(status) = status else {
+            // What it printed until the limit goes back with the error.
+            let mut partial = stdout;
+            if !stderr.is_empty() {
+                if !partial.is_empty() && !partial.ends_with('\n') {
+                    partial.push('\n');
+                }
+                partial.push_str("[stderr]\n");
+                partial.push_str(&stderr);
+            }
+            return Err(ToolError::Timeout {
+                tool: "bash".into(),
+                after: limit,
+                partial: Some(partial),
+            });
         };
         if let Some((id, _)) = &session {
             self.sessions.save(id);
         }
-        // The command is reaped only once nothing it started is left, so every writer
-        // of the pipes is gone and the readers are at their end.
-        let (stdout, stderr) = (stdout.await, stderr.await);
-        let stdout = stdout.map_err(|e| ToolError::runner("bash", e))?.text();
-        let stderr = stderr.map_err(|e| ToolError::runner("bash", e))?.text();
         match status.code() {
             Some(0) => Ok(ToolOutput::text(stdout.clone()).with_data(&BashOutput {
                 exit_code: 0,

@@ -152,15 +152,21 @@ impl WorkspaceError {
     }
 }
 
+impl WorkspaceError {
+    /// The message for the model: the path and the rule, with the OS reason for plain
+    /// I/O failures.
+    pub fn message(&self) -> String {
+        match self {
+            WorkspaceError::Io { source, .. } => format!("{self}: {source}"),
+            _ => self.to_string(),
+        }
+    }
+}
+
 impl From<WorkspaceError> for jianmu_tool_core::ToolError {
-    /// A workspace error is something the model should read: it names the path and
-    /// the rule (with the OS reason, for plain I/O failures).
+    /// A workspace error is something the model should read.
     fn from(e: WorkspaceError) -> Self {
-        let message = match &e {
-            WorkspaceError::Io { source, .. } => format!("{e}: {source}"),
-            _ => e.to_string(),
-        };
-        jianmu_tool_core::ToolError::failed(message)
+        jianmu_tool_core::ToolError::failed(e.message())
     }
 }
 

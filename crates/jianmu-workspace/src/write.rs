@@ -179,19 +179,14 @@ impl Workspace {
         let total = staged.len();
         for (i, s) in staged.iter_mut().enumerate() {
             let Some(p) = s.pending.take() else { continue };
-            if let Err(e) = p
-                .link()
-                .and_then(|()| p.pdir.rename(&p.tmp, &p.pdir, &p.name))
-            {
-                // Harmless if the link itself failed: then there is no such name.
-                let _ = p.pdir.remove_file(&p.tmp);
+            if let Err(e) = p.put_in_place() {
                 return Err(CommitError {
                     committed: i,
                     error: WorkspaceError::from_io(&s.rel, e),
                 });
             }
             if !folders.iter().any(|(f, _)| *f == p.parent) {
-                folders.push((p.parent.clone(), p.into_dir()));
+                folders.push((p.parent, p.pdir));
             }
         }
         for (parent, dir) in &folders {
@@ -296,8 +291,16 @@ impl Pending {
         Ok(())
     }
 
-    fn into_dir(self) -> Dir {
-        self.pdir
+    /// Links the synced file in and renames it over the target; on failure removes
+    /// the temporary name (harmless if the link itself failed).
+    fn put_in_place(&self) -> io::Result<()> {
+        let done = self
+            .link()
+            .and_then(|()| self.pdir.rename(&self.tmp, &self.pdir, &self.name));
+        if done.is_err() {
+            let _ = self.pdir.remove_file(&self.tmp);
+        }
+        done
     }
 }
 
@@ -318,16 +321,11 @@ impl Staged {
     /// temporary file removed).
     pub fn commit(mut self) -> Result<u64, WorkspaceError> {
         if let Some(p) = self.pending.take() {
-            let done = p
-                .file
+            p.file
                 .sync_all()
-                .and_then(|()| p.link())
-                .and_then(|()| p.pdir.rename(&p.tmp, &p.pdir, &p.name))
-                .and_then(|()| sync_dir(&p.pdir));
-            if let Err(e) = done {
-                let _ = p.pdir.remove_file(&p.tmp);
-                return Err(WorkspaceError::from_io(&self.rel, e));
-            }
+                .and_then(|()| p.put_in_place())
+                .and_then(|()| sync_dir(&p.pdir))
+                .map_err(|e| WorkspaceError::from_io(&self.rel, e))?;
         }
         Ok(self.size)
     }

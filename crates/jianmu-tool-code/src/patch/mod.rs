@@ -212,10 +212,7 @@ impl ApplyPatch {
                 })
             }
             parse::OpKind::Delete => {
-                let bytes = self
-                    .ws
-                    .read_to_end(&rel, limit)
-                    .map_err(|e| error_text(&e))?;
+                let bytes = self.ws.read_to_end(&rel, limit).map_err(|e| e.message())?;
                 let removed = line_count(&bytes);
                 Ok(Planned {
                     report: report(shown, "D", 0, removed),
@@ -226,10 +223,7 @@ impl ApplyPatch {
                 })
             }
             parse::OpKind::Update { move_to, chunks } => {
-                let bytes = self
-                    .ws
-                    .read_to_end(&rel, limit)
-                    .map_err(|e| error_text(&e))?;
+                let bytes = self.ws.read_to_end(&rel, limit).map_err(|e| e.message())?;
                 let decoded = Decoded::new(&shown, bytes.clone())?;
                 let text = decoded.text.as_str();
                 let ends_in_break = text.is_empty() || text.ends_with('\n');
@@ -298,7 +292,7 @@ impl ApplyPatch {
     fn absent(&self, rel: &Path, what: &str) -> Result<(), String> {
         match self.ws.symlink_metadata(rel) {
             Err(WorkspaceError::NotFound { .. }) => Ok(()),
-            Err(e) => Err(error_text(&e)),
+            Err(e) => Err(e.message()),
             Ok(_) => Err(format!(
                 "`{}` already exists (`*** {what}:` creates a file); to change it, use `*** Update File:`",
                 show(rel)
@@ -328,7 +322,7 @@ impl ApplyPatch {
                 staged.push(
                     self.ws
                         .stage_write(rel, bytes, &options)
-                        .map_err(|e| ToolError::failed(format!("{}; {NOTHING}", error_text(&e))))?,
+                        .map_err(|e| ToolError::failed(format!("{}; {NOTHING}", e.message())))?,
                 );
                 owners.push(i);
             }
@@ -353,12 +347,12 @@ impl ApplyPatch {
         }
         let Some(e) = failure else { return Ok(()) };
         if done.is_empty() && removed.is_empty() {
-            return Err(ToolError::failed(format!("{}; {NOTHING}", error_text(&e))));
+            return Err(ToolError::failed(format!("{}; {NOTHING}", e.message())));
         }
         let restored = self.restore(plans, &done, &removed);
         Err(ToolError::failed(format!(
             "{} while applying the patch; {}",
-            error_text(&e),
+            e.message(),
             if restored {
                 "the files already changed were put back, so no file was changed"
             } else {
@@ -412,13 +406,6 @@ fn report(path: String, status: &str, added: usize, removed: usize) -> PatchedFi
 fn line_count(bytes: &[u8]) -> usize {
     let breaks = bytes.iter().filter(|&&b| b == b'\n').count();
     breaks + usize::from(!bytes.is_empty() && !bytes.ends_with(b"\n"))
-}
-
-fn error_text(e: &WorkspaceError) -> String {
-    match e {
-        WorkspaceError::Io { source, .. } => format!("{e}: {source}"),
-        _ => e.to_string(),
-    }
 }
 
 impl Tool for ApplyPatch {
