@@ -85,7 +85,14 @@ fn samples(tool: &str) -> Vec<Value> {
         "bash" => vec![
             json!({"command": "ls"}),
             json!({"cmd": "ls", "timeout": 2, "session": "s1", "reset": true}),
+            json!({"command": "make watch", "background": true, "yield_ms": 500}),
         ],
+        "bash_output" => vec![
+            json!({"job": 1}),
+            json!({"job": 1, "wait_ms": 1000, "input": "y\n"}),
+        ],
+        "bash_kill" => vec![json!({"job": 1})],
+        "bash_jobs" => vec![json!({})],
         other => panic!("add samples for `{other}`"),
     }
 }

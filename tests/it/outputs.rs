@@ -73,6 +73,13 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             json!({"patch": "*** Begin Patch\n*** Update File: out.txt\n-hey\n+hi\n*** End Patch"}),
         ),
         ("bash", json!({"command": "echo out; echo err >&2"})),
+        (
+            "bash",
+            json!({"command": "echo started; exec sleep 60", "background": true, "yield_ms": 0}),
+        ),
+        ("bash_output", json!({"job": 1, "wait_ms": 50})),
+        ("bash_jobs", json!({})),
+        ("bash_kill", json!({"job": 1})),
         ("rhai_repl", json!({"code": "40 + 2"})),
         ("python_repl", json!({"code": "print(42)"})),
         ("http_request", json!({"url": api_url})),
@@ -120,6 +127,9 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             "edit_file",
             "apply_patch",
             "bash",
+            "bash_output",
+            "bash_jobs",
+            "bash_kill",
             "http_request",
             "duckduckgo_search",
         ]

@@ -76,6 +76,9 @@ pub const ALIASES: &[(&str, &str)] = &[
 pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("apply_patch", "code"),
     ("bash", "shell"),
+    ("bash_jobs", "shell"),
+    ("bash_kill", "shell"),
+    ("bash_output", "shell"),
     ("calculator", "calculator"),
     ("duckduckgo_search", "search"),
     ("edit_file", "code"),

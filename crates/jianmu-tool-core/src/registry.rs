@@ -1,7 +1,10 @@
 //! Registration of tool factories through `inventory`, and the configuration they build
 //! tools from.
 
+use std::any::{Any, TypeId};
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex, PoisonError};
 
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -64,6 +67,12 @@ macro_rules! register_tool {
 /// the hosts every network tool may reach despite its guard, and per-tool settings
 /// (the `[tools.NAME]` tables of `jianmu.toml`, whose keys each tool owns). It
 /// serializes, so a sandbox can build the same tools on the other side of its wire.
+///
+/// It also carries a [`Scope`]: state that the tools built from it (and from its
+/// clones) share, such as the background jobs `bash` starts and `bash_output` reads.
+/// [`ToolConfig::with_new_scope`] gives a set of tools state of its own (one per client
+/// session of a server). The scope is not part of the settings: it is neither
+/// serialized nor compared.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct ToolConfig {
     workspace: PathBuf,
@@ -71,6 +80,53 @@ pub struct ToolConfig {
     allow_hosts: Vec<String>,
     #[serde(default, rename = "tools")]
     settings: Map<String, Value>,
+    #[serde(skip)]
+    scope: Scope,
+}
+
+/// State shared by the tools built from one [`ToolConfig`]: one value per type, made
+/// on first use. Clones share it. Dropping the last tool (and config) holding it drops
+/// the state, which is how a scope's background processes end.
+#[derive(Clone, Default)]
+pub struct Scope {
+    values: Arc<Mutex<HashMap<TypeId, Arc<dyn Any + Send + Sync>>>>,
+}
+
+impl Scope {
+    /// A scope with nothing in it yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The scope's value of type `T`, made with `T::default()` on first use.
+    pub fn get<T: Any + Default + Send + Sync>(&self) -> Arc<T> {
+        let mut values = self.values.lock().unwrap_or_else(PoisonError::into_inner);
+        let value = values
+            .entry(TypeId::of::<T>())
+            .or_insert_with(|| Arc::new(T::default()));
+        // The entry for `TypeId::of::<T>()` only ever holds a `T`.
+        Arc::clone(value)
+            .downcast::<T>()
+            .unwrap_or_else(|_| Arc::new(T::default()))
+    }
+}
+
+impl std::fmt::Debug for Scope {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let n = self
+            .values
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .len();
+        f.debug_struct("Scope").field("values", &n).finish()
+    }
+}
+
+/// Scopes are state, not settings: configurations compare by their settings alone.
+impl PartialEq for Scope {
+    fn eq(&self, _: &Self) -> bool {
+        true
+    }
 }
 
 impl ToolConfig {
@@ -80,7 +136,21 @@ impl ToolConfig {
             workspace: workspace.into(),
             allow_hosts: Vec::new(),
             settings: Map::new(),
+            scope: Scope::new(),
         }
+    }
+
+    /// The same settings with a scope of their own: tools built from the result share
+    /// no state with tools built from `self`.
+    #[must_use]
+    pub fn with_new_scope(mut self) -> Self {
+        self.scope = Scope::new();
+        self
+    }
+
+    /// The state the tools built from this configuration share.
+    pub fn scope(&self) -> &Scope {
+        &self.scope
     }
 
     /// The same settings, rooted at `workspace`.

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::args::ArgsValidator;
 use crate::{
-    DynRunner, IntoToolOutput, LocalSandbox, PreparedCall, Runner, ToolError, ToolNode, ToolOutput,
-    ToolSpec, Violation,
+    DynRunner, IntoToolOutput, LocalSandbox, PreparedCall, Progress, ProgressSink, Runner,
+    ToolError, ToolNode, ToolOutput, ToolSpec, Violation,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -136,10 +136,21 @@ impl<T: Tool> DynTool for T {
 }
 
 /// Identity and caller context of one call, passed down to runners and events.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct CallContext {
     call_id: CallId,
     event_context: Option<Arc<Value>>,
+    progress: Option<ProgressSink>,
+}
+
+impl std::fmt::Debug for CallContext {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("CallContext")
+            .field("call_id", &self.call_id())
+            .field("event_context", &self.event_context)
+            .field("progress", &self.progress.is_some())
+            .finish()
+    }
 }
 
 /// A call id: `call-N` kept inline (no allocation on the hot path), or one given.
@@ -182,6 +193,7 @@ impl CallContext {
         Self {
             call_id: CallId::counted(NEXT.fetch_add(1, Ordering::Relaxed)),
             event_context: None,
+            progress: None,
         }
     }
 
@@ -199,9 +211,33 @@ impl CallContext {
         self
     }
 
+    /// Sends the call's progress reports to `sink`.
+    #[must_use]
+    pub fn with_progress(mut self, sink: ProgressSink) -> Self {
+        self.progress = Some(sink);
+        self
+    }
+
     /// The call id.
     pub fn call_id(&self) -> &str {
         self.call_id.as_str()
+    }
+
+    /// True when the caller wants progress reports; tools skip counting otherwise.
+    pub fn wants_progress(&self) -> bool {
+        self.progress.is_some()
+    }
+
+    /// Where progress reports go, if anywhere (for runners that forward them).
+    pub fn progress_sink(&self) -> Option<&ProgressSink> {
+        self.progress.as_ref()
+    }
+
+    /// Reports progress to the caller, if it asked for it.
+    pub fn report_progress(&self, progress: &Progress) {
+        if let Some(sink) = &self.progress {
+            sink(progress);
+        }
     }
 
     /// The caller's context, if any.
@@ -235,6 +271,8 @@ pub struct ExecuteOptions<'a> {
     /// The arguments were already merged and validated by a trusted host (a sandbox
     /// runner receiving a call from its own host): skip both.
     pub prepared: bool,
+    /// Where the call's progress reports go.
+    pub progress: Option<&'a ProgressSink>,
 }
 
 impl Default for ExecuteOptions<'_> {
@@ -246,6 +284,7 @@ impl Default for ExecuteOptions<'_> {
             event_context: None,
             call_id: None,
             prepared: false,
+            progress: None,
         }
     }
 }
@@ -259,6 +298,7 @@ impl std::fmt::Debug for ExecuteOptions<'_> {
             .field("event_context", &self.event_context)
             .field("call_id", &self.call_id)
             .field("prepared", &self.prepared)
+            .field("progress", &self.progress.is_some())
             .finish()
     }
 }
@@ -303,6 +343,13 @@ impl<'a> ExecuteOptions<'a> {
     #[must_use]
     pub fn prepared(mut self) -> Self {
         self.prepared = true;
+        self
+    }
+
+    /// Sends the call's progress reports to `sink`.
+    #[must_use]
+    pub fn progress(mut self, sink: &'a ProgressSink) -> Self {
+        self.progress = Some(sink);
         self
     }
 }
@@ -392,6 +439,9 @@ impl ToolHandle {
         }
         if let Some(context) = options.event_context {
             cx = cx.with_event_context(context.clone());
+        }
+        if let Some(sink) = options.progress {
+            cx = cx.with_progress(Arc::clone(sink));
         }
         match options.runner {
             Some(runner) => runner.run_dyn(PreparedCall::new(self, args, &cx)).await,

@@ -14,19 +14,20 @@ fn bench(c: &mut Criterion) {
     off.isolation.mode = jianmu_process::IsolationMode::Off;
     let supervised_only = Bash::new(off, std::env::temp_dir()).unwrap();
     eprintln!("bash isolation: {}", tool.isolation());
+    let cx = jianmu_tool_core::CallContext::new();
     let args = BashArgs {
         command: Some("echo hi".into()),
         ..BashArgs::default()
     };
-    assert_eq!(rt.block_on(tool.run(&args)).unwrap().text, "hi\n");
+    assert_eq!(rt.block_on(tool.run(&args, &cx)).unwrap().text, "hi\n");
     let mut group = c.benchmark_group("bash");
     group.bench_function("tool_echo_hi", |b| {
         b.to_async(&rt)
-            .iter(|| async { tool.run(&args).await.unwrap() })
+            .iter(|| async { tool.run(&args, &cx).await.unwrap() })
     });
     group.bench_function("tool_echo_hi_supervised_only", |b| {
         b.to_async(&rt)
-            .iter(|| async { supervised_only.run(&args).await.unwrap() })
+            .iter(|| async { supervised_only.run(&args, &cx).await.unwrap() })
     });
     group.bench_function("bare_spawn_echo_hi", |b| {
         b.to_async(&rt).iter(|| async {

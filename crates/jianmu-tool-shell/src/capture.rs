@@ -3,8 +3,34 @@
 //! gigabytes of output can exhaust memory or stall the child.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
+
+/// Bytes and lines read so far from a command's streams, for progress reports.
+#[derive(Debug, Default)]
+pub(crate) struct Counter {
+    bytes: AtomicU64,
+    lines: AtomicU64,
+}
+
+impl Counter {
+    pub(crate) fn add(&self, data: &[u8]) {
+        self.bytes.fetch_add(data.len() as u64, Ordering::Relaxed);
+        let lines = memchr::memchr_iter(b'\n', data).count() as u64;
+        if lines > 0 {
+            self.lines.fetch_add(lines, Ordering::Relaxed);
+        }
+    }
+
+    /// Bytes and lines so far.
+    pub(crate) fn get(&self) -> (u64, u64) {
+        (
+            self.bytes.load(Ordering::Relaxed),
+            self.lines.load(Ordering::Relaxed),
+        )
+    }
+}
 
 /// What was kept of one stream.
 #[derive(Debug, Default)]
@@ -17,7 +43,7 @@ pub(crate) struct Captured {
 }
 
 impl Captured {
-    fn new(keep_head: usize, keep_tail: usize) -> Self {
+    pub(crate) fn new(keep_head: usize, keep_tail: usize) -> Self {
         Self {
             keep_head,
             keep_tail,
@@ -25,7 +51,18 @@ impl Captured {
         }
     }
 
-    fn push(&mut self, mut data: &[u8]) {
+    /// Bytes pushed so far, kept or not.
+    pub(crate) fn total(&self) -> u64 {
+        self.total
+    }
+
+    /// Takes what was kept, leaving an empty capture with the same limits.
+    pub(crate) fn take(&mut self) -> Captured {
+        let fresh = Captured::new(self.keep_head, self.keep_tail);
+        std::mem::replace(self, fresh)
+    }
+
+    pub(crate) fn push(&mut self, mut data: &[u8]) {
         self.total += data.len() as u64;
         let room = self.keep_head.saturating_sub(self.head.len());
         let take = room.min(data.len());
@@ -64,21 +101,34 @@ impl Captured {
     }
 }
 
-/// Reads `stream` to its end, keeping `keep_head` + `keep_tail` bytes at most.
+/// Reads `stream` to its end, keeping `keep_head` + `keep_tail` bytes at most and
+/// counting what passes in `counter`, if any.
 pub(crate) async fn drain<R: AsyncRead + Unpin>(
-    mut stream: R,
+    stream: R,
     keep_head: usize,
     keep_tail: usize,
+    counter: Option<std::sync::Arc<Counter>>,
 ) -> Captured {
     let mut captured = Captured::new(keep_head, keep_tail);
+    feed(stream, |data| {
+        if let Some(counter) = &counter {
+            counter.add(data);
+        }
+        captured.push(data);
+    })
+    .await;
+    captured
+}
+
+/// Reads `stream` to its end, handing each chunk to `sink`.
+pub(crate) async fn feed<R: AsyncRead + Unpin>(mut stream: R, mut sink: impl FnMut(&[u8])) {
     let mut buf = vec![0u8; 64 * 1024];
     while let Ok(n) = stream.read(&mut buf).await {
         if n == 0 {
             break;
         }
-        captured.push(&buf[..n]);
+        sink(&buf[..n]);
     }
-    captured
 }
 
 #[cfg(test)]

@@ -16,13 +16,27 @@
 #![deny(missing_docs)]
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
-use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use jianmu_tool_core::{
+    CallContext, Progress, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput,
+};
 use serde::{Deserialize, Serialize};
 
 mod capture;
+mod job_tools;
+mod jobs;
 mod session;
+
+pub use job_tools::{BashJobs, BashKill, BashOutput, JobArgs, JobListArgs, OutputArgs};
+pub use jobs::{JobInfo, JobList, JobStatus, Jobs};
+
+/// How often a running command reports progress, when the caller wants reports.
+const PROGRESS_EVERY: Duration = Duration::from_secs(1);
+
+/// How long `bash` with `background` waits before answering, by default.
+const DEFAULT_YIELD_MS: u64 = 1000;
 
 use jianmu_process::{IsolationSettings, Jail, Spec, Stream};
 
@@ -48,6 +62,8 @@ pub struct BashSettings {
     pub max_sessions: usize,
     /// Seconds after which an unused session is forgotten.
     pub session_idle_secs: u64,
+    /// Most background jobs running at once.
+    pub max_jobs: usize,
 }
 
 impl Default for BashSettings {
@@ -66,6 +82,7 @@ impl Default for BashSettings {
             isolation: IsolationSettings::default(),
             max_sessions: 16,
             session_idle_secs: 3600,
+            max_jobs: 16,
         }
     }
 }
@@ -81,8 +98,8 @@ pub struct BashArgs {
     pub input: Option<String>,
     /// Same as `command`, for callers that name it `cmd`.
     pub cmd: Option<String>,
-    /// Time limit in seconds (default 120); when it passes the whole process tree is
-    /// killed.
+    /// Time limit in seconds (default 120; none for a background job); when it passes
+    /// the whole process tree is killed.
     #[schemars(range(min = 0.001, max = 86400.0))]
     pub timeout: Option<f64>,
     /// A shell session: calls with the same id keep the working directory and
@@ -93,6 +110,15 @@ pub struct BashArgs {
     /// environment).
     #[serde(default)]
     pub reset: bool,
+    /// Run the command as a background job (servers, watchers, long builds): answer
+    /// after `yield_ms` with a job id and the output so far, and keep it running; read
+    /// it with `bash_output`, stop it with `bash_kill`, list jobs with `bash_jobs`.
+    #[serde(default)]
+    pub background: bool,
+    /// With `background`: milliseconds to wait (less if the command ends) before
+    /// answering with its output so far; default 1000.
+    #[schemars(range(max = 600_000))]
+    pub yield_ms: Option<u64>,
 }
 
 /// The `bash` tool.
@@ -101,7 +127,8 @@ pub struct Bash {
     settings: BashSettings,
     cwd: PathBuf,
     jail: Jail,
-    sessions: std::sync::Arc<session::Sessions>,
+    sessions: Arc<session::Sessions>,
+    jobs: Arc<Jobs>,
 }
 
 impl Bash {
@@ -116,7 +143,8 @@ impl Bash {
             settings,
             cwd,
             jail,
-            sessions: std::sync::Arc::default(),
+            sessions: Arc::default(),
+            jobs: Arc::default(),
         })
     }
 
@@ -125,12 +153,20 @@ impl Bash {
         self.jail.describe()
     }
 
+    /// Shares `jobs` with the job tools (`bash_output`, `bash_kill`, `bash_jobs`) built
+    /// with the same table; by default each `bash` has a table of its own.
+    #[must_use]
+    pub fn with_jobs(mut self, jobs: Arc<Jobs>) -> Self {
+        self.jobs = jobs;
+        self
+    }
+
     /// Runs the command.
     ///
     /// # Errors
     /// No command, a shell that cannot start, a non-zero exit (`Error (N):\nstderr`), a
     /// timeout.
-    pub async fn run(&self, args: &BashArgs) -> Result<ToolOutput, ToolError> {
+    pub async fn run(&self, args: &BashArgs, cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let command = [&args.command, &args.input, &args.cmd]
             .into_iter()
             .flatten()
@@ -150,42 +186,14 @@ impl Bash {
             )),
             None => None,
         };
-        let mut spec = Spec::new(&self.settings.shell);
-        spec.arg("-c")
-            .current_dir(&self.cwd)
-            .stdout(Stream::Piped)
-            .stderr(Stream::Piped);
-        match &session {
-            Some((_, start)) => {
-                spec.arg(format!("{}{command}", session::TRAP));
-                if let Some(cwd) = start.cwd.as_ref().filter(|d| d.is_dir()) {
-                    spec.current_dir(cwd);
-                }
-                spec.env(session::STATE_VAR, &start.dir);
-            }
-            None => {
-                spec.arg(command);
-            }
-        }
-        match session.as_ref().and_then(|(_, start)| start.env.as_ref()) {
-            Some(env) => {
-                for (k, v) in env {
-                    spec.env(k, v);
-                }
-            }
-            None => {
-                for name in &self.settings.env_allow {
-                    if let Some(v) = std::env::var_os(name) {
-                        spec.env(name, v);
-                    }
-                }
-                for (k, v) in &self.settings.env {
-                    spec.env(k, v);
-                }
-            }
-        }
-        if let Some(tmp) = self.jail.tmp() {
-            spec.env("TMPDIR", tmp);
+        // A background job starts where the session is but does not change it.
+        let trap = session
+            .as_ref()
+            .filter(|_| !args.background)
+            .map(|(_, s)| s);
+        let spec = self.spec(command, session.as_ref().map(|(_, s)| s), trap);
+        if args.background {
+            return self.start_job(command, spec, args).await;
         }
         // Whatever ends this call (exit, time limit, cancellation), everything the
         // command started ends with it.
@@ -199,11 +207,32 @@ impl Bash {
             return Err(ToolError::failed("the shell has no pipes"));
         };
         let (head, tail) = (self.settings.keep_head, self.settings.keep_tail);
-        let stdout = tokio::spawn(capture::drain(out, head, tail));
-        let stderr = tokio::spawn(capture::drain(err, head, tail));
+        let counter = cx
+            .wants_progress()
+            .then(|| Arc::new(capture::Counter::default()));
+        let stdout = tokio::spawn(capture::drain(out, head, tail, counter.clone()));
+        let stderr = tokio::spawn(capture::drain(err, head, tail, counter.clone()));
         let limit = Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
             .unwrap_or(Duration::from_secs(120));
-        let status = match tokio::time::timeout(limit, child.wait()).await {
+        let started = tokio::time::Instant::now();
+        let waited = async {
+            let Some(counter) = &counter else {
+                return child.wait().await;
+            };
+            let mut ticks = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+            let wait = child.wait();
+            tokio::pin!(wait);
+            loop {
+                tokio::select! {
+                    status = &mut wait => return status,
+                    _ = ticks.tick() => {
+                        let (bytes, lines) = counter.get();
+                        cx.report_progress(&Progress::new(started.elapsed(), bytes, lines));
+                    }
+                }
+            }
+        };
+        let status = match tokio::time::timeout(limit, waited).await {
             Ok(status) => Some(
                 status
                     .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?,
@@ -244,10 +273,11 @@ impl Bash {
             self.sessions.save(id);
         }
         match status.code() {
-            Some(0) => Ok(ToolOutput::text(stdout.clone()).with_data(&BashOutput {
-                exit_code: 0,
-                stdout,
-                stderr,
+            Some(0) => Ok(ToolOutput::text(stdout.clone()).with_data(&BashResult {
+                exit_code: Some(0),
+                stdout: Some(stdout),
+                stderr: Some(stderr),
+                ..BashResult::default()
             })),
             Some(code) => Err(ToolError::failed(format!("Error ({code}):\n{stderr}"))),
             None => Err(ToolError::failed(format!(
@@ -255,17 +285,112 @@ impl Bash {
             ))),
         }
     }
+
+    /// The command line with its working directory and environment: the session's
+    /// when there is one, with the trap that saves its state when `trap` is given.
+    fn spec(
+        &self,
+        command: &str,
+        session: Option<&session::Start>,
+        trap: Option<&session::Start>,
+    ) -> Spec {
+        let mut spec = Spec::new(&self.settings.shell);
+        spec.arg("-c")
+            .current_dir(&self.cwd)
+            .stdout(Stream::Piped)
+            .stderr(Stream::Piped);
+        match trap {
+            Some(start) => {
+                spec.arg(format!("{}{command}", session::TRAP));
+                spec.env(session::STATE_VAR, &start.dir);
+            }
+            None => {
+                spec.arg(command);
+            }
+        }
+        if let Some(cwd) = session.and_then(|s| s.cwd.as_ref()).filter(|d| d.is_dir()) {
+            spec.current_dir(cwd);
+        }
+        match session.and_then(|s| s.env.as_ref()) {
+            Some(env) => {
+                for (k, v) in env {
+                    spec.env(k, v);
+                }
+            }
+            None => {
+                for name in &self.settings.env_allow {
+                    if let Some(v) = std::env::var_os(name) {
+                        spec.env(name, v);
+                    }
+                }
+                for (k, v) in &self.settings.env {
+                    spec.env(k, v);
+                }
+            }
+        }
+        if let Some(tmp) = self.jail.tmp() {
+            spec.env("TMPDIR", tmp);
+        }
+        spec
+    }
+
+    /// Starts `command` as a background job and answers after `yield_ms` or when it
+    /// ends, whichever is first.
+    async fn start_job(
+        &self,
+        command: &str,
+        spec: Spec,
+        args: &BashArgs,
+    ) -> Result<ToolOutput, ToolError> {
+        // A job runs until it ends or is killed unless a time limit is given.
+        let limit = args
+            .timeout
+            .and_then(|t| Duration::try_from_secs_f64(t).ok());
+        let id = self.jobs.start(jobs::Launch {
+            jail: &self.jail,
+            spec,
+            command,
+            limit,
+            keep_head: self.settings.keep_head,
+            keep_tail: self.settings.keep_tail,
+            max_running: self.settings.max_jobs,
+        })?;
+        let wait = Duration::from_millis(args.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
+        let status = self.jobs.poll(id, None, wait).await?;
+        let text = self.jobs.render(&status);
+        Ok(ToolOutput::text(text).with_data(&BashResult {
+            exit_code: status.exit_code,
+            job: Some(status.job),
+            running: Some(status.running),
+            output: Some(status.output),
+            ..BashResult::default()
+        }))
+    }
 }
 
-/// The structured result of `bash` (a command that exits non-zero is an error).
-#[derive(Debug, Serialize, schemars::JsonSchema)]
-pub struct BashOutput {
-    /// The exit code: 0.
-    pub exit_code: i32,
+/// The structured result of `bash`: `exit_code`, `stdout` and `stderr` for a command
+/// that ran to its end (one that exits non-zero is an error); `job`, `running`,
+/// `exit_code` and `output` for a background job, as `bash_output` answers.
+#[derive(Debug, Default, Serialize, schemars::JsonSchema)]
+pub struct BashResult {
+    /// The exit code: 0 for a command that ran to its end; for a background job, its
+    /// code once it has exited, else null.
+    pub exit_code: Option<i32>,
     /// What the command printed, head and tail kept when it was long.
-    pub stdout: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout: Option<String>,
     /// What the command printed on stderr, likewise.
-    pub stderr: String,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr: Option<String>,
+    /// The background job's id.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub job: Option<u64>,
+    /// True while the background job runs.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub running: Option<bool>,
+    /// The background job's stdout and stderr so far, in the order they came.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub output: Option<String>,
 }
 
 impl Tool for Bash {
@@ -283,8 +408,11 @@ impl Tool for Bash {
          stdin is empty; long output keeps its start and end; nothing the command starts \
          outlives the call, and a time limit (120 s by default, `timeout` to change) ends it \
          all, answering with what it printed until then. With `session`, calls share a \
-         shell's working directory and exported variables. Where the host allows, commands can write only in the workspace and $TMPDIR \
-         and have no network access."
+         shell's working directory and exported variables. For servers, watchers and long \
+         builds, `background: true` answers after `yield_ms` with a job id and keeps the \
+         command running (no time limit unless `timeout` is given): read it with \
+         bash_output, stop it with bash_kill. Where the host allows, commands can write only \
+         in the workspace and $TMPDIR and have no network access."
     }
 
     fn parallel_safe(&self) -> bool {
@@ -292,23 +420,23 @@ impl Tool for Bash {
     }
 
     fn output_schema(&self) -> serde_json::Value {
-        jianmu_tool_core::schema_for::<BashOutput>()
+        jianmu_tool_core::schema_for::<BashResult>()
     }
 
     fn effect_tags(&self) -> &[&str] {
         &["process:exec"]
     }
 
-    async fn call(&self, args: BashArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
-        self.run(&args).await
+    async fn call(&self, args: BashArgs, cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        self.run(&args, cx).await
     }
 }
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(Bash::new(
-        config.settings("bash")?,
-        config.workspace().to_owned(),
-    )?)
+    ToolHandle::new(
+        Bash::new(config.settings("bash")?, config.workspace().to_owned())?
+            .with_jobs(config.scope().get::<Jobs>()),
+    )
 }
 
 jianmu_tool_core::register_tool!("bash", build);

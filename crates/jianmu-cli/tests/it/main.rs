@@ -61,7 +61,7 @@ fn expected_tools() -> Vec<&'static str> {
     #[cfg(feature = "search")]
     names.push("duckduckgo_search");
     #[cfg(feature = "shell")]
-    names.push("bash");
+    names.extend(["bash", "bash_jobs", "bash_kill", "bash_output"]);
     names.sort_unstable();
     names
 }

@@ -5,6 +5,8 @@ use std::time::{Duration, Instant};
 
 use jianmu_tool_core::{ExecuteOptions, ToolHandle};
 use jianmu_tool_shell::{Bash, BashSettings};
+
+mod jobs;
 use serde_json::{Value, json};
 
 fn bash(dir: &std::path::Path, settings: BashSettings) -> ToolHandle {

@@ -1,0 +1,217 @@
+//! The tools around `bash`'s background jobs: `bash_output` reads (and feeds) a job,
+//! `bash_kill` stops one, `bash_jobs` lists them. They find jobs in the [`Jobs`] table
+//! of their scope, the one `bash` starts them in.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use serde::Deserialize;
+
+use crate::jobs::{JobList, JobStatus, Jobs};
+
+/// The longest `bash_output` waits, in milliseconds.
+const MAX_WAIT_MS: u64 = 600_000;
+
+/// Arguments of `bash_output`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct OutputArgs {
+    /// The job id `bash` answered with.
+    pub job: u64,
+    /// Milliseconds to wait for the job to end before answering (it answers at once
+    /// when the job has ended); default 0, or 500 when `input` is given.
+    #[schemars(range(max = 600_000))]
+    pub wait_ms: Option<u64>,
+    /// Text written to the job's stdin first (add `\n` to end a line).
+    pub input: Option<String>,
+}
+
+/// Arguments of `bash_kill`.
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobArgs {
+    /// The job id `bash` answered with.
+    pub job: u64,
+}
+
+/// Arguments of `bash_jobs`: none.
+#[derive(Debug, Default, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct JobListArgs {}
+
+/// The `bash_output` tool.
+#[derive(Debug, Clone)]
+pub struct BashOutput {
+    jobs: Arc<Jobs>,
+}
+
+/// The `bash_kill` tool.
+#[derive(Debug, Clone)]
+pub struct BashKill {
+    jobs: Arc<Jobs>,
+}
+
+/// The `bash_jobs` tool.
+#[derive(Debug, Clone)]
+pub struct BashJobs {
+    jobs: Arc<Jobs>,
+}
+
+impl BashOutput {
+    /// Reads the jobs of `jobs` (the table `bash` was given with `Bash::with_jobs`).
+    pub fn new(jobs: Arc<Jobs>) -> Self {
+        Self { jobs }
+    }
+}
+
+impl BashKill {
+    /// Stops the jobs of `jobs`.
+    pub fn new(jobs: Arc<Jobs>) -> Self {
+        Self { jobs }
+    }
+}
+
+impl BashJobs {
+    /// Lists the jobs of `jobs`.
+    pub fn new(jobs: Arc<Jobs>) -> Self {
+        Self { jobs }
+    }
+}
+
+fn answer(jobs: &Jobs, status: &JobStatus) -> ToolOutput {
+    ToolOutput::text(jobs.render(status)).with_data(status)
+}
+
+impl Tool for BashOutput {
+    type Args = OutputArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "bash_output"
+    }
+
+    fn description(&self) -> &str {
+        "Reads a background job started by bash with `background: true`: what it printed \
+         since the last read (stdout and stderr in order; start and end kept when long), \
+         and its exit code once it has ended. `input` is written to the job's stdin \
+         first; `wait_ms` waits for the job to end before answering."
+    }
+
+    fn parallel_safe(&self) -> bool {
+        false
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<JobStatus>()
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["process:exec"]
+    }
+
+    async fn call(&self, args: OutputArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let default = if args.input.is_some() { 500 } else { 0 };
+        let wait = Duration::from_millis(args.wait_ms.unwrap_or(default).min(MAX_WAIT_MS));
+        let status = self
+            .jobs
+            .poll(args.job, args.input.as_deref(), wait)
+            .await?;
+        Ok(answer(&self.jobs, &status))
+    }
+}
+
+impl Tool for BashKill {
+    type Args = JobArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "bash_kill"
+    }
+
+    fn description(&self) -> &str {
+        "Stops a background job started by bash with `background: true`, and everything \
+         it started, and returns what it printed since the last read."
+    }
+
+    fn parallel_safe(&self) -> bool {
+        false
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<JobStatus>()
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["process:exec"]
+    }
+
+    async fn call(&self, args: JobArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let (status, was_running) = self.jobs.kill(args.job).await?;
+        let mut out = answer(&self.jobs, &status);
+        if !was_running {
+            out.text = format!("job {} had already ended\n{}", args.job, out.text);
+        }
+        Ok(out)
+    }
+}
+
+impl Tool for BashJobs {
+    type Args = JobListArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    fn name(&self) -> &str {
+        "bash_jobs"
+    }
+
+    fn description(&self) -> &str {
+        "Lists the background jobs started by bash with `background: true`: id, state, \
+         runtime, unread output and command."
+    }
+
+    fn output_schema(&self) -> serde_json::Value {
+        jianmu_tool_core::schema_for::<JobList>()
+    }
+
+    fn effect_tags(&self) -> &[&str] {
+        &["process:read"]
+    }
+
+    async fn call(&self, _args: JobListArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let list = self.jobs.list();
+        let text = if list.jobs.is_empty() {
+            "no background jobs (bash with `background: true` starts one)".to_owned()
+        } else {
+            list.jobs
+                .iter()
+                .map(|j| {
+                    format!(
+                        "{}\t{}\t{:.1} s\t{} bytes unread\t{}",
+                        j.job, j.state, j.runtime_secs, j.unread_bytes, j.command
+                    )
+                })
+                .collect::<Vec<_>>()
+                .join("\n")
+        };
+        Ok(ToolOutput::text(text).with_data(&list))
+    }
+}
+
+fn build_output(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(BashOutput::new(config.scope().get::<Jobs>()))
+}
+
+fn build_kill(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(BashKill::new(config.scope().get::<Jobs>()))
+}
+
+fn build_jobs(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(BashJobs::new(config.scope().get::<Jobs>()))
+}
+
+jianmu_tool_core::register_tool!("bash_output", build_output);
+jianmu_tool_core::register_tool!("bash_kill", build_kill);
+jianmu_tool_core::register_tool!("bash_jobs", build_jobs);

@@ -1,0 +1,477 @@
+//! Background jobs: commands `bash` starts with `background: true` and keeps running
+//! after the call, read with `bash_output`, stopped with `bash_kill`, listed with
+//! `bash_jobs`.
+//!
+//! A job is a supervised command like any other (nothing it starts escapes it); what
+//! is different is who holds it. A monitor task owns the process and waits for it to
+//! end, for `bash_kill`, for its time limit, or for the job table to go away (the
+//! table holds the sending half of a channel the monitor listens on), whichever comes
+//! first: so jobs end when the tools that share the table are dropped, and with the
+//! process. Output (stdout and stderr in the order it arrives) collects in a bounded
+//! buffer that each read empties: its start and end are kept, the middle counted.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use jianmu_process::{Jail, Spec, Stream, Supervised};
+use jianmu_tool_core::{ToolError, shorten};
+use serde::Serialize;
+use tokio::io::AsyncWriteExt as _;
+use tokio::sync::{oneshot, watch};
+
+use crate::capture::{self, Captured};
+
+/// Ended jobs kept for reading, besides the running ones; the oldest go first.
+const KEEP_ENDED: usize = 32;
+
+/// How long `bash_kill` waits for a stopped job's processes to be gone.
+const KILL_PATIENCE: Duration = Duration::from_secs(60);
+
+/// How long writing a job's input may wait for the job to read it.
+const INPUT_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The background jobs of one set of tools (one library `ToolSet`, one MCP session):
+/// `bash` starts them, `bash_output`, `bash_kill` and `bash_jobs` find them here.
+/// Dropping the table ends every job still running.
+#[derive(Debug, Default)]
+pub struct Jobs {
+    table: Mutex<Table>,
+}
+
+#[derive(Debug, Default)]
+struct Table {
+    next: u64,
+    jobs: BTreeMap<u64, Entry>,
+}
+
+#[derive(Debug)]
+struct Entry {
+    job: Arc<Job>,
+    /// Dropping it (or sending) makes the monitor stop the job.
+    stop: Option<oneshot::Sender<Ended>>,
+}
+
+/// One job, shared by the table and its monitor.
+#[derive(Debug)]
+struct Job {
+    id: u64,
+    command: String,
+    started: Instant,
+    output: Mutex<Buffer>,
+    ended: watch::Sender<Option<(Ended, Instant)>>,
+    stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
+}
+
+#[derive(Debug)]
+struct Buffer {
+    unread: Captured,
+    total: u64,
+}
+
+/// How a job ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Ended {
+    /// It exited with this code.
+    Exited(i32),
+    /// A signal from outside jianmu ended it.
+    Signal,
+    /// `bash_kill` stopped it.
+    Killed,
+    /// Its time limit passed.
+    TimedOut(Duration),
+    /// The job table went away.
+    Dropped,
+}
+
+/// What a job has done since it was last read: the answer of `bash` with
+/// `background`, of `bash_output` and of `bash_kill`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct JobStatus {
+    /// The job's id.
+    pub job: u64,
+    /// True while it runs.
+    pub running: bool,
+    /// Its exit code once it has exited; null while it runs or when it was killed.
+    pub exit_code: Option<i32>,
+    /// stdout and stderr since the last read, in the order they came; start and end
+    /// kept when long.
+    pub output: String,
+}
+
+/// The answer of `bash_jobs`.
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct JobList {
+    /// Every job kept, oldest first.
+    pub jobs: Vec<JobInfo>,
+}
+
+/// One job in [`JobList`].
+#[derive(Debug, Serialize, schemars::JsonSchema)]
+pub struct JobInfo {
+    /// The job's id.
+    pub job: u64,
+    /// Its command line, shortened.
+    pub command: String,
+    /// `running`, `exited N`, `killed`, `timed out` or `ended by a signal`.
+    pub state: String,
+    /// True while it runs.
+    pub running: bool,
+    /// Its exit code once it has exited.
+    pub exit_code: Option<i32>,
+    /// Seconds it has run (until it ended).
+    pub runtime_secs: f64,
+    /// Bytes of output not read yet.
+    pub unread_bytes: u64,
+}
+
+/// What starting a job needs besides the command.
+pub(crate) struct Launch<'a> {
+    pub jail: &'a Jail,
+    pub spec: Spec,
+    pub command: &'a str,
+    pub limit: Option<Duration>,
+    pub keep_head: usize,
+    pub keep_tail: usize,
+    pub max_running: usize,
+}
+
+impl Jobs {
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        self.table.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a job; its monitor runs on the current runtime.
+    ///
+    /// # Errors
+    /// Too many jobs running, or the command cannot start.
+    pub(crate) fn start(&self, launch: Launch<'_>) -> Result<u64, ToolError> {
+        let mut table = self.table();
+        let running: Vec<u64> = table
+            .jobs
+            .values()
+            .filter(|e| e.job.running())
+            .map(|e| e.job.id)
+            .collect();
+        if running.len() >= launch.max_running {
+            return Err(ToolError::failed(format!(
+                "{} background jobs are running, the limit; stop one with bash_kill (running: {})",
+                running.len(),
+                running
+                    .iter()
+                    .map(u64::to_string)
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            )));
+        }
+        let mut spec = launch.spec;
+        spec.stdin(Stream::Piped)
+            .stdout(Stream::Piped)
+            .stderr(Stream::Piped);
+        let mut child = launch
+            .jail
+            .spawn(&spec)
+            .map_err(|e| ToolError::failed(format!("cannot start the job: {e}")))?;
+        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ToolError::failed("the job has no pipes"));
+        };
+        table.next += 1;
+        let id = table.next;
+        let job = Arc::new(Job {
+            id,
+            command: shorten(launch.command, 200).into_owned(),
+            started: Instant::now(),
+            output: Mutex::new(Buffer {
+                unread: Captured::new(launch.keep_head, launch.keep_tail),
+                total: 0,
+            }),
+            ended: watch::Sender::new(None),
+            stdin: tokio::sync::Mutex::new(child.stdin.take()),
+        });
+        let readers = [
+            tokio::spawn(collect(out, Arc::clone(&job))),
+            tokio::spawn(collect(err, Arc::clone(&job))),
+        ];
+        let (stop, stopped) = oneshot::channel();
+        tokio::spawn(monitor(
+            child,
+            Arc::clone(&job),
+            stopped,
+            launch.limit,
+            readers,
+        ));
+        table.jobs.insert(
+            id,
+            Entry {
+                job,
+                stop: Some(stop),
+            },
+        );
+        // Ended jobs beyond the few kept for reading are forgotten, oldest first.
+        let ended: Vec<u64> = table
+            .jobs
+            .values()
+            .filter(|e| !e.job.running())
+            .map(|e| e.job.id)
+            .collect();
+        for old in ended.iter().take(ended.len().saturating_sub(KEEP_ENDED)) {
+            table.jobs.remove(old);
+        }
+        Ok(id)
+    }
+
+    fn get(&self, id: u64) -> Result<Arc<Job>, ToolError> {
+        let table = self.table();
+        match table.jobs.get(&id) {
+            Some(entry) => Ok(Arc::clone(&entry.job)),
+            None => Err(ToolError::failed(match table.jobs.keys().next() {
+                None => format!(
+                    "there is no job {id}: no background jobs were started (bash with `background: true` starts one)"
+                ),
+                Some(_) => format!(
+                    "there is no job {id}; the jobs are: {}",
+                    table
+                        .jobs
+                        .keys()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", ")
+                ),
+            })),
+        }
+    }
+
+    /// Writes `input` to job `id`, waits up to `wait` for it to end, and answers what
+    /// it printed since the last read.
+    ///
+    /// # Errors
+    /// No such job; the input could not be written.
+    pub(crate) async fn poll(
+        &self,
+        id: u64,
+        input: Option<&str>,
+        wait: Duration,
+    ) -> Result<JobStatus, ToolError> {
+        let job = self.get(id)?;
+        if let Some(input) = input {
+            job.write(input).await?;
+        }
+        job.wait(wait).await;
+        Ok(job.status())
+    }
+
+    /// Stops job `id` and everything it started, and answers its last output.
+    ///
+    /// # Errors
+    /// No such job.
+    pub(crate) async fn kill(&self, id: u64) -> Result<(JobStatus, bool), ToolError> {
+        let job = self.get(id)?;
+        let stop = self.table().jobs.get_mut(&id).and_then(|e| e.stop.take());
+        let was_running = job.running();
+        if let Some(stop) = stop {
+            let _ = stop.send(Ended::Killed);
+        }
+        // The monitor reports the end once the process tree is gone.
+        job.wait(KILL_PATIENCE).await;
+        Ok((job.status(), was_running))
+    }
+
+    /// Every job kept, oldest first.
+    pub(crate) fn list(&self) -> JobList {
+        let table = self.table();
+        JobList {
+            jobs: table.jobs.values().map(|e| e.job.info()).collect(),
+        }
+    }
+}
+
+impl Job {
+    fn running(&self) -> bool {
+        self.ended.borrow().is_none()
+    }
+
+    async fn wait(&self, wait: Duration) {
+        let mut ended = self.ended.subscribe();
+        let _ = tokio::time::timeout(wait, ended.wait_for(Option::is_some)).await;
+    }
+
+    async fn write(&self, input: &str) -> Result<(), ToolError> {
+        let mut stdin = self.stdin.lock().await;
+        let Some(pipe) = stdin.as_mut() else {
+            return Err(ToolError::failed(format!(
+                "job {} no longer reads its input",
+                self.id
+            )));
+        };
+        match tokio::time::timeout(INPUT_PATIENCE, pipe.write_all(input.as_bytes())).await {
+            Ok(Ok(())) => Ok(()),
+            Ok(Err(_)) => {
+                *stdin = None;
+                Err(ToolError::failed(format!(
+                    "job {} has closed its input (it has ended, or does not read stdin)",
+                    self.id
+                )))
+            }
+            Err(_) => Err(ToolError::failed(format!(
+                "job {} did not read its input within {} s; some of it may have been written",
+                self.id,
+                INPUT_PATIENCE.as_secs()
+            ))),
+        }
+    }
+
+    /// The job's state, with the output since the last read (which this empties).
+    fn status(&self) -> JobStatus {
+        let ended = *self.ended.borrow();
+        let unread = self
+            .output
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .unread
+            .take();
+        JobStatus {
+            job: self.id,
+            running: ended.is_none(),
+            exit_code: match ended {
+                Some((Ended::Exited(code), _)) => Some(code),
+                _ => None,
+            },
+            output: unread.text(),
+        }
+    }
+
+    fn info(&self) -> JobInfo {
+        let ended = *self.ended.borrow();
+        let until = ended.map_or_else(Instant::now, |(_, at)| at);
+        JobInfo {
+            job: self.id,
+            command: self.command.clone(),
+            state: ended.map_or_else(|| "running".to_owned(), |(how, _)| how.describe()),
+            running: ended.is_none(),
+            exit_code: match ended {
+                Some((Ended::Exited(code), _)) => Some(code),
+                _ => None,
+            },
+            runtime_secs: round(until.duration_since(self.started)),
+            unread_bytes: self
+                .output
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .unread
+                .total(),
+        }
+    }
+
+    /// The first line of an answer about this job.
+    pub(crate) fn headline(&self, status: &JobStatus) -> String {
+        let ended = *self.ended.borrow();
+        let runtime = ended
+            .map_or_else(Instant::now, |(_, at)| at)
+            .duration_since(self.started);
+        match ended {
+            None => format!(
+                "[job {} running for {:.1} s: {}]",
+                self.id,
+                runtime.as_secs_f64(),
+                self.command
+            ),
+            Some((how, _)) => format!(
+                "[job {} {} after {:.1} s{}]",
+                self.id,
+                how.describe(),
+                runtime.as_secs_f64(),
+                if status.output.is_empty() {
+                    "; no more output"
+                } else {
+                    ""
+                }
+            ),
+        }
+    }
+}
+
+impl Ended {
+    fn describe(self) -> String {
+        match self {
+            Ended::Exited(code) => format!("exited with code {code}"),
+            Ended::Signal => "was ended by a signal".into(),
+            Ended::Killed => "was killed".into(),
+            Ended::TimedOut(after) => format!("was stopped by its time limit ({} s)", round(after)),
+            Ended::Dropped => "was stopped when its session ended".into(),
+        }
+    }
+}
+
+fn round(d: Duration) -> f64 {
+    (d.as_secs_f64() * 10.0).round() / 10.0
+}
+
+impl Jobs {
+    /// The answer for job `id` in words, with its output: what the model reads.
+    pub(crate) fn render(&self, status: &JobStatus) -> String {
+        let headline = match self.get(status.job) {
+            Ok(job) => job.headline(status),
+            Err(_) => format!("[job {}]", status.job),
+        };
+        let mut text = headline;
+        text.push('\n');
+        text.push_str(&status.output);
+        if !status.output.is_empty() && !status.output.ends_with('\n') {
+            text.push('\n');
+        }
+        if status.running {
+            text.push_str(&format!(
+                "[bash_output {{\"job\": {0}}} reads what follows; bash_kill {{\"job\": {0}}} stops it]",
+                status.job
+            ));
+        }
+        text
+    }
+}
+
+/// Copies a stream of the job into its buffer until the stream ends.
+async fn collect(stream: tokio::net::unix::pipe::Receiver, job: Arc<Job>) {
+    capture::feed(stream, |data| {
+        let mut buffer = job.output.lock().unwrap_or_else(PoisonError::into_inner);
+        buffer.total += data.len() as u64;
+        buffer.unread.push(data);
+    })
+    .await;
+}
+
+/// Owns the job's process until it ends, is stopped, times out or is dropped.
+async fn monitor(
+    mut child: Supervised,
+    job: Arc<Job>,
+    stop: oneshot::Receiver<Ended>,
+    limit: Option<Duration>,
+    readers: [tokio::task::JoinHandle<()>; 2],
+) {
+    let deadline = async {
+        match limit {
+            Some(limit) => tokio::time::sleep(limit).await,
+            None => std::future::pending().await,
+        }
+    };
+    let how = tokio::select! {
+        status = child.wait() => match status.ok().and_then(|s| s.code()) {
+            Some(code) => Ended::Exited(code),
+            None => Ended::Signal,
+        },
+        why = stop => {
+            child.stop_and_wait().await;
+            why.unwrap_or(Ended::Dropped)
+        }
+        () = deadline => {
+            child.stop_and_wait().await;
+            Ended::TimedOut(limit.unwrap_or_default())
+        }
+    };
+    // Nothing the job started is left, so the pipes are at their end: the buffer has
+    // everything once the readers are done.
+    for reader in readers {
+        let _ = reader.await;
+    }
+    *job.stdin.lock().await = None;
+    job.ended.send_replace(Some((how, Instant::now())));
+}
