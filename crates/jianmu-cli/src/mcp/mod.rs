@@ -23,6 +23,7 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
 mod frame;
+mod progress;
 
 /// How long calls still running may take to answer once the client closed its input.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -180,13 +181,27 @@ impl ServerHandler for Server {
             .arguments
             .map_or(Value::Object(Map::new()), Value::Object);
         let call_id = format!("mcp-{}", context.id);
-        let options = ExecuteOptions::default()
+        let mut options = ExecuteOptions::default()
             .runner(self.runner.as_ref())
             .call_id(&call_id);
+        // A client that sent a progress token gets the tool's reports as progress
+        // notifications, no more often than `PROGRESS_THROTTLE`, and none after the
+        // answer.
+        let progress = context
+            .meta
+            .get_progress_token()
+            .map(|token| progress::forward(context.peer.clone(), token));
+        if let Some((sink, _)) = &progress {
+            options = options.progress(sink);
+        }
         let call = self.tools.execute_with(&request.name, args, options);
-        tokio::select! {
+        let answer = tokio::select! {
             outcome = call => result(outcome).map(Into::into),
             () = context.ct.cancelled() => Err(ErrorData::internal_error("the call was cancelled", None)),
+        };
+        if let Some((_, forwarder)) = progress {
+            forwarder.abort();
         }
+        answer
     }
 }

@@ -404,6 +404,77 @@ async fn a_timeout_kills_the_work_and_the_container_stays_usable() {
     f.sandbox.shutdown().await;
 }
 
+/// A background job lives in the container: a server there is reachable from later
+/// calls, `bash_output` reads it, progress reports cross the wire, and `bash_kill`
+/// leaves no process of it, on the host's view of the container either.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn background_jobs_and_progress_live_in_the_container() {
+    let f = fixture(settings());
+    let marker = "4343";
+    let started = f
+        .call(
+            "bash",
+            json!({"command": format!("exec python3 -u -m http.server {marker} --bind 127.0.0.1"), "background": true, "yield_ms": 300}),
+        )
+        .await
+        .unwrap();
+    let data = started.structured.unwrap();
+    let job = data["job"].as_u64().unwrap();
+    assert_eq!(data["running"], true);
+    let mut said = data["output"].as_str().unwrap().to_owned();
+    for _ in 0..100 {
+        if said.contains("Serving HTTP") {
+            break;
+        }
+        let out = f
+            .call("bash_output", json!({"job": job, "wait_ms": 100}))
+            .await
+            .unwrap();
+        said.push_str(out.structured.unwrap()["output"].as_str().unwrap());
+    }
+    assert!(said.contains("Serving HTTP"), "{said}");
+    let fetched = f
+        .sh(&format!(
+            "python3 -c \"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{marker}/').status)\""
+        ))
+        .await;
+    assert_eq!(fetched, "200\n");
+    let on_host = jianmu_process::running_with(&format!("http.server {marker}"));
+    assert_eq!(on_host.len(), 1, "{on_host:?}");
+    let listed = f.call("bash_jobs", json!({})).await.unwrap();
+    assert!(listed.text.contains("http.server"), "{}", listed.text);
+
+    let killed = f.call("bash_kill", json!({ "job": job })).await.unwrap();
+    assert_eq!(killed.structured.unwrap()["running"], false);
+    assert!(!std::path::Path::new(&format!("/proc/{}", on_host[0])).exists());
+    assert_eq!(
+        f.sh(&format!("ps -o args | grep -c '^python3 -u -m http.server {marker}' || true"))
+            .await
+            .trim(),
+        "0"
+    );
+
+    // A call that asks for progress hears from bash inside the container.
+    let reports = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = Arc::clone(&reports);
+    let sink: jianmu_tool_core::ProgressSink = Arc::new(move |p: &jianmu_tool_core::Progress| {
+        seen.lock().unwrap().push(*p);
+    });
+    let tool = f.provider.build("bash").unwrap();
+    let out = tool
+        .execute(
+            json!({"command": "echo one; sleep 2.5; echo two"}),
+            ExecuteOptions::default().runner(&f.runner).progress(&sink),
+        )
+        .await
+        .unwrap();
+    assert_eq!(out.text, "one\ntwo\n");
+    let reports = reports.lock().unwrap().clone();
+    assert!(reports.len() >= 2, "{reports:?}");
+    assert!(reports.iter().all(|p| p.bytes == 4 && p.lines == 1), "{reports:?}");
+    f.sandbox.shutdown().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_container_that_dies_mid_call_fails_the_call_and_is_replaced() {
     let f = Arc::new(fixture(settings()));

@@ -77,10 +77,37 @@ async def main(jianmu, workspace, audit_log, *flags):
                     {"patch": "*** Begin Patch\n*** Update File: a.txt\n-hey\n+hi\n*** End Patch"},
                 ),
                 ("bash", {"command": "echo out; echo err >&2"}),
+                ("bash_jobs", {}),
             ]:
                 result = await session.call_tool(name, args)
                 checked[name] = [result.is_error, result.structured_content is not None]
             seen["checked"] = checked
+            # A call that sends a progress token hears how it is going.
+            updates = []
+
+            async def on_progress(progress, total, message):
+                updates.append([progress, total, message])
+
+            slow = await session.call_tool(
+                "bash",
+                {"command": "echo begun; sleep 3; echo over"},
+                progress_callback=on_progress,
+            )
+            seen["progress"] = {"result": [slow.is_error, text(slow)], "updates": updates}
+            # A background job started by one call is read and stopped by later ones.
+            job = await session.call_tool(
+                "bash", {"command": "echo ready; exec sleep 600", "background": True, "yield_ms": 300}
+            )
+            job_id = job.structured_content["job"]
+            read = await session.call_tool("bash_output", {"job": job_id})
+            killed = await session.call_tool("bash_kill", {"job": job_id})
+            seen["job"] = [
+                job.structured_content["running"],
+                job.structured_content["output"],
+                read.structured_content["running"],
+                killed.structured_content["running"],
+                killed.is_error,
+            ]
             # Abandoning a call makes the client send notifications/cancelled; the
             # grep over a big file is still running then.
             with anyio.move_on_after(0.02):

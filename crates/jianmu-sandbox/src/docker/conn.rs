@@ -14,7 +14,7 @@ use std::time::Duration;
 use bollard::Docker;
 use bollard::container::{AttachContainerResults, LogOutput};
 use futures::{Stream, StreamExt as _};
-use jianmu_tool_core::{CallContext, ToolConfig};
+use jianmu_tool_core::{CallContext, ProgressSink, ToolConfig};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
@@ -38,9 +38,15 @@ pub(crate) struct Conn {
     reader: Mutex<Option<tokio::task::JoinHandle<()>>>,
 }
 
+/// A call waiting for its answer, and where its progress reports go.
+struct Waiting {
+    answer: oneshot::Sender<Outcome>,
+    progress: Option<ProgressSink>,
+}
+
 #[derive(Default)]
 struct Shared {
-    pending: Mutex<HashMap<u64, oneshot::Sender<Outcome>>>,
+    pending: Mutex<HashMap<u64, Waiting>>,
     cancelling: Mutex<HashSet<u64>>,
     ready: Mutex<Option<oneshot::Sender<Result<(), String>>>>,
     next: AtomicU64,
@@ -125,7 +131,13 @@ impl Conn {
             if self.is_dead() {
                 return Outcome::Lost("the sandbox container has stopped".into());
             }
-            pending.insert(id, tx);
+            pending.insert(
+                id,
+                Waiting {
+                    answer: tx,
+                    progress: cx.progress_sink().cloned(),
+                },
+            );
         }
         let mut guard = CancelOnDrop {
             conn: self,
@@ -138,6 +150,7 @@ impl Conn {
             args,
             call_id: cx.call_id().to_owned(),
             context: cx.event_context().cloned(),
+            progress: cx.wants_progress(),
         });
         let outcome = rx
             .await
@@ -252,8 +265,8 @@ async fn read_loop(
     {
         let mut pending = lock(&shared.pending);
         shared.dead.store(true, Ordering::Release);
-        for (_, tx) in pending.drain() {
-            let _ = tx.send(Outcome::Lost(reason.clone()));
+        for (_, waiting) in pending.drain() {
+            let _ = waiting.answer.send(Outcome::Lost(reason.clone()));
         }
     }
     if let Some(tx) = lock(&shared.ready).take() {
@@ -291,6 +304,15 @@ fn dispatch(shared: &Shared, line: &[u8]) {
                 )));
             }
         }
+        Reply::Progress { id, progress } => {
+            // Called outside the lock: a sink may take its time.
+            let sink = lock(&shared.pending)
+                .get(&id)
+                .and_then(|w| w.progress.clone());
+            if let Some(sink) = sink {
+                sink(&progress);
+            }
+        }
         Reply::Done {
             id,
             result,
@@ -298,8 +320,8 @@ fn dispatch(shared: &Shared, line: &[u8]) {
         } => {
             let waiting = lock(&shared.pending).remove(&id);
             match waiting {
-                Some(tx) => {
-                    let _ = tx.send(Outcome::Done { result, oom_kills });
+                Some(waiting) => {
+                    let _ = waiting.answer.send(Outcome::Done { result, oom_kills });
                 }
                 None => {
                     lock(&shared.cancelling).remove(&id);

@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_tool_core::{ExecuteOptions, ToolConfig, ToolError, ToolSet};
+use jianmu_tool_core::{ExecuteOptions, Progress, ProgressSink, ToolConfig, ToolError, ToolSet};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -131,6 +131,7 @@ where
                 args,
                 call_id,
                 context,
+                progress,
             } => {
                 let name = tool.clone();
                 let tools = Arc::clone(&tools);
@@ -153,6 +154,19 @@ where
                     }
                     if let Some(context) = &context {
                         options = options.event_context(context);
+                    }
+                    // Reports go to the host as lines of their own, before the answer.
+                    let sink: Option<ProgressSink> = progress.then(|| {
+                        let tx = tx.clone();
+                        Arc::new(move |progress: &Progress| {
+                            let _ = tx.send(to_line(&Reply::Progress {
+                                id,
+                                progress: *progress,
+                            }));
+                        }) as ProgressSink
+                    });
+                    if let Some(sink) = &sink {
+                        options = options.progress(sink);
                     }
                     let result = tools.execute_with(&tool, args, options).await;
                     let oom = oom_kills().saturating_sub(before);

@@ -3,12 +3,12 @@
 //!
 //! The host opens with [`Request::Init`] and waits for [`Reply::Ready`]; then it sends
 //! [`Request::Call`]s, each answered by one [`Reply::Done`] with the same id, in any
-//! order. [`Request::Cancel`] stops a call's work; its `Done` may still arrive and is
+//! order, after any number of [`Reply::Progress`] reports when the call asked for them. [`Request::Cancel`] stops a call's work; its `Done` may still arrive and is
 //! ignored. End of input ends the runner.
 
 use std::time::Duration;
 
-use jianmu_tool_core::{Image, ToolConfig, ToolError, ToolOutput};
+use jianmu_tool_core::{Image, Progress, ToolConfig, ToolError, ToolOutput};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -38,6 +38,9 @@ pub(crate) enum Request {
         /// The caller's event context on the host, if any.
         #[serde(default, skip_serializing_if = "Option::is_none")]
         context: Option<Value>,
+        /// The caller wants progress reports.
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        progress: bool,
     },
     /// Stop the work of call `id`.
     Cancel {
@@ -59,6 +62,13 @@ pub(crate) enum Reply {
     InitFailed {
         /// Why.
         message: String,
+    },
+    /// Call `id` is still running; what it reported.
+    Progress {
+        /// The call.
+        id: u64,
+        /// The report.
+        progress: Progress,
     },
     /// Call `id` finished (or was cancelled).
     Done {
@@ -272,7 +282,8 @@ mod round_trip {
             id in any::<u64>(), tool in text(), args in value(), call_id in text(),
             message in text(), after_ms in proptest::option::of(any::<u64>()), ok in any::<bool>(),
         ) {
-            round_trips(&Request::Call { id, tool: tool.clone(), args: args.clone(), call_id, context: (!args.is_null()).then(|| args.clone()) })?;
+            round_trips(&Request::Call { id, tool: tool.clone(), args: args.clone(), call_id, context: (!args.is_null()).then(|| args.clone()), progress: ok })?;
+            round_trips(&Reply::Progress { id, progress: jianmu_tool_core::Progress::new(std::time::Duration::from_millis(id % 100_000), id, id / 3) })?;
             round_trips(&Request::Cancel { id })?;
             let result = if ok {
                 CallResult::Ok { text: message.clone(), structured: (!args.is_null()).then_some(args), images: Vec::new() }

@@ -4,7 +4,9 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use jianmu_tool_core::{FunctionTool, ToolConfig, ToolError, ToolHandle, ToolSet, ToolSpec};
+use jianmu_tool_core::{
+    FunctionTool, Progress, ToolConfig, ToolError, ToolHandle, ToolSet, ToolSpec,
+};
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
@@ -73,6 +75,7 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
         args: json!(""),
         call_id: String::new(),
         context: None,
+        progress: false,
     })
     .await;
     host.send(Request::Call {
@@ -81,6 +84,7 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
         args: json!("hi"),
         call_id: String::new(),
         context: None,
+        progress: false,
     })
     .await;
     assert_eq!(
@@ -122,6 +126,7 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
         args: json!({}),
         call_id: String::new(),
         context: None,
+        progress: false,
     })
     .await;
     let Reply::Done {
@@ -143,6 +148,7 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
         args: json!(""),
         call_id: String::new(),
         context: None,
+        progress: false,
     })
     .await;
     let Reply::Done { id: 4, result, .. } = host.reply().await else {
@@ -168,13 +174,14 @@ impl jianmu_tool_core::Tool for WhoAmI {
         "whoami"
     }
     fn description(&self) -> &str {
-        "Says its call id and event context."
+        "Says its call id and event context, and reports progress once."
     }
     async fn call(
         &self,
         _: Value,
         cx: &jianmu_tool_core::CallContext,
     ) -> Result<String, ToolError> {
+        cx.report_progress(&Progress::new(Duration::from_secs(1), 5, 1));
         Ok(format!("{} {:?}", cx.call_id(), cx.event_context()))
     }
 }
@@ -197,6 +204,7 @@ async fn calls_keep_the_host_call_id_and_are_not_validated_again() {
         args: json!({}),
         call_id: "mcp-42".into(),
         context: Some(json!({"turn": 2})),
+        progress: false,
     })
     .await;
     let Reply::Done { id: 1, result, .. } = host.reply().await else {
@@ -206,6 +214,24 @@ async fn calls_keep_the_host_call_id_and_are_not_validated_again() {
         result.into_result("whoami").unwrap().text,
         r#"mcp-42 Some(Object {"turn": Number(2)})"#
     );
+    // A call that asks for progress gets the tool's reports before its answer.
+    host.send(Request::Call {
+        id: 3,
+        tool: "whoami".into(),
+        args: json!({}),
+        call_id: "c3".into(),
+        context: None,
+        progress: true,
+    })
+    .await;
+    assert_eq!(
+        host.reply().await,
+        Reply::Progress {
+            id: 3,
+            progress: Progress::new(Duration::from_secs(1), 5, 1)
+        }
+    );
+    assert!(matches!(host.reply().await, Reply::Done { id: 3, .. }));
     // `echo` takes a string; the host would have refused 42. Its runner trusts the
     // host and runs the tool as asked (the tool sees no string).
     host.send(Request::Call {
@@ -214,6 +240,7 @@ async fn calls_keep_the_host_call_id_and_are_not_validated_again() {
         args: json!(42),
         call_id: "c2".into(),
         context: None,
+        progress: false,
     })
     .await;
     let Reply::Done { id: 2, result, .. } = host.reply().await else {
@@ -266,6 +293,7 @@ async fn a_cancel_is_confirmed_only_once_the_work_is_gone() {
         args: json!(""),
         call_id: String::new(),
         context: None,
+        progress: false,
     })
     .await;
     while !started.load(Ordering::SeqCst) {
