@@ -7,9 +7,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jianmu_tool_core::{Progress, ProgressSink};
+use rmcp::RoleServer;
 use rmcp::model::{ProgressNotificationParam, ProgressToken};
 use rmcp::service::Peer;
-use rmcp::RoleServer;
 use tokio::sync::watch;
 use tokio::task::JoinHandle;
 
@@ -18,7 +18,10 @@ pub(crate) const PROGRESS_THROTTLE: Duration = Duration::from_millis(500);
 
 /// A sink for the call's reports and the task forwarding them; abort the task when
 /// the call has its answer.
-pub(crate) fn forward(peer: Peer<RoleServer>, token: ProgressToken) -> (ProgressSink, JoinHandle<()>) {
+pub(crate) fn forward(
+    peer: Peer<RoleServer>,
+    token: ProgressToken,
+) -> (ProgressSink, JoinHandle<()>) {
     let (tx, rx) = watch::channel(None::<Progress>);
     let sink: ProgressSink = Arc::new(move |p: &Progress| {
         tx.send_replace(Some(*p));

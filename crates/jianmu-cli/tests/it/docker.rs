@@ -448,9 +448,11 @@ async fn background_jobs_and_progress_live_in_the_container() {
     assert_eq!(killed.structured.unwrap()["running"], false);
     assert!(!std::path::Path::new(&format!("/proc/{}", on_host[0])).exists());
     assert_eq!(
-        f.sh(&format!("ps -o args | grep -c '^python3 -u -m http.server {marker}' || true"))
-            .await
-            .trim(),
+        f.sh(&format!(
+            "ps -o args | grep -c '^python3 -u -m http.server {marker}' || true"
+        ))
+        .await
+        .trim(),
         "0"
     );
 
@@ -471,7 +473,10 @@ async fn background_jobs_and_progress_live_in_the_container() {
     assert_eq!(out.text, "one\ntwo\n");
     let reports = reports.lock().unwrap().clone();
     assert!(reports.len() >= 2, "{reports:?}");
-    assert!(reports.iter().all(|p| p.bytes == 4 && p.lines == 1), "{reports:?}");
+    assert!(
+        reports.iter().all(|p| p.bytes == 4 && p.lines == 1),
+        "{reports:?}"
+    );
     f.sandbox.shutdown().await;
 }
 

@@ -134,15 +134,15 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
     assert_eq!(seen["checked"].as_object().unwrap().len(), 10);
     // A 3 s command sent with a progress token: progress notifications while it ran,
     // growing, with the output so far in words.
-    assert_eq!(
-        seen["progress"]["result"],
-        json!([false, "begun\nover\n"])
-    );
+    assert_eq!(seen["progress"]["result"], json!([false, "begun\nover\n"]));
     let updates = seen["progress"]["updates"].as_array().unwrap();
     assert!(updates.len() >= 2, "{updates:?}");
     let values: Vec<f64> = updates.iter().map(|u| u[0].as_f64().unwrap()).collect();
     assert!(values.windows(2).all(|w| w[0] < w[1]), "{values:?}");
-    assert!(values[0] >= 1.0 && values[values.len() - 1] < 4.0, "{values:?}");
+    assert!(
+        values[0] >= 1.0 && values[values.len() - 1] < 4.0,
+        "{values:?}"
+    );
     assert_eq!(updates[0][1], Value::Null);
     assert!(
         updates[0][2]
