@@ -170,6 +170,13 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             goal: "within 1.5x",
         },
         Row {
+            what: "bash: `echo hi` in a warm shell session, isolated",
+            ours_ns: median_ns("bash/session_echo_hi")?,
+            reference: "a bare spawn of `bash -c 'echo hi'`",
+            reference_ns: Some(median_ns("bash/bare_spawn_echo_hi")?),
+            goal: "<= 0.5 ms",
+        },
+        Row {
             what: "calculator tool call via ToolSet + ToolRunner",
             ours_ns: median_ns("calculator/tool_call_10_ops")?,
             reference: "-",

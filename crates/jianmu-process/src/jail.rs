@@ -463,6 +463,47 @@ impl Supervised {
         }
     }
 
+    /// Ends every process the command started that is still running, but not the
+    /// command itself: what a shell kept across calls does after each call, so that
+    /// nothing a call started outlives it. Returns how many processes were ended.
+    pub async fn stop_others(&self) -> usize {
+        let (root, keep) = match &self.inner {
+            // Everything in the namespace is below its init, the command.
+            Inner::Namespace(child) => (child.pid, child.pid),
+            // The supervisor's oldest child is the command; orphans it adopted are
+            // its later children.
+            Inner::Supervisor(child) => {
+                let Some(supervisor) = child.id() else {
+                    return 0;
+                };
+                let Some(worker) = crate::tree::oldest_child(supervisor) else {
+                    return 0;
+                };
+                (supervisor, worker)
+            }
+        };
+        let mut ended = 0;
+        // Killed processes' children are adopted by the command (or the supervisor)
+        // and found by the next pass; a killed process may take a moment to go.
+        for pass in 0..1000 {
+            let live = crate::tree::live_below(root, keep);
+            if live.is_empty() {
+                break;
+            }
+            for pid in &live {
+                sys::kill(*pid);
+            }
+            ended += live.len();
+            tokio::time::sleep(std::time::Duration::from_micros(if pass < 10 {
+                200
+            } else {
+                5000
+            }))
+            .await;
+        }
+        ended
+    }
+
     /// Ends the command and waits until everything it started is gone.
     pub async fn stop_and_wait(&mut self) {
         self.stop();

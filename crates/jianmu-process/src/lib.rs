@@ -26,6 +26,7 @@ use std::process::Stdio;
 mod jail;
 mod spawn;
 mod sys;
+mod tree;
 
 pub use jail::{
     Isolation, IsolationMode, IsolationSettings, Jail, JailError, Spec, Stdio as Stream, Supervised,

@@ -99,6 +99,8 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
 /// A child started by [`spawn`]: its pidfd, and what the caller keeps of its pipes.
 #[derive(Debug)]
 pub(crate) struct NsChild {
+    /// Its process id (in jianmu's PID namespace).
+    pub(crate) pid: u32,
     pidfd: Option<AsyncFd<OwnedFd>>,
     status: Option<ExitStatus>,
     pub(crate) stdin: Option<OwnedFd>,
@@ -180,6 +182,7 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
         | libc::CLONE_NEWPID
         | libc::SIGCHLD;
     let mut pidfd: libc::c_int = -1;
+    let child_pid;
     // SAFETY: every signal is blocked across the clone, so no handler runs in the child
     // while it shares this memory; the child runs `child_main` on its own stack with
     // `prepared`, which outlives it (the calling thread waits until it execs or exits:
@@ -202,6 +205,7 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
             let _ = err;
             return Err(Failure::Namespaces);
         }
+        child_pid = pid.unsigned_abs();
     }
     drop(theirs);
     drop(report_write);
@@ -233,6 +237,7 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
         .map_err(|e| C(e.into_parts().1))?;
     let [stdin, stdout, stderr] = ours;
     Ok(NsChild {
+        pid: child_pid,
         pidfd: Some(pidfd),
         status: None,
         stdin,

@@ -30,6 +30,16 @@ pub(crate) fn terminate(pid: u32) {
     }
 }
 
+/// Sends SIGKILL to `pid`.
+pub(crate) fn kill(pid: u32) {
+    if let Ok(pid) = libc::pid_t::try_from(pid) {
+        // SAFETY: a plain system call.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
+    }
+}
+
 fn check(r: libc::c_long) -> io::Result<libc::c_long> {
     if r < 0 {
         Err(io::Error::last_os_error())

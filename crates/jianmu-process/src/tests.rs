@@ -109,6 +109,48 @@ fn every_jail(ws: &std::path::Path) -> Vec<(String, crate::Jail)> {
     jails
 }
 
+/// A shell kept across calls: `stop_others` ends what a call started (past `setsid`
+/// and double forks) and keeps the shell, on every kind of jail.
+#[tokio::test]
+async fn stop_others_keeps_the_command_and_ends_the_rest() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
+    let ws = tempfile::tempdir().unwrap();
+    for (mode, jail) in every_jail(ws.path()) {
+        let (a, b, c) = (unique_sleep(), unique_sleep(), unique_sleep());
+        let mut spec = bash(&jail, "", ws.path());
+        spec.args.clear();
+        spec.arg("-s")
+            .stdin(crate::Stream::Piped)
+            .stdout(crate::Stream::Piped);
+        let mut shell = jail.spawn(&spec).unwrap();
+        let mut stdin = shell.stdin.take().unwrap();
+        let mut stdout = shell.stdout.take().unwrap();
+        let script = format!(
+            "sleep {a} & setsid sleep {b} >/dev/null & ( ( sleep {c} ) & ) ; echo started\n"
+        );
+        stdin.write_all(script.as_bytes()).await.unwrap();
+        let mut buf = [0u8; 8];
+        stdout.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"started\n", "{mode}");
+        assert!(shell.stop_others().await >= 3, "{mode}");
+        for needle in [&a, &b, &c] {
+            assert!(
+                running_with(needle).is_empty(),
+                "{mode}: `sleep {needle}` lives on"
+            );
+        }
+        assert!(
+            shell.try_wait().unwrap().is_none(),
+            "{mode}: the shell was ended"
+        );
+        assert_eq!(shell.stop_others().await, 0, "{mode}");
+        stdin.write_all(b"echo again\n").await.unwrap();
+        let mut buf = [0u8; 6];
+        stdout.read_exact(&mut buf).await.unwrap();
+        assert_eq!(&buf, b"again\n", "{mode}");
+    }
+}
+
 #[tokio::test]
 async fn nothing_started_by_a_command_outlives_it() {
     let ws = tempfile::tempdir().unwrap();

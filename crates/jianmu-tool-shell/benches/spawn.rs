@@ -1,5 +1,6 @@
-//! `bash` running `echo hi` through the tool, isolated (the default) and with isolation
-//! off (supervision only), against a bare spawn of the same command in the same run.
+//! `bash` running `echo hi` through the tool, isolated (the default), with isolation
+//! off (supervision only) and in a warm shell session, against a bare spawn of the same
+//! command in the same run.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use jianmu_tool_shell::{Bash, BashArgs, BashSettings};
@@ -28,6 +29,17 @@ fn bench(c: &mut Criterion) {
     group.bench_function("tool_echo_hi_supervised_only", |b| {
         b.to_async(&rt)
             .iter(|| async { supervised_only.run(&args, &cx).await.unwrap() })
+    });
+    // A session's shell lives across calls: the first call starts it, the rest reuse it.
+    let in_session = BashArgs {
+        command: Some("echo hi".into()),
+        session: Some("bench".into()),
+        ..BashArgs::default()
+    };
+    assert_eq!(rt.block_on(tool.run(&in_session, &cx)).unwrap().text, "hi\n");
+    group.bench_function("session_echo_hi", |b| {
+        b.to_async(&rt)
+            .iter(|| async { tool.run(&in_session, &cx).await.unwrap() })
     });
     group.bench_function("bare_spawn_echo_hi", |b| {
         b.to_async(&rt).iter(|| async {

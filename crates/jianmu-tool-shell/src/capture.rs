@@ -107,11 +107,11 @@ pub(crate) async fn drain<R: AsyncRead + Unpin>(
     stream: R,
     keep_head: usize,
     keep_tail: usize,
-    counter: Option<std::sync::Arc<Counter>>,
+    counter: Option<&Counter>,
 ) -> Captured {
     let mut captured = Captured::new(keep_head, keep_tail);
     feed(stream, |data| {
-        if let Some(counter) = &counter {
+        if let Some(counter) = counter {
             counter.add(data);
         }
         captured.push(data);

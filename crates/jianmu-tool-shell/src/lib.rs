@@ -174,105 +174,87 @@ impl Bash {
             .find(|c| !c.is_empty())
             .ok_or_else(|| ToolError::failed("no command given: pass it as `command`"))?;
         let session = match &args.session {
-            Some(id) => Some((
-                id.as_str(),
-                self.sessions.open(
-                    id,
-                    args.reset,
-                    self.settings.max_sessions,
-                    Duration::from_secs(self.settings.session_idle_secs),
-                    self.jail.tmp(),
-                )?,
-            )),
+            Some(id) => Some(self.sessions.open(
+                id,
+                args.reset,
+                self.settings.max_sessions,
+                Duration::from_secs(self.settings.session_idle_secs),
+                self.jail.tmp(),
+            )?),
             None => None,
         };
-        // A background job starts where the session is but does not change it.
-        let trap = session
-            .as_ref()
-            .filter(|_| !args.background)
-            .map(|(_, s)| s);
-        let spec = self.spec(command, session.as_ref().map(|(_, s)| s), trap);
         if args.background {
+            // A background job starts where the session is but does not change it.
+            let mut spec = self.base_spec();
+            let (cwd, env) = match &session {
+                Some(s) => s.job_start().await,
+                None => (None, None),
+            };
+            spec.arg("-c");
+            match env {
+                Some(env) => {
+                    let env = session::quote(&env);
+                    spec.arg(format!(". {env} 2>/dev/null; rm -f {env}\n{command}"))
+                }
+                None => spec.arg(command),
+            };
+            if let Some(cwd) = cwd {
+                spec.current_dir(cwd);
+            }
             return self.start_job(command, spec, args).await;
         }
-        // Whatever ends this call (exit, time limit, cancellation), everything the
-        // command started ends with it.
-        let mut child = self.jail.spawn(&spec).map_err(|e| {
-            ToolError::failed(format!(
-                "cannot start `{}`: {e}",
-                self.settings.shell.display()
-            ))
-        })?;
-        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ToolError::failed("the shell has no pipes"));
-        };
-        let (head, tail) = (self.settings.keep_head, self.settings.keep_tail);
-        let counter = cx
-            .wants_progress()
-            .then(|| Arc::new(capture::Counter::default()));
-        let stdout = tokio::spawn(capture::drain(out, head, tail, counter.clone()));
-        let stderr = tokio::spawn(capture::drain(err, head, tail, counter.clone()));
         let limit = Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
             .unwrap_or(Duration::from_secs(120));
-        let started = tokio::time::Instant::now();
-        let waited = async {
-            let Some(counter) = &counter else {
-                return child.wait().await;
-            };
-            let mut ticks = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
-            let wait = child.wait();
-            tokio::pin!(wait);
-            loop {
-                tokio::select! {
-                    status = &mut wait => return status,
-                    _ = ticks.tick() => {
-                        let (bytes, lines) = counter.get();
-                        cx.report_progress(&Progress::new(started.elapsed(), bytes, lines));
+        let counter = cx.wants_progress().then(capture::Counter::default);
+        let ended = match &session {
+            Some(session) => {
+                let launch = session::Launch {
+                    jail: &self.jail,
+                    spec: self.base_spec(),
+                    keep_head: self.settings.keep_head,
+                    keep_tail: self.settings.keep_tail,
+                };
+                reporting(
+                    session.run(launch, command, limit, counter.as_ref()),
+                    counter.as_ref(),
+                    cx,
+                )
+                .await?
+            }
+            None => {
+                reporting(
+                    self.run_once(command, limit, counter.as_ref()),
+                    counter.as_ref(),
+                    cx,
+                )
+                .await?
+            }
+        };
+        let (code, stdout, stderr) = match ended {
+            session::Ended::Finished {
+                code,
+                stdout,
+                stderr,
+            } => (code, stdout.text(), stderr.text()),
+            session::Ended::TimedOut { stdout, stderr } => {
+                // What it printed until the limit goes back with the error.
+                let mut partial = stdout.text();
+                let stderr = stderr.text();
+                if !stderr.is_empty() {
+                    if !partial.is_empty() && !partial.ends_with('\n') {
+                        partial.push('\n');
                     }
+                    partial.push_str("[stderr]\n");
+                    partial.push_str(&stderr);
                 }
+                return Err(ToolError::Timeout {
+                    tool: "bash".into(),
+                    after: limit,
+                    partial: Some(partial),
+                });
             }
         };
-        let status = match tokio::time::timeout(limit, waited).await {
-            Ok(status) => Some(
-                status
-                    .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?,
-            ),
-            Err(_) => {
-                child.stop_and_wait().await;
-                None
-            }
-        };
-        // The command is reaped only once nothing it started is left (or it was
-        // stopped with all of it), so every writer of the pipes is gone and the readers
-        // are at their end.
-        let stdout = stdout
-            .await
-            .map_err(|e| ToolError::runner("bash", e))?
-            .text();
-        let stderr = stderr
-            .await
-            .map_err(|e| ToolError::runner("bash", e))?
-            .text();
-        let Some(status) = status else {
-            // What it printed until the limit goes back with the error.
-            let mut partial = stdout;
-            if !stderr.is_empty() {
-                if !partial.is_empty() && !partial.ends_with('\n') {
-                    partial.push('\n');
-                }
-                partial.push_str("[stderr]\n");
-                partial.push_str(&stderr);
-            }
-            return Err(ToolError::Timeout {
-                tool: "bash".into(),
-                after: limit,
-                partial: Some(partial),
-            });
-        };
-        if let Some((id, _)) = &session {
-            self.sessions.save(id);
-        }
-        match status.code() {
+        match code {
             Some(0) => Ok(ToolOutput::text(stdout.clone()).with_data(&BashResult {
                 exit_code: Some(0),
                 stdout: Some(stdout),
@@ -286,47 +268,74 @@ impl Bash {
         }
     }
 
-    /// The command line with its working directory and environment: the session's
-    /// when there is one, with the trap that saves its state when `trap` is given.
-    fn spec(
+    /// Runs `command` in a shell of its own, which ends with the call.
+    async fn run_once(
         &self,
         command: &str,
-        session: Option<&session::Start>,
-        trap: Option<&session::Start>,
-    ) -> Spec {
-        let mut spec = Spec::new(&self.settings.shell);
+        limit: Duration,
+        counter: Option<&capture::Counter>,
+    ) -> Result<session::Ended, ToolError> {
+        let mut spec = self.base_spec();
         spec.arg("-c")
-            .current_dir(&self.cwd)
+            .arg(command)
             .stdout(Stream::Piped)
             .stderr(Stream::Piped);
-        match trap {
-            Some(start) => {
-                spec.arg(format!("{}{command}", session::TRAP));
-                spec.env(session::STATE_VAR, &start.dir);
+        // Whatever ends this call (exit, time limit, cancellation), everything the
+        // command started ends with it.
+        let mut child = self.jail.spawn(&spec).map_err(|e| {
+            ToolError::failed(format!(
+                "cannot start `{}`: {e}",
+                self.settings.shell.display()
+            ))
+        })?;
+        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+            return Err(ToolError::failed("the shell has no pipes"));
+        };
+        let (head, tail) = (self.settings.keep_head, self.settings.keep_tail);
+        let drained = async {
+            tokio::join!(
+                capture::drain(out, head, tail, counter),
+                capture::drain(err, head, tail, counter)
+            )
+        };
+        let waited = async {
+            match tokio::time::timeout(limit, child.wait()).await {
+                Ok(status) => Some(status),
+                Err(_) => {
+                    child.stop_and_wait().await;
+                    None
+                }
             }
-            None => {
-                spec.arg(command);
+        };
+        // The command is reaped only once nothing it started is left (or it was
+        // stopped with all of it), so every writer of the pipes is gone and the
+        // readers reach their end.
+        let (status, (stdout, stderr)) = tokio::join!(waited, drained);
+        match status {
+            Some(status) => {
+                let status = status
+                    .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?;
+                Ok(session::Ended::Finished {
+                    code: status.code(),
+                    stdout,
+                    stderr,
+                })
+            }
+            None => Ok(session::Ended::TimedOut { stdout, stderr }),
+        }
+    }
+
+    /// The shell with the environment every command gets, in the workspace.
+    fn base_spec(&self) -> Spec {
+        let mut spec = Spec::new(&self.settings.shell);
+        spec.current_dir(&self.cwd);
+        for name in &self.settings.env_allow {
+            if let Some(v) = std::env::var_os(name) {
+                spec.env(name, v);
             }
         }
-        if let Some(cwd) = session.and_then(|s| s.cwd.as_ref()).filter(|d| d.is_dir()) {
-            spec.current_dir(cwd);
-        }
-        match session.and_then(|s| s.env.as_ref()) {
-            Some(env) => {
-                for (k, v) in env {
-                    spec.env(k, v);
-                }
-            }
-            None => {
-                for name in &self.settings.env_allow {
-                    if let Some(v) = std::env::var_os(name) {
-                        spec.env(name, v);
-                    }
-                }
-                for (k, v) in &self.settings.env {
-                    spec.env(k, v);
-                }
-            }
+        for (k, v) in &self.settings.env {
+            spec.env(k, v);
         }
         if let Some(tmp) = self.jail.tmp() {
             spec.env("TMPDIR", tmp);
@@ -365,6 +374,30 @@ impl Bash {
             output: Some(status.output),
             ..BashResult::default()
         }))
+    }
+}
+
+/// Awaits `work`, reporting progress to `cx` every [`PROGRESS_EVERY`] while it runs
+/// when the caller asked (`counter` is then the output count).
+async fn reporting<F: std::future::Future>(
+    work: F,
+    counter: Option<&capture::Counter>,
+    cx: &CallContext,
+) -> F::Output {
+    let Some(counter) = counter else {
+        return work.await;
+    };
+    let started = tokio::time::Instant::now();
+    let mut ticks = tokio::time::interval_at(started + PROGRESS_EVERY, PROGRESS_EVERY);
+    tokio::pin!(work);
+    loop {
+        tokio::select! {
+            out = &mut work => return out,
+            _ = ticks.tick() => {
+                let (bytes, lines) = counter.get();
+                cx.report_progress(&Progress::new(started.elapsed(), bytes, lines));
+            }
+        }
     }
 }
 

@@ -87,11 +87,16 @@ async fn sessions_keep_the_directory_and_exports() {
     let b = bash(&root, BashSettings::default());
     let run = |session: &str, command: &str| json!({"command": command, "session": session});
     assert_eq!(
-        call(&b, run("s1", "cd sub && export X=1 && Y=local")).await,
+        call(
+            &b,
+            run("s1", "cd sub && export X=1 && Y=local && f() { echo fn; }")
+        )
+        .await,
         ""
     );
-    let here = format!("{}\n1|\n", root.join("sub").display());
-    assert_eq!(call(&b, run("s1", "pwd; echo \"$X|$Y\"")).await, here);
+    // One shell lives across the calls: shell variables and functions carry over too.
+    let here = format!("{}\n1|local\nfn\n", root.join("sub").display());
+    assert_eq!(call(&b, run("s1", "pwd; echo \"$X|$Y\"; f")).await, here);
     // Another session, and a call without one, start at the root with nothing set.
     let fresh = format!("{}\n|\n", root.display());
     assert_eq!(call(&b, run("s2", "pwd; echo \"$X|$Y\"")).await, fresh);
@@ -106,17 +111,52 @@ async fn sessions_keep_the_directory_and_exports() {
     );
     let after = format!("{}\n|2\n", root.display());
     assert_eq!(call(&b, run("s1", "pwd; echo \"$X|$Z\"")).await, after);
-    // Removing the session's state folder (it is in `TMPDIR`) loses only that call's
-    // changes: the next call saves again.
+    // Output without a final newline, and stdin that is empty.
     assert_eq!(
-        call(&b, run("s1", "rm -rf \"$TMPDIR\"/.session-*")).await,
+        call(&b, run("s1", "printf 'no newline'; cat")).await,
+        "no newline"
+    );
+    // Removing the session's state folder (it is in `TMPDIR`) does not lose the session.
+    assert_eq!(
+        call(&b, run("s1", "rm -rf \"$TMPDIR\"/.session-*; cd sub")).await,
         ""
     );
-    assert_eq!(call(&b, run("s1", "cd sub")).await, "");
     assert_eq!(
         call(&b, run("s1", "pwd")).await,
         format!("{}\n", root.join("sub").display())
     );
+    // `exit` ends the shell with its status; the next call starts a new one where the
+    // last left off, with its exports (not its shell variables).
+    assert_eq!(
+        call(&b, run("s1", "export W=9; V=8; exit 7")).await,
+        "error: Error (7):\n"
+    );
+    assert_eq!(
+        call(&b, run("s1", "pwd; echo \"$W|$Z|$V\"")).await,
+        format!("{}\n9|2|\n", root.join("sub").display())
+    );
+    // A call past its time limit ends the shell; the next starts from the state before.
+    let out = call(
+        &b,
+        json!({"command": "cd ..; echo partial; sleep 30", "session": "s1", "timeout": 0.5}),
+    )
+    .await;
+    assert!(
+        out.contains("timed out after 500 ms") || out.contains("timed out after 0.5 s"),
+        "{out}"
+    );
+    assert!(out.ends_with("partial\n"), "{out}");
+    assert_eq!(
+        call(&b, run("s1", "pwd")).await,
+        format!("{}\n", root.join("sub").display())
+    );
+    // What a call starts in the background ends with the call; the shell lives on.
+    assert_eq!(
+        call(&b, run("s1", "sleep 888 & setsid sleep 889 & echo started")).await,
+        "started\n"
+    );
+    assert_eq!(running_with("sleep 88"), 0);
+    assert_eq!(call(&b, run("s1", "echo $W")).await, "9\n");
     // `reset` starts the session afresh.
     assert_eq!(
         call(
