@@ -36,7 +36,10 @@ fn bench(c: &mut Criterion) {
         session: Some("bench".into()),
         ..BashArgs::default()
     };
-    assert_eq!(rt.block_on(tool.run(&in_session, &cx)).unwrap().text, "hi\n");
+    assert_eq!(
+        rt.block_on(tool.run(&in_session, &cx)).unwrap().text,
+        "hi\n"
+    );
     group.bench_function("session_echo_hi", |b| {
         b.to_async(&rt)
             .iter(|| async { tool.run(&in_session, &cx).await.unwrap() })

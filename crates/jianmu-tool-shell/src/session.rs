@@ -2,23 +2,25 @@
 //! lives across calls, so `cd`, `export`, shell variables and functions carry over,
 //! and a call costs a write and a read, not a process start.
 //!
-//! The shell reads its commands from a pipe. For each call the command goes into the
-//! session's state folder (`cmd`) and the shell is told to source it (`. cmd`, input
-//! from `/dev/null`), then to save where it is and what it exports (`cwd`, `env`,
-//! written with builtins only) and to print a marker with a fresh random nonce and the
-//! exit status on stdout and stderr. Output up to the markers is the call's; after
-//! them, every process the call started that still runs is ended, so nothing a call
-//! starts outlives it while the shell lives on.
+//! The shell reads its commands from a pipe. For each call the command goes into a
+//! file in the session's state folder and the shell is told to source it (`. cmd`, input
+//! from `/dev/null`), then to print, on stdout, a marker with a fresh random nonce, the
+//! exit status, its exports (`export -p`) and its directory, and a marker on stderr.
+//! Output up to the markers is the call's; the state is kept in memory (bounded). After
+//! the markers, every process the call started that still runs is ended, so nothing a
+//! call starts outlives it while the shell lives on. Builtins only: a call starts no
+//! process and writes no file besides the command.
 //!
-//! A call that ends the shell (`exit`, `exec`) answers with the shell's status; one
-//! that hits its time limit or is cancelled ends the shell and everything in it. The
-//! next call starts a new shell from the saved state (the last call that finished, or
-//! the `exit` itself: the `EXIT` trap saves too). Sessions beyond `max_sessions` are
-//! refused; sessions unused for `session_idle_secs` are ended when the next session
-//! call comes.
+//! A call that ends the shell (`exit`, `exec`) answers with the shell's status (an
+//! `EXIT` trap still reports the state); one that hits its time limit or is cancelled
+//! ends the shell and everything in it. The next call starts a new shell from the
+//! kept state: the directory and exports (not shell variables) of the last call that
+//! finished. Sessions beyond `max_sessions` are refused; sessions unused for
+//! `session_idle_secs` are ended when the next session call comes.
 
 use std::collections::HashMap;
 use std::io::Read as _;
+use std::os::unix::ffi::OsStringExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
@@ -29,6 +31,13 @@ use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
 use tokio::net::unix::pipe;
 
 use crate::capture::{Captured, Counter};
+
+/// The largest exports a session keeps; a call that exports more keeps the state of
+/// the call before it.
+const MAX_ENV: usize = 1024 * 1024;
+
+/// The longest working directory a session keeps.
+const MAX_CWD: usize = 64 * 1024;
 
 /// What a session call needs from `bash`.
 pub(crate) struct Launch<'a> {
@@ -73,7 +82,17 @@ pub(crate) struct Session {
     used: Mutex<Instant>,
     /// Held for the whole of a call: one call at a time per session.
     live: tokio::sync::Mutex<Option<Live>>,
+    /// The directory and exports the last finished call left.
+    state: Mutex<Option<State>>,
     jobs: std::sync::atomic::AtomicU64,
+}
+
+/// Where a shell of the session starts again.
+#[derive(Debug, Clone)]
+struct State {
+    cwd: PathBuf,
+    /// `export -p` output: shell commands that export the same again.
+    exports: Vec<u8>,
 }
 
 #[derive(Debug)]
@@ -155,6 +174,7 @@ impl Sessions {
             dir,
             used: Mutex::new(now),
             live: tokio::sync::Mutex::new(None),
+            state: Mutex::new(None),
             jobs: std::sync::atomic::AtomicU64::new(0),
         });
         inner.map.insert(id.to_owned(), Arc::clone(&session));
@@ -201,7 +221,10 @@ impl Session {
         text.push('\n');
         // Made again in case a command removed it (it lies in the command's `TMPDIR`).
         let _ = std::fs::create_dir_all(&self.dir);
-        std::fs::write(self.dir.join("cmd"), text).map_err(|e| {
+        // A new file per call: replacing the contents of one would cost a flush on
+        // some file systems (ext4 flushes a file truncated and written again).
+        let script = Removed(self.dir.join(&nonce));
+        std::fs::write(&script.0, text).map_err(|e| {
             ToolError::failed(format!(
                 "cannot hand the command to the session's shell: {e}"
             ))
@@ -217,56 +240,82 @@ impl Session {
         }
         let mut stdout = Captured::new(launch.keep_head, launch.keep_tail);
         let mut stderr = Captured::new(launch.keep_head, launch.keep_tail);
-        let out_marker = format!("\n{nonce} ");
-        let err_marker = format!("\n{nonce}\n");
-        // `Some(Ok(code))`: the call finished and the shell lives on; `Some(Err(..))`:
-        // the shell ended, with this status; within the time limit either way.
-        // Bytes read but held back while they may be the start of a marker.
+        // Bytes read but not yet taken (held back while they may begin a marker).
         let (mut out_held, mut err_held) = (Vec::new(), Vec::new());
+        // Set once stdout's output part is over (what is held is state, not output).
+        let mut past_output = false;
+        let err_marker = format!("\n{nonce}\n");
         let outcome = async {
-            let (code, _) = tokio::join!(
-                read_status(
+            let (report, _) = tokio::join!(
+                read_report(
                     &mut live.stdout,
-                    out_marker.as_bytes(),
+                    &nonce,
                     &mut stdout,
                     &mut out_held,
+                    &mut past_output,
                     counter
                 ),
-                read_to_marker(
+                read_until(
                     &mut live.stderr,
                     err_marker.as_bytes(),
-                    &mut stderr,
                     &mut err_held,
-                    counter
+                    |data| {
+                        if let Some(counter) = counter {
+                            counter.add(data);
+                        }
+                        stderr.push(data);
+                    }
                 ),
             );
-            match code {
-                Some(code) => Ok(code),
-                None => Err(live.child.wait().await.ok().and_then(|s| s.code())),
+            match report {
+                Some(Report {
+                    code: Some(code),
+                    state,
+                }) => (Some(code), true, state),
+                // The shell is on its way out (`exit`): its status is the call's.
+                Some(Report { code: None, state }) => (
+                    live.child.wait().await.ok().and_then(|s| s.code()),
+                    false,
+                    state,
+                ),
+                // stdout ended without a report: the shell was replaced (`exec`) or
+                // closed its output. One that cannot report any more is ended.
+                None => {
+                    let waited =
+                        tokio::time::timeout(Duration::from_secs(1), live.child.wait()).await;
+                    let code = match waited {
+                        Ok(status) => status.ok().and_then(|s| s.code()),
+                        Err(_) => {
+                            live.child.stop_and_wait().await;
+                            None
+                        }
+                    };
+                    (code, false, None)
+                }
             }
         };
-        let outcome = tokio::time::timeout(limit, outcome).await;
-        match outcome {
-            Ok(Ok(code)) => {
-                // Whatever the call left running ends with the call.
-                live.child.stop_others().await;
-                *slot = Some(live);
+        match tokio::time::timeout(limit, outcome).await {
+            Ok((code, alive, state)) => {
+                if let Some(state) = state {
+                    *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Some(state);
+                }
+                if alive {
+                    // Whatever the call left running ends with the call.
+                    live.child.stop_others().await;
+                    *slot = Some(live);
+                }
                 Ok(Ended::Finished {
-                    code: Some(code),
+                    code,
                     stdout,
                     stderr,
                 })
             }
-            // The shell ended (`exit`, `exec`, a signal): its status is the call's.
-            Ok(Err(code)) => Ok(Ended::Finished {
-                code,
-                stdout,
-                stderr,
-            }),
             Err(_) => {
                 live.child.stop_and_wait().await;
                 // No marker came: what was held back is output too.
-                stdout.push(&out_held);
+                if !past_output {
+                    stdout.push(&out_held);
+                }
                 stderr.push(&err_held);
                 Ok(Ended::TimedOut { stdout, stderr })
             }
@@ -293,17 +342,23 @@ impl Session {
             return Err(ToolError::failed("the session's shell has no pipes"));
         };
         let dir = quote(&self.dir);
-        // Builtins only: saving costs no process. The saved exports are sourced back
-        // when a shell starts again.
-        let prelude = format!(
-            "__jianmu_save() {{ printf '%s\\n' \"$PWD\" > {dir}/cwd; export -p > {dir}/env; }}\n\
-             __jianmu_call() {{ . {dir}/cmd < /dev/null; __jianmu_rc=$?; __jianmu_save 2>/dev/null; \
-             printf '\\n%s %s\\n' \"$1\" \"$__jianmu_rc\"; printf '\\n%s\\n' \"$1\" >&2; }}\n\
-             trap '__jianmu_save 2>/dev/null' EXIT\n\
-             if [ -f {dir}/env ]; then . {dir}/env 2>/dev/null; fi\n"
-        );
+        // Builtins only. The report: `\n NONCE STATUS\n`, the exports, `\n NONCE:` the
+        // directory `\n NONCE.\n`; the `EXIT` trap reports with the status `exit`.
+        let mut prelude = format!(
+            "__jianmu_report() {{ printf '\\n%s %s\\n' \"$__jianmu_n\" \"$1\"; export -p; \
+             printf '\\n%s:%s\\n%s.\\n' \"$__jianmu_n\" \"$PWD\" \"$__jianmu_n\"; }}\n\
+             __jianmu_call() {{ __jianmu_n=$1; . {dir}/\"$1\" < /dev/null; __jianmu_report $?; \
+             printf '\\n%s\\n' \"$1\" >&2; }}\n\
+             trap '__jianmu_report exit 2>/dev/null' EXIT\n"
+        )
+        .into_bytes();
+        // A new shell of an old session exports what the last one did.
+        if let Some(state) = self.saved() {
+            prelude.extend_from_slice(&state.exports);
+            prelude.push(b'\n');
+        }
         stdin
-            .write_all(prelude.as_bytes())
+            .write_all(&prelude)
             .await
             .map_err(|e| ToolError::failed(format!("the session's shell did not start: {e}")))?;
         Ok(Live {
@@ -314,11 +369,15 @@ impl Session {
         })
     }
 
+    fn saved(&self) -> Option<State> {
+        self.state
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
     fn saved_cwd(&self) -> Option<PathBuf> {
-        let raw = read_bounded(&self.dir.join("cwd"), 64 * 1024)?;
-        let text = String::from_utf8(raw).ok()?;
-        let dir = PathBuf::from(text.trim_end_matches('\n'));
-        dir.is_dir().then_some(dir)
+        self.saved().map(|s| s.cwd).filter(|d| d.is_dir())
     }
 
     /// Where a background job started from this session begins: the session's
@@ -329,10 +388,21 @@ impl Session {
         self.touch();
         let n = self.jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let copy = self.dir.join(format!("job-{n}.env"));
-        let env = std::fs::copy(self.dir.join("env"), &copy)
-            .is_ok()
-            .then_some(copy);
+        let _ = std::fs::create_dir_all(&self.dir);
+        let env = self
+            .saved()
+            .filter(|s| std::fs::write(&copy, &s.exports).is_ok())
+            .map(|_| copy);
         (self.saved_cwd(), env)
+    }
+}
+
+/// A file removed when the call is over, however it ends.
+struct Removed(PathBuf);
+
+impl Drop for Removed {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_file(&self.0);
     }
 }
 
@@ -359,75 +429,97 @@ fn nonce() -> String {
     out
 }
 
-/// Reads `stream` into `out` until `marker`; `Some(rest)` with what followed the
-/// marker in the same read, `None` at the end of the stream.
-/// Bytes that may begin the marker wait in `pending` (the caller's, so they are not
-/// lost when the read is abandoned).
-async fn read_to_marker<R: AsyncRead + Unpin>(
+/// Reads `stream` until `marker`, handing what comes before it to `sink`: true when
+/// the marker came, false at the end of the stream. `held` is the caller's: bytes read
+/// but not yet handed on (past the marker, or possibly its start) stay there, so they
+/// are not lost when the read is abandoned and the next read starts with them.
+async fn read_until<R: AsyncRead + Unpin>(
     stream: &mut R,
     marker: &[u8],
+    held: &mut Vec<u8>,
+    mut sink: impl FnMut(&[u8]),
+) -> bool {
+    let mut buf = [0u8; 16 * 1024];
+    loop {
+        if let Some(at) = memchr::memmem::find(held, marker) {
+            sink(&held[..at]);
+            held.drain(..at + marker.len());
+            return true;
+        }
+        // The last bytes may be the start of the marker: keep them back.
+        let keep = marker.len() - 1;
+        if held.len() > keep {
+            let cut = held.len() - keep;
+            sink(&held[..cut]);
+            held.drain(..cut);
+        }
+        match stream.read(&mut buf).await {
+            Ok(n) if n > 0 => held.extend_from_slice(&buf[..n]),
+            _ => {
+                sink(held);
+                held.clear();
+                return false;
+            }
+        }
+    }
+}
+
+/// What the shell reported after a call.
+struct Report {
+    /// The command's status; `None` when the shell is exiting.
+    code: Option<i32>,
+    /// The state, unless it was too big to keep.
+    state: Option<State>,
+}
+
+/// Reads stdout: the command's output up to the marker, then the report. `None` when
+/// the stream ended first (the shell is gone).
+async fn read_report<R: AsyncRead + Unpin>(
+    stream: &mut R,
+    nonce: &str,
     out: &mut Captured,
-    pending: &mut Vec<u8>,
+    held: &mut Vec<u8>,
+    past_output: &mut bool,
     counter: Option<&Counter>,
-) -> std::io::Result<Option<Vec<u8>>> {
-    let push = |data: &[u8], out: &mut Captured| {
+) -> Option<Report> {
+    let marker = format!("\n{nonce} ");
+    let output = read_until(stream, marker.as_bytes(), held, |data| {
         if let Some(counter) = counter {
             counter.add(data);
         }
         out.push(data);
+    })
+    .await;
+    if !output {
+        return None;
+    }
+    *past_output = true;
+    let (exports_end, cwd_end) = (format!("\n{nonce}:"), format!("\n{nonce}.\n"));
+    let mut status = Vec::new();
+    let mut exports = Vec::new();
+    let mut cwd = Vec::new();
+    let bounded = |into: &mut Vec<u8>, max: usize, data: &[u8]| {
+        if into.len() <= max {
+            into.extend_from_slice(&data[..data.len().min(max + 1 - into.len())]);
+        }
     };
-    let mut buf = vec![0u8; 64 * 1024];
-    loop {
-        let n = stream.read(&mut buf).await?;
-        if n == 0 {
-            push(pending, out);
-            pending.clear();
-            return Ok(None);
-        }
-        pending.extend_from_slice(&buf[..n]);
-        if let Some(at) = memchr::memmem::find(pending, marker) {
-            push(&pending[..at], out);
-            let rest = pending[at + marker.len()..].to_vec();
-            pending.clear();
-            return Ok(Some(rest));
-        }
-        // The last bytes may be the start of the marker: keep them back.
-        let hold = marker.len() - 1;
-        if pending.len() > hold {
-            let cut = pending.len() - hold;
-            push(&pending[..cut], out);
-            pending.drain(..cut);
-        }
-    }
-}
-
-/// Reads stdout up to the marker and the exit status after it; `None` when the
-/// stream ended first (the shell is gone).
-async fn read_status<R: AsyncRead + Unpin>(
-    stream: &mut R,
-    marker: &[u8],
-    out: &mut Captured,
-    pending: &mut Vec<u8>,
-    counter: Option<&Counter>,
-) -> Option<i32> {
-    let mut rest = read_to_marker(stream, marker, out, pending, counter)
+    let complete = read_until(stream, b"\n", held, |d| bounded(&mut status, 32, d)).await
+        && read_until(stream, exports_end.as_bytes(), held, |d| {
+            bounded(&mut exports, MAX_ENV, d);
+        })
         .await
-        .ok()??;
-    let mut buf = [0u8; 32];
-    while !rest.contains(&b'\n') && rest.len() < 32 {
-        let n = stream.read(&mut buf).await.ok()?;
-        if n == 0 {
-            return None;
-        }
-        rest.extend_from_slice(&buf[..n]);
-    }
-    let line = rest.split(|&b| b == b'\n').next()?;
-    std::str::from_utf8(line).ok()?.trim().parse().ok()
-}
-
-fn read_bounded(path: &Path, limit: u64) -> Option<Vec<u8>> {
-    let file = std::fs::File::open(path).ok()?;
-    let mut out = Vec::new();
-    file.take(limit + 1).read_to_end(&mut out).ok()?;
-    (out.len() as u64 <= limit).then_some(out)
+        && read_until(stream, cwd_end.as_bytes(), held, |d| {
+            bounded(&mut cwd, MAX_CWD, d);
+        })
+        .await;
+    let code = match std::str::from_utf8(&status).map(str::trim) {
+        Ok("exit") => None,
+        Ok(n) => Some(n.parse().ok()?),
+        Err(_) => return None,
+    };
+    let state = (complete && exports.len() <= MAX_ENV && cwd.len() <= MAX_CWD).then(|| State {
+        cwd: PathBuf::from(std::ffi::OsString::from_vec(cwd)),
+        exports,
+    });
+    Some(Report { code, state })
 }

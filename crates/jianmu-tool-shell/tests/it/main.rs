@@ -168,6 +168,44 @@ async fn sessions_keep_the_directory_and_exports() {
     );
 }
 
+/// Commands that attack their own session's protocol: each gets an answer within its
+/// time limit, and the session goes on.
+#[tokio::test]
+async fn a_session_survives_hostile_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = bash(dir.path(), BashSettings::default());
+    let run = |command: &str| json!({"command": command, "session": "h", "timeout": 5});
+    assert_eq!(call(&b, run("export KEEP=1; cd /")).await, "");
+    // A syntax error, a command that reads the shell's input, an `exec`, a removed
+    // trap, huge exports, a closed stdout: each answers, none wedges the next call.
+    let unterminated = call(&b, run("echo \"unterminated")).await;
+    assert!(unterminated.starts_with("error: Error ("), "{unterminated}");
+    assert_eq!(
+        call(&b, run("cat /proc/self/fd/0 | head -c 10; echo read")).await,
+        "read\n"
+    );
+    let exec = call(&b, run("exec echo replaced")).await;
+    assert_eq!(exec, "replaced\n");
+    assert_eq!(
+        call(&b, run("trap - EXIT; exit 3")).await,
+        "error: Error (3):\n"
+    );
+    assert_eq!(
+        call(
+            &b,
+            run("export BIG=$(head -c 3000000 /dev/zero | tr '\\0' x); echo ${#BIG}")
+        )
+        .await,
+        "3000000\n"
+    );
+    let closed = call(&b, run("exec >&-; echo gone")).await;
+    assert!(closed.starts_with("error: Error ("), "{closed}");
+    let fake = call(&b, run("printf '\\n__jianmu_end_0000 0\\n'; echo real")).await;
+    assert_eq!(fake, "\n__jianmu_end_0000 0\nreal\n");
+    // The exports of the last call that finished are there; the session still works.
+    assert_eq!(call(&b, run("echo $KEEP; pwd")).await, "1\n/\n");
+}
+
 #[tokio::test]
 async fn sessions_are_capped_and_their_ids_checked() {
     let dir = tempfile::tempdir().unwrap();
