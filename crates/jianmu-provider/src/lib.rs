@@ -14,7 +14,7 @@
 //! | `http` | `http_request` (crate `jianmu-tool-http`) | No |
 //! | `script` | `rhai_repl`, `python_repl` (crate `jianmu-tool-script`) | No |
 //! | `search` | `duckduckgo_search` (crate `jianmu-tool-search`) | No |
-//! | `shell` | `bash` (crate `jianmu-tool-shell`) | No |
+//! | `shell` | `bash`, `bash_output`, `bash_kill`, `bash_jobs` (crate `jianmu-tool-shell`) | No |
 //! | `full` | every tool above | No |
 //!
 //! # Example
