@@ -174,13 +174,17 @@ impl Bash {
             .find(|c| !c.is_empty())
             .ok_or_else(|| ToolError::failed("no command given: pass it as `command`"))?;
         let session = match &args.session {
-            Some(id) => Some(self.sessions.open(
-                id,
-                args.reset,
-                self.settings.max_sessions,
-                Duration::from_secs(self.settings.session_idle_secs),
-                self.jail.tmp(),
-            )?),
+            Some(id) => {
+                let idle = Duration::from_secs(self.settings.session_idle_secs);
+                self.sessions.watch(idle);
+                Some(self.sessions.open(
+                    id,
+                    args.reset,
+                    self.settings.max_sessions,
+                    idle,
+                    self.jail.tmp(),
+                )?)
+            }
             None => None,
         };
         if args.background {

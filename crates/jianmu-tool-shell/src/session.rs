@@ -16,7 +16,8 @@
 //! ends the shell and everything in it. The next call starts a new shell from the
 //! kept state: the directory and exports (not shell variables) of the last call that
 //! finished. Sessions beyond `max_sessions` are refused; sessions unused for
-//! `session_idle_secs` are ended when the next session call comes.
+//! `session_idle_secs` are ended (their shells too) by a task that looks every quarter
+//! of that time.
 
 use std::collections::HashMap;
 use std::io::Read as _;
@@ -65,6 +66,8 @@ pub(crate) enum Ended {
 #[derive(Debug, Default)]
 pub(crate) struct Sessions {
     inner: Mutex<Inner>,
+    /// Set once a task ends idle sessions on its own.
+    watched: std::sync::atomic::AtomicBool,
 }
 
 #[derive(Debug, Default)]
@@ -110,6 +113,46 @@ impl Drop for Session {
 }
 
 impl Sessions {
+    /// Ends sessions unused for `idle` from now on, without waiting for a call: a task
+    /// on the current runtime looks every quarter of `idle` (1 s to 60 s) for as long
+    /// as the sessions exist.
+    pub(crate) fn watch(self: &Arc<Self>, idle: Duration) {
+        use std::sync::atomic::Ordering;
+        if self.watched.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.watched.store(false, Ordering::Relaxed);
+            return;
+        };
+        let sessions = Arc::downgrade(self);
+        let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(sessions) = sessions.upgrade() else {
+                    return;
+                };
+                let now = Instant::now();
+                let expired: Vec<Arc<Session>> = {
+                    let mut inner = sessions
+                        .inner
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let ids: Vec<String> = inner
+                        .map
+                        .iter()
+                        .filter(|(_, s)| now.duration_since(s.last_used()) >= idle)
+                        .map(|(id, _)| id.clone())
+                        .collect();
+                    ids.iter().filter_map(|id| inner.map.remove(id)).collect()
+                };
+                // Dropped outside the lock: ending a shell waits for it to go.
+                drop(expired);
+            }
+        });
+    }
+
     /// Opens `id` (afresh with `reset`), creating it if there is room.
     ///
     /// # Errors

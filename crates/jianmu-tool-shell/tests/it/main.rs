@@ -206,6 +206,31 @@ async fn a_session_survives_hostile_commands() {
     assert_eq!(call(&b, run("echo $KEEP; pwd")).await, "1\n/\n");
 }
 
+/// An idle session ends on its own: its shell and its state folder go without another
+/// session call.
+#[tokio::test]
+async fn idle_sessions_end_on_their_own() {
+    let dir = tempfile::tempdir().unwrap();
+    let settings = BashSettings {
+        session_idle_secs: 1,
+        ..BashSettings::default()
+    };
+    let b = bash(dir.path(), settings);
+    let list = json!({"command": "ls -d \"$TMPDIR\"/.session-* 2>/dev/null | wc -l"});
+    assert_eq!(
+        call(&b, json!({"command": "true", "session": "idle"})).await,
+        ""
+    );
+    assert_eq!(call(&b, list.clone()).await.trim(), "1");
+    for _ in 0..100 {
+        if call(&b, list.clone()).await.trim() == "0" {
+            return;
+        }
+        tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+    }
+    panic!("the idle session is still there");
+}
+
 #[tokio::test]
 async fn sessions_are_capped_and_their_ids_checked() {
     let dir = tempfile::tempdir().unwrap();
