@@ -78,6 +78,16 @@ const NEEDS: &[Need] = &[
         package: "docker.io",
         present: || on_path("docker") && on_path("dockerd"),
     },
+    Need {
+        what: "gVisor runsc (sandbox tests under gVisor)",
+        package: "runsc",
+        present: || Path::new("/usr/bin/runsc").exists(),
+    },
+    Need {
+        what: "ip (a bridge for the tests' own engine)",
+        package: "iproute2",
+        present: || on_path("ip"),
+    },
 ];
 
 /// Checks and installs; prints one line per finding.

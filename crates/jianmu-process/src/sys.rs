@@ -439,7 +439,11 @@ pub(crate) fn enter(plan: &Plan, parent: libc::pid_t) -> io::Result<()> {
             libc::sigaddset(&mut stop, s);
         }
         libc::sigprocmask(libc::SIG_BLOCK, &stop, std::ptr::null_mut());
-        check_int(libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0))?;
+        // Some kernels do not implement subreapers (gVisor's, as Debian packages it):
+        // there the worker leads a process group of its own, and the group is what
+        // gets ended; a process that leaves the group (`setsid`) is reparented to
+        // the system's init instead, beyond the supervisor's reach.
+        let subreaper = libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0;
         // The caller's death stops the supervisor (which still cleans up).
         check_int(libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM, 0, 0, 0))?;
         if libc::getppid() != parent {
@@ -447,9 +451,16 @@ pub(crate) fn enter(plan: &Plan, parent: libc::pid_t) -> io::Result<()> {
         }
         let worker = check_int(libc::fork())?;
         if worker == 0 {
+            if !subreaper {
+                libc::setpgid(0, 0);
+            }
             return setup_worker(plan);
         }
-        supervise(worker, &plan.paths)
+        if !subreaper {
+            // Both sides set it, so neither races the other.
+            libc::setpgid(worker, worker);
+        }
+        supervise(worker, &plan.paths, subreaper)
     }
 }
 
@@ -504,7 +515,7 @@ pub(crate) fn isolate(plan: &Plan, fresh_proc: bool) -> io::Result<()> {
 
 /// The supervisor: waits for the worker, then kills and reaps everything left below
 /// it, and exits as the worker did. Never returns.
-unsafe fn supervise(worker: libc::pid_t, paths: &Paths) -> ! {
+unsafe fn supervise(worker: libc::pid_t, paths: &Paths, subreaper: bool) -> ! {
     // SAFETY: system calls only; the process exits at the end.
     unsafe {
         // Nothing of the caller's: not the command's pipes (their readers see the end
@@ -534,6 +545,9 @@ unsafe fn supervise(worker: libc::pid_t, paths: &Paths) -> ! {
         loop {
             if STOP.load(Ordering::SeqCst) && !killed {
                 libc::kill(worker, libc::SIGKILL);
+                if !subreaper {
+                    libc::kill(-worker, libc::SIGKILL);
+                }
                 killed = true;
             }
             let mut status = 0;
@@ -545,6 +559,9 @@ unsafe fn supervise(worker: libc::pid_t, paths: &Paths) -> ! {
             if r < 0 && *libc::__errno_location() != libc::EINTR {
                 break;
             }
+        }
+        if !subreaper {
+            libc::kill(-worker, libc::SIGKILL);
         }
         sweep(paths);
         match worker_status {

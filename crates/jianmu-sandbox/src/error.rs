@@ -26,6 +26,16 @@ pub enum SandboxError {
         /// The image asked for.
         image: String,
     },
+    /// The engine does not know the runtime the settings ask for.
+    #[error(
+        "the Docker engine has no runtime `{runtime}`: register it in the engine's daemon.json \
+         (\"runtimes\": {{\"{runtime}\": {{\"path\": \"/usr/bin/{runtime}\"}}}}) and restart the engine, \
+         or leave `runtime` unset to use the engine's default"
+    )]
+    MissingRuntime {
+        /// The runtime asked for.
+        runtime: String,
+    },
     /// The engine refused or failed an operation.
     #[error("{what}")]
     Engine {

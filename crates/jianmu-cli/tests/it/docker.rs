@@ -134,21 +134,112 @@ async fn docker() -> bollard::Docker {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn escape_probes_find_a_locked_down_container() {
     let f = fixture(settings());
+    escape_probes(&f, false).await;
+    f.sandbox.shutdown().await;
+}
+
+/// Under gVisor (`runtime = "runsc"`, on an engine the test starts with the runtime
+/// registered) the sandbox has a kernel of its own, and every escape probe holds too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn gvisor_gives_the_sandbox_its_own_kernel() {
+    let engine = tokio::task::spawn_blocking(crate::engine::Engine::start)
+        .await
+        .unwrap();
+    let docker = image::connect(Some(&engine.host)).await.unwrap();
+    let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
+    image::ensure_image(&docker, TAG, &sources).await.unwrap();
+    let f = fixture(DockerSettings {
+        image: TAG.to_owned(),
+        docker_host: Some(engine.host.clone()),
+        runtime: Some("runsc".into()),
+        ..DockerSettings::default()
+    });
+    // gVisor's kernel answers, not the host's.
+    let version = f.sh("cat /proc/version").await;
+    let host = std::fs::read_to_string("/proc/version").unwrap();
+    assert_ne!(version, host);
+    assert!(version.starts_with("Linux version 4.4.0 "), "{version}");
+    escape_probes(&f, true).await;
+    // The tools work there as they do under runc.
+    f.call(
+        "write_file",
+        json!({"path": "g.txt", "content": "under gVisor"}),
+    )
+    .await
+    .unwrap();
+    assert_eq!(f.sh("cat g.txt").await, "under gVisor");
+    let py = f
+        .call("python_repl", json!({"code": "6 * 7"}))
+        .await
+        .unwrap();
+    assert_eq!(py.text.trim(), "42");
+    f.sandbox.shutdown().await;
+    drop(engine);
+}
+
+/// An engine without the runtime asked for: the error names it and says how to fix it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runtime_the_engine_lacks_is_named() {
+    let f = fixture(DockerSettings {
+        runtime: Some("jianmu-no-such-runtime".into()),
+        ..settings()
+    });
+    let err = message(f.call("calculator", json!("1+1")).await);
+    assert!(
+        err.contains("the Docker engine has no runtime `jianmu-no-such-runtime`: register it in the engine's daemon.json"),
+        "{err}"
+    );
+    let bad = DockerSandbox::new(
+        &f.ws,
+        DockerSettings {
+            runtime: Some("runsc; rm -rf /".into()),
+            ..settings()
+        },
+    )
+    .err()
+    .map(|e| e.to_string())
+    .unwrap_or_default();
+    assert!(bad.contains("is not a runtime name"), "{bad}");
+}
+
+/// What a locked-down container must show, asked through the sandbox's own `bash`.
+async fn escape_probes(f: &Fixture, gvisor: bool) {
     let status = f
         .sh("grep -E '^(NoNewPrivs|CapEff|CapPrm|CapBnd):' /proc/self/status")
         .await;
-    assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+    // gVisor writes `Key:value` without a tab and has no `NoNewPrivs` line.
+    let field = |key: &str| {
+        status
+            .lines()
+            .find_map(|l| l.strip_prefix(key)?.strip_prefix(':'))
+            .map(str::trim)
+    };
     for cap in ["CapEff", "CapPrm", "CapBnd"] {
-        assert!(
-            status.contains(&format!("{cap}:\t0000000000000000")),
-            "{status}"
-        );
+        assert_eq!(field(cap), Some("0000000000000000"), "{status}");
     }
+    let no_new_privs = match field("NoNewPrivs") {
+        Some(v) => v.to_owned(),
+        None => f
+            .call(
+                "python_repl",
+                json!({"code": "import ctypes; ctypes.CDLL(None).prctl(39, 0, 0, 0, 0)"}),
+            )
+            .await
+            .unwrap()
+            .text
+            .trim()
+            .to_owned(),
+    };
+    assert_eq!(no_new_privs, "1", "{status}");
     let uid = f.sh("id -u").await;
     assert_ne!(uid.trim(), "0");
     assert_eq!(uid.trim(), sandbox_uid(&f.ws));
     let root = message(f.call("bash", json!({"command": "touch /probe"})).await);
-    assert!(root.contains("Read-only file system"), "{root}");
+    // gVisor checks the permission before the read-only mount.
+    assert!(
+        root.contains("Read-only file system") || (gvisor && root.contains("Permission denied")),
+        "{root}"
+    );
     assert_eq!(f.sh("echo ok > /tmp/probe && cat /tmp/probe").await, "ok\n");
     let sock = f
         .sh("for s in /var/run/docker.sock /run/docker.sock; do test -e $s && echo $s; done; echo end")
@@ -175,7 +266,6 @@ async fn escape_probes_find_a_locked_down_container() {
     assert!(!passwd.contains(&std::fs::read_to_string("/etc/passwd").unwrap()));
     // The same path is the workspace inside and out.
     assert_eq!(f.sh("pwd").await.trim(), f.ws.to_str().unwrap());
-    f.sandbox.shutdown().await;
 }
 
 fn sandbox_uid(ws: &Path) -> String {

@@ -57,6 +57,7 @@ pub(crate) fn body(
         nano_cpus: Some((s.cpus * 1e9) as i64),
         init: Some(true),
         ipc_mode: Some("private".into()),
+        runtime: s.runtime.clone(),
         ..Default::default()
     };
     ContainerCreateBody {

@@ -201,6 +201,14 @@ impl DockerSandbox {
                 } => SandboxError::MissingImage {
                     image: s.image.clone(),
                 },
+                bollard::errors::Error::DockerResponseServerError {
+                    status_code: 400 | 500,
+                    ref message,
+                } if s.runtime.is_some() && message.to_ascii_lowercase().contains("runtime") => {
+                    SandboxError::MissingRuntime {
+                        runtime: s.runtime.clone().unwrap_or_default(),
+                    }
+                }
                 e => SandboxError::engine("cannot create the sandbox container", e),
             })?;
         let id = created.id;

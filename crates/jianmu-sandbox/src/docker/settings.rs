@@ -34,6 +34,10 @@ pub struct DockerSettings {
     pub user: Option<String>,
     /// How long a cancelled call may take to stop before the container is replaced.
     pub cancel_grace_secs: f64,
+    /// The OCI runtime to run the container under, by the name the engine registers
+    /// it as (`runsc` for gVisor, which gives the sandbox its own kernel); default the
+    /// engine's (runc).
+    pub runtime: Option<String>,
 }
 
 impl Default for DockerSettings {
@@ -48,6 +52,7 @@ impl Default for DockerSettings {
             tmp_size_mib: 64,
             user: None,
             cancel_grace_secs: 5.0,
+            runtime: None,
         }
     }
 }
@@ -112,6 +117,18 @@ impl DockerSettings {
         }
         if !(settings.cancel_grace_secs.is_finite() && settings.cancel_grace_secs > 0.0) {
             return Err(bad("cancel_grace_secs must be a positive number".into()));
+        }
+        if let Some(runtime) = &settings.runtime
+            && (runtime.is_empty()
+                || runtime.len() > 64
+                || !runtime
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b"._-".contains(&b)))
+        {
+            return Err(bad(format!(
+                "runtime `{}` is not a runtime name (letters, digits, `.`, `_`, `-`)",
+                jianmu_tool_core::shorten(runtime, 80)
+            )));
         }
         let user = match &settings.user {
             Some(user) => {
