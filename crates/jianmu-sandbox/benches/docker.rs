@@ -1,7 +1,8 @@
 //! The Docker sandbox, in one run: a warm call through `DockerSandbox` (calculator)
 //! against a raw bollard `exec` of `true` into the same running container, and a cold
 //! call (create, start, call, remove) against a raw bollard `create + start + wait +
-//! remove` of `true` with the same container settings.
+//! remove` of `true` with the same container settings, and the first call of a new
+//! session taken from a warm pool against the same raw reference.
 //!
 //! Needs `JIANMU_BENCH_RUNNER`, a release `jianmu` binary, and a running Docker
 //! engine; `cargo xtask bench` provides both. Prints `docker-bench NAME P50_US P99_US`
@@ -160,4 +161,35 @@ async fn bench(runner: String) {
     report("raw_phase_start", r_start);
     report("raw_phase_wait", r_wait);
     report("raw_phase_remove", r_remove);
+
+    // A warm pool: the first call of each new session takes a ready spare. The session
+    // is closed and the pool refilled between rounds, untimed.
+    let pooled = DockerSandbox::new(
+        ws.path(),
+        DockerSettings {
+            pool_size: 2,
+            ..settings.clone()
+        },
+    )
+    .unwrap();
+    pooled.warm_up().await.unwrap();
+    let mut first = Vec::new();
+    for _ in 0..25 {
+        let filled = Instant::now();
+        while pooled.pooled().len() < 2 && filled.elapsed() < Duration::from_secs(60) {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+        let session = pooled.new_session();
+        let runner = ToolRunner::new(session.clone());
+        let start = Instant::now();
+        let out = calculator
+            .execute(args.clone(), ExecuteOptions::default().runner(&runner))
+            .await
+            .unwrap();
+        first.push(start.elapsed());
+        assert_eq!(out.text, "222");
+        session.close_session().await;
+    }
+    report("pool_first_call", first);
+    pooled.shutdown().await;
 }

@@ -177,6 +177,73 @@ async fn gvisor_gives_the_sandbox_its_own_kernel() {
     drop(engine);
 }
 
+/// Polls `ready` for up to 60 s.
+async fn eventually(what: &str, mut ready: impl AsyncFnMut() -> bool) {
+    for _ in 0..600 {
+        if ready().await {
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    panic!("{what} did not happen within 60 s");
+}
+
+async fn gone(id: &str) -> bool {
+    docker().await.inspect_container(id, None).await.is_err()
+}
+
+/// With `pool_size`, spare containers wait ready; a new session's first call takes
+/// one (its state its own), a replacement starts, and shutdown removes them all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_warm_pool_hands_each_new_session_a_ready_container() {
+    let f = fixture(DockerSettings {
+        pool_size: 2,
+        ..settings()
+    });
+    f.sandbox.warm_up().await.unwrap();
+    eventually("the pool filling", async || f.sandbox.pooled().len() == 2).await;
+    let spares = f.sandbox.pooled();
+    let session = f.sandbox.new_session();
+    let runner = ToolRunner::new(session.clone()).with_timeout(Duration::from_secs(60));
+    f.call_with(&runner, "python_repl", json!({"code": "x = 'mine'"}))
+        .await
+        .unwrap();
+    let taken = session.container_id().await.unwrap();
+    assert!(spares.contains(&taken), "{taken} is not one of {spares:?}");
+    assert_eq!(
+        f.call_with(&runner, "python_repl", json!({"code": "x"}))
+            .await
+            .unwrap()
+            .text
+            .trim(),
+        "mine"
+    );
+    // Neither the first session nor a third one sees it.
+    for other in [f.runner.clone(), ToolRunner::new(f.sandbox.new_session())] {
+        let seen = f
+            .call_with(&other, "python_repl", json!({"code": "x"}))
+            .await;
+        assert!(
+            message(seen).contains("NameError"),
+            "another session sees the state"
+        );
+    }
+    eventually("the pool refilling", async || {
+        let now = f.sandbox.pooled();
+        now.len() == 2 && !now.contains(&taken)
+    })
+    .await;
+    // Closing a session removes its container only.
+    session.close_session().await;
+    eventually("the session's container going", async || gone(&taken).await).await;
+    assert_eq!(f.sandbox.pooled().len(), 2);
+    let left = f.sandbox.pooled();
+    f.sandbox.shutdown().await;
+    for id in left {
+        eventually("a spare going", async || gone(&id).await).await;
+    }
+}
+
 /// An engine without the runtime asked for: the error names it and says how to fix it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runtime_the_engine_lacks_is_named() {

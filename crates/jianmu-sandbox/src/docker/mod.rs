@@ -19,6 +19,12 @@
 //! [`DockerSettings::cancel_grace_secs`] is killed and replaced. Containers carry the
 //! label [`LABEL`]; those whose owning process is gone are removed when a sandbox
 //! first starts one.
+//!
+//! Sessions and the warm pool: [`DockerSandbox::new_session`] gives a sandbox that
+//! shares the settings and the engine but has a container (and so interpreter, shell
+//! sessions and jobs) of its own. With [`DockerSettings::pool_size`] N, N spare
+//! containers are kept started and ready; a session's first call takes one, so it
+//! costs a warm call, and a replacement starts in the background.
 
 mod conn;
 mod container;
@@ -29,7 +35,7 @@ mod wire;
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
 
 use bollard::Docker;
@@ -46,10 +52,13 @@ pub use settings::{DEFAULT_IMAGE, DockerSettings};
 /// The label on every sandbox container; its value names the owning process.
 pub const LABEL: &str = "io.jianmu.sandbox.owner";
 
-/// A [`Runner`] that runs tools in a hardened container; see the module docs.
+/// A [`Runner`] that runs tools in a hardened container; see the module docs. Clones
+/// share the container; [`DockerSandbox::new_session`] does not.
 #[derive(Clone)]
 pub struct DockerSandbox {
     inner: Arc<Inner>,
+    /// This session's container, once started.
+    conn: Arc<Mutex<Option<Arc<Conn>>>>,
 }
 
 struct Inner {
@@ -58,9 +67,12 @@ struct Inner {
     user: String,
     tools: ToolConfig,
     docker: OnceCell<Docker>,
-    conn: Mutex<Option<Arc<Conn>>>,
     swept: AtomicBool,
     owner: String,
+    /// Started, ready containers no session has taken yet.
+    spares: std::sync::Mutex<Vec<Arc<Conn>>>,
+    /// Spares being started.
+    filling: AtomicUsize,
 }
 
 impl std::fmt::Debug for DockerSandbox {
@@ -102,10 +114,41 @@ impl DockerSandbox {
                 user,
                 tools,
                 docker: OnceCell::new(),
-                conn: Mutex::new(None),
                 swept: AtomicBool::new(false),
                 owner: container::owner_label(),
+                spares: std::sync::Mutex::new(Vec::new()),
+                filling: AtomicUsize::new(0),
             }),
+            conn: Arc::default(),
+        }
+    }
+
+    /// A sandbox with the same settings, engine and pool, but a container of its own:
+    /// nothing one session's calls leave (interpreter state, shell sessions, jobs) is
+    /// seen by another's. Its first call takes a spare from the pool when there is one.
+    #[must_use]
+    pub fn new_session(&self) -> Self {
+        Self {
+            inner: Arc::clone(&self.inner),
+            conn: Arc::default(),
+        }
+    }
+
+    /// The ids of the spare containers ready in the pool.
+    pub fn pooled(&self) -> Vec<String> {
+        crate::lock(&self.inner.spares)
+            .iter()
+            .filter(|c| !c.is_dead())
+            .map(|c| c.id().to_owned())
+            .collect()
+    }
+
+    /// Stops and removes this session's container only; the pool and other sessions
+    /// go on. [`DockerSandbox::shutdown`] ends everything.
+    pub async fn close_session(&self) {
+        let conn = self.conn.lock().await.take();
+        if let Some(conn) = conn {
+            conn.close(Duration::from_secs(5)).await;
         }
     }
 
@@ -131,7 +174,7 @@ impl DockerSandbox {
 
     /// The id of the running container, if one is up.
     pub async fn container_id(&self) -> Option<String> {
-        let slot = self.inner.conn.lock().await;
+        let slot = self.conn.lock().await;
         slot.as_ref()
             .filter(|c| !c.is_dead())
             .map(|c| c.id().to_owned())
@@ -148,10 +191,12 @@ impl DockerSandbox {
     /// Stops and removes the container. The sandbox stays usable: the next call
     /// starts a new one.
     pub async fn shutdown(&self) {
-        let conn = self.inner.conn.lock().await.take();
-        if let Some(conn) = conn {
-            conn.close(Duration::from_secs(5)).await;
-        }
+        let spares = std::mem::take(&mut *crate::lock(&self.inner.spares));
+        let closing = spares
+            .iter()
+            .map(|c| c.close(Duration::from_secs(5)))
+            .collect::<Vec<_>>();
+        tokio::join!(self.close_session(), futures::future::join_all(closing));
     }
 
     /// The body this sandbox creates its containers with: image, user, labels, mounts
@@ -168,89 +213,127 @@ impl DockerSandbox {
             .await
     }
 
-    /// The live connection, starting a container when there is none.
+    /// The live connection: this session's container, else a spare from the pool,
+    /// else a new container.
     async fn connection(&self) -> Result<Arc<Conn>, SandboxError> {
-        let mut slot = self.inner.conn.lock().await;
+        let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref()
             && !conn.is_dead()
         {
             return Ok(Arc::clone(conn));
         }
         *slot = None;
-        let docker = self.docker().await?.clone();
-        let conn = if self.inner.swept.swap(true, Ordering::Relaxed) {
-            self.start(docker).await?
-        } else {
-            // The sweep cannot touch the container being started (its owner is
-            // alive), so both go at once.
-            let (_, conn) = tokio::join!(container::sweep(&docker), self.start(docker.clone()));
-            conn?
+        let spare = {
+            let mut spares = crate::lock(&self.inner.spares);
+            spares.retain(|c| !c.is_dead());
+            spares.pop()
         };
-        *slot = Some(Arc::clone(&conn));
-        Ok(conn)
-    }
-
-    async fn start(&self, docker: Docker) -> Result<Arc<Conn>, SandboxError> {
-        let s = &self.inner.settings;
-        let created = docker
-            .create_container(None, self.container_body())
-            .await
-            .map_err(|e| match e {
-                bollard::errors::Error::DockerResponseServerError {
-                    status_code: 404, ..
-                } => SandboxError::MissingImage {
-                    image: s.image.clone(),
-                },
-                bollard::errors::Error::DockerResponseServerError {
-                    status_code: 400 | 500,
-                    ref message,
-                } if s.runtime.is_some() && message.to_ascii_lowercase().contains("runtime") => {
-                    SandboxError::MissingRuntime {
-                        runtime: s.runtime.clone().unwrap_or_default(),
-                    }
-                }
-                e => SandboxError::engine("cannot create the sandbox container", e),
-            })?;
-        let id = created.id;
-        let options = AttachContainerOptionsBuilder::default()
-            .stdin(true)
-            .stdout(true)
-            .stderr(true)
-            .stream(true)
-            .build();
-        let attached = match docker.attach_container(&id, Some(options)).await {
-            Ok(a) => a,
-            Err(e) => {
-                container::remove(&docker, &id).await;
-                return Err(SandboxError::engine(
-                    "cannot attach to the sandbox container",
-                    e,
-                ));
+        let docker = self.docker().await?.clone();
+        let conn = match spare {
+            Some(conn) => conn,
+            None if self.inner.swept.swap(true, Ordering::Relaxed) => {
+                start(&self.inner, docker.clone()).await?
+            }
+            None => {
+                // The sweep cannot touch the container being started (its owner is
+                // alive), so both go at once.
+                let (_, conn) = tokio::join!(
+                    container::sweep(&docker),
+                    start(&self.inner, docker.clone())
+                );
+                conn?
             }
         };
-        let conn = Conn::spawn(
-            docker.clone(),
-            id.clone(),
-            attached,
-            s.memory_mib,
-            Duration::from_secs_f64(s.cancel_grace_secs),
-        );
-        // Written before the start: the pipe holds it, so the runner finds its
-        // settings as soon as it boots, while the daemon is still answering.
-        let ready = conn.send_init(&self.inner.tools);
-        if let Err(e) = docker.start_container(&id, None).await {
-            conn.remove().await;
+        *slot = Some(Arc::clone(&conn));
+        refill(&self.inner, &docker);
+        Ok(conn)
+    }
+}
+
+/// Starts spares in the background until the pool (with those already starting)
+/// holds `pool_size`.
+fn refill(inner: &Arc<Inner>, docker: &Docker) {
+    let want = inner.settings.pool_size;
+    loop {
+        let have = crate::lock(&inner.spares).len() + inner.filling.load(Ordering::Acquire);
+        if have >= want {
+            return;
+        }
+        inner.filling.fetch_add(1, Ordering::AcqRel);
+        let inner = Arc::clone(inner);
+        let docker = docker.clone();
+        tokio::spawn(async move {
+            match start(&inner, docker).await {
+                Ok(conn) => crate::lock(&inner.spares).push(conn),
+                Err(e) => tracing::warn!("a spare sandbox container did not start: {e}"),
+            }
+            inner.filling.fetch_sub(1, Ordering::AcqRel);
+        });
+    }
+}
+
+/// Creates, attaches and starts a container, and waits until its runner is ready.
+async fn start(inner: &Inner, docker: Docker) -> Result<Arc<Conn>, SandboxError> {
+    let s = &inner.settings;
+    let body = container::body(s, &inner.workspace, &inner.user, &inner.owner);
+    let created = docker
+        .create_container(None, body)
+        .await
+        .map_err(|e| match e {
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 404, ..
+            } => SandboxError::MissingImage {
+                image: s.image.clone(),
+            },
+            bollard::errors::Error::DockerResponseServerError {
+                status_code: 400 | 500,
+                ref message,
+            } if s.runtime.is_some() && message.to_ascii_lowercase().contains("runtime") => {
+                SandboxError::MissingRuntime {
+                    runtime: s.runtime.clone().unwrap_or_default(),
+                }
+            }
+            e => SandboxError::engine("cannot create the sandbox container", e),
+        })?;
+    let id = created.id;
+    let options = AttachContainerOptionsBuilder::default()
+        .stdin(true)
+        .stdout(true)
+        .stderr(true)
+        .stream(true)
+        .build();
+    let attached = match docker.attach_container(&id, Some(options)).await {
+        Ok(a) => a,
+        Err(e) => {
+            container::remove(&docker, &id).await;
             return Err(SandboxError::engine(
-                "cannot start the sandbox container",
+                "cannot attach to the sandbox container",
                 e,
             ));
         }
-        if let Err(e) = conn.wait_ready(ready).await {
-            conn.remove().await;
-            return Err(SandboxError::Lost(e));
-        }
-        Ok(conn)
+    };
+    let conn = Conn::spawn(
+        docker.clone(),
+        id.clone(),
+        attached,
+        s.memory_mib,
+        Duration::from_secs_f64(s.cancel_grace_secs),
+    );
+    // Written before the start: the pipe holds it, so the runner finds its
+    // settings as soon as it boots, while the daemon is still answering.
+    let ready = conn.send_init(&inner.tools);
+    if let Err(e) = docker.start_container(&id, None).await {
+        conn.remove().await;
+        return Err(SandboxError::engine(
+            "cannot start the sandbox container",
+            e,
+        ));
     }
+    if let Err(e) = conn.wait_ready(ready).await {
+        conn.remove().await;
+        return Err(SandboxError::Lost(e));
+    }
+    Ok(conn)
 }
 
 impl Runner for DockerSandbox {
@@ -283,7 +366,7 @@ impl Runner for DockerSandbox {
                 }
             }
             Outcome::Lost(reason) => {
-                let mut slot = self.inner.conn.lock().await;
+                let mut slot = self.conn.lock().await;
                 if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
                     *slot = None;
                 }

@@ -38,6 +38,9 @@ pub struct DockerSettings {
     /// it as (`runsc` for gVisor, which gives the sandbox its own kernel); default the
     /// engine's (runc).
     pub runtime: Option<String>,
+    /// Spare containers kept started and ready, so that a new session's first call
+    /// costs a warm call (see `DockerSandbox::new_session`); 0 keeps none.
+    pub pool_size: usize,
 }
 
 impl Default for DockerSettings {
@@ -53,6 +56,7 @@ impl Default for DockerSettings {
             user: None,
             cancel_grace_secs: 5.0,
             runtime: None,
+            pool_size: 0,
         }
     }
 }
@@ -117,6 +121,9 @@ impl DockerSettings {
         }
         if !(settings.cancel_grace_secs.is_finite() && settings.cancel_grace_secs > 0.0) {
             return Err(bad("cancel_grace_secs must be a positive number".into()));
+        }
+        if settings.pool_size > 64 {
+            return Err(bad("pool_size must be at most 64".into()));
         }
         if let Some(runtime) = &settings.runtime
             && (runtime.is_empty()
