@@ -100,11 +100,16 @@ impl Conn {
     }
 
     /// Sends `init`; [`Conn::wait_ready`] waits for the answer.
-    pub(crate) fn send_init(&self, config: &ToolConfig) -> oneshot::Receiver<Result<(), String>> {
+    pub(crate) fn send_init(
+        &self,
+        config: &ToolConfig,
+        warm: bool,
+    ) -> oneshot::Receiver<Result<(), String>> {
         let (tx, rx) = oneshot::channel();
         *lock(&self.shared.ready) = Some(tx);
         self.send(&Request::Init {
             config: config.clone(),
+            warm,
         });
         rx
     }

@@ -185,7 +185,20 @@ impl DockerSandbox {
     /// # Errors
     /// When the daemon is unreachable or the container cannot start.
     pub async fn warm_up(&self) -> Result<(), SandboxError> {
-        self.connection().await.map(drop)
+        self.connection().await?;
+        self.refill();
+        Ok(())
+    }
+
+    /// Tops the pool up in the background. Called after a call rather than when a
+    /// spare is taken: starting a container keeps the engine busy, and every call's
+    /// bytes pass through the engine.
+    fn refill(&self) {
+        if self.inner.settings.pool_size > 0
+            && let Some(docker) = self.inner.docker.get()
+        {
+            refill(&self.inner, docker);
+        }
     }
 
     /// Stops and removes the container. The sandbox stays usable: the next call
@@ -232,20 +245,19 @@ impl DockerSandbox {
         let conn = match spare {
             Some(conn) => conn,
             None if self.inner.swept.swap(true, Ordering::Relaxed) => {
-                start(&self.inner, docker.clone()).await?
+                start(&self.inner, docker.clone(), false).await?
             }
             None => {
                 // The sweep cannot touch the container being started (its owner is
                 // alive), so both go at once.
                 let (_, conn) = tokio::join!(
                     container::sweep(&docker),
-                    start(&self.inner, docker.clone())
+                    start(&self.inner, docker.clone(), false)
                 );
                 conn?
             }
         };
         *slot = Some(Arc::clone(&conn));
-        refill(&self.inner, &docker);
         Ok(conn)
     }
 }
@@ -263,7 +275,7 @@ fn refill(inner: &Arc<Inner>, docker: &Docker) {
         let inner = Arc::clone(inner);
         let docker = docker.clone();
         tokio::spawn(async move {
-            match start(&inner, docker).await {
+            match start(&inner, docker, true).await {
                 Ok(conn) => crate::lock(&inner.spares).push(conn),
                 Err(e) => tracing::warn!("a spare sandbox container did not start: {e}"),
             }
@@ -273,7 +285,7 @@ fn refill(inner: &Arc<Inner>, docker: &Docker) {
 }
 
 /// Creates, attaches and starts a container, and waits until its runner is ready.
-async fn start(inner: &Inner, docker: Docker) -> Result<Arc<Conn>, SandboxError> {
+async fn start(inner: &Inner, docker: Docker, warm: bool) -> Result<Arc<Conn>, SandboxError> {
     let s = &inner.settings;
     let body = container::body(s, &inner.workspace, &inner.user, &inner.owner);
     let created = docker
@@ -321,7 +333,7 @@ async fn start(inner: &Inner, docker: Docker) -> Result<Arc<Conn>, SandboxError>
     );
     // Written before the start: the pipe holds it, so the runner finds its
     // settings as soon as it boots, while the daemon is still answering.
-    let ready = conn.send_init(&inner.tools);
+    let ready = conn.send_init(&inner.tools, warm);
     if let Err(e) = docker.start_container(&id, None).await {
         conn.remove().await;
         return Err(SandboxError::engine(
@@ -343,7 +355,9 @@ impl Runner for DockerSandbox {
             .connection()
             .await
             .map_err(|e| ToolError::runner(name, e))?;
-        match conn.call(name, call.args, call.cx).await {
+        let outcome = conn.call(name, call.args, call.cx).await;
+        self.refill();
+        match outcome {
             Outcome::Done { result, oom_kills } => {
                 let result = result.into_result(name);
                 if oom_kills == 0 {

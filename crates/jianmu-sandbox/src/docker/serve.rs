@@ -82,10 +82,14 @@ where
     let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let writer = tokio::spawn(write_lines(output, rx));
 
+    let mut warm = false;
     let tools = match lines.next_line().await? {
         None => return Ok(()),
         Some(line) => match serde_json::from_str::<Request>(&line) {
-            Ok(Request::Init { config }) => make_tools(config),
+            Ok(Request::Init { config, warm: w }) => {
+                warm = w;
+                make_tools(config)
+            }
             Ok(_) => Err(ToolError::failed("the first request must be `init`")),
             Err(e) => Err(ToolError::failed(format!("unreadable request: {e}"))),
         },
@@ -101,6 +105,18 @@ where
             return Err(std::io::Error::other(format!("init failed: {e}")));
         }
     };
+    if warm {
+        // Before `ready`, so a spare is handed out only once it is warm. A tool that
+        // cannot be built fails its calls later, as it would lazily.
+        for name in tools
+            .names()
+            .into_iter()
+            .map(str::to_owned)
+            .collect::<Vec<_>>()
+        {
+            let _ = tools.tool(&name);
+        }
+    }
     let _ = tx.send(to_line(&Reply::Ready {
         version: env!("CARGO_PKG_VERSION").to_owned(),
     }));

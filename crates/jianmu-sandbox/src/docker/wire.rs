@@ -21,6 +21,10 @@ pub(crate) enum Request {
     Init {
         /// The tools' configuration.
         config: ToolConfig,
+        /// Build every tool before answering `ready` (a spare waiting in a pool has the
+        /// time; a container started for a waiting call builds only what it calls).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        warm: bool,
     },
     /// Run one tool on arguments the host already merged and validated: the runner
     /// trusts its host and does not validate again.

@@ -62,6 +62,7 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
     });
     host.send(Request::Init {
         config: ToolConfig::new("/w").with_settings("echo", json!({"loud": true})),
+        warm: false,
     })
     .await;
     let Reply::Ready { version } = host.reply().await else {
@@ -195,6 +196,7 @@ async fn calls_keep_the_host_call_id_and_are_not_validated_again() {
     });
     host.send(Request::Init {
         config: ToolConfig::new("/w"),
+        warm: false,
     })
     .await;
     assert!(matches!(host.reply().await, Reply::Ready { .. }));
@@ -284,6 +286,7 @@ async fn a_cancel_is_confirmed_only_once_the_work_is_gone() {
     });
     host.send(Request::Init {
         config: ToolConfig::new("/w"),
+        warm: false,
     })
     .await;
     assert!(matches!(host.reply().await, Reply::Ready { .. }));
@@ -322,6 +325,7 @@ async fn tools_that_cannot_be_built_are_reported_and_end_the_runner() {
     let (mut host, server) = start(|_| Err(ToolError::failed("bad settings")));
     host.send(Request::Init {
         config: ToolConfig::new("/w"),
+        warm: false,
     })
     .await;
     assert_eq!(
