@@ -36,7 +36,11 @@ pub(crate) fn run(settings: &Settings, request: Request) -> anyhow::Result<Strin
         eprint!("{}", context.dockerfile);
     }
     crate::runtime()?.block_on(async {
-        let docker = image::connect(settings.docker.docker_host.as_deref()).await?;
+        let docker = image::connect_with(
+            settings.docker.docker_host.as_deref(),
+            settings.docker.tls.as_ref(),
+        )
+        .await?;
         image::build_image(&docker, &tag, &context).await
     })?;
     Ok(format!(

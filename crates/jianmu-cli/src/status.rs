@@ -69,9 +69,10 @@ fn docker(settings: &Settings) -> Value {
     use jianmu_sandbox::docker::image;
     let tag = settings.docker.image.clone();
     let host = settings.docker.docker_host.clone();
+    let tls = settings.docker.tls.clone();
     let checked = crate::runtime().map(|rt| {
         rt.block_on(async {
-            let docker = match image::connect(host.as_deref()).await {
+            let docker = match image::connect_with(host.as_deref(), tls.as_ref()).await {
                 Ok(d) => d,
                 Err(e) => return (false, false, format!("no engine answers ({e})")),
             };

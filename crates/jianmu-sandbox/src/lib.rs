@@ -46,7 +46,7 @@ pub use runner::ToolRunner;
 
 #[cfg(feature = "docker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
-pub use docker::{DockerSandbox, DockerSettings};
+pub use docker::{DockerSandbox, DockerSettings, TlsFiles};
 
 /// Locks `m`, taking the data even if a panicking holder poisoned it: every mutex in
 /// this crate guards plain bookkeeping that stays consistent across a panic.

@@ -138,22 +138,28 @@ async fn escape_probes_find_a_locked_down_container() {
     f.sandbox.shutdown().await;
 }
 
-/// Under gVisor (`runtime = "runsc"`, on an engine the test starts with the runtime
-/// registered) the sandbox has a kernel of its own, and every escape probe holds too.
+/// An engine reached over mutual TLS (one the test starts, with gVisor registered):
+/// the sandbox runs there under gVisor (`runtime = "runsc"`) with a kernel of its own,
+/// every escape probe holds, and a client without a certificate from the engine's CA
+/// is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn gvisor_gives_the_sandbox_its_own_kernel() {
+async fn an_engine_over_mutual_tls_runs_the_sandbox_under_gvisor() {
     let engine = tokio::task::spawn_blocking(crate::engine::Engine::start)
         .await
         .unwrap();
-    let docker = image::connect(Some(&engine.host)).await.unwrap();
+    let docker = image::connect_with(Some(&engine.tcp), Some(&engine.tls))
+        .await
+        .unwrap();
     let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
     image::ensure_image(&docker, TAG, &sources).await.unwrap();
-    let f = fixture(DockerSettings {
+    let remote = DockerSettings {
         image: TAG.to_owned(),
-        docker_host: Some(engine.host.clone()),
+        docker_host: Some(engine.tcp.clone()),
+        tls: Some(engine.tls.clone()),
         runtime: Some("runsc".into()),
         ..DockerSettings::default()
-    });
+    };
+    let f = fixture(remote.clone());
     // gVisor's kernel answers, not the host's.
     let version = f.sh("cat /proc/version").await;
     let host = std::fs::read_to_string("/proc/version").unwrap();
@@ -174,6 +180,20 @@ async fn gvisor_gives_the_sandbox_its_own_kernel() {
         .unwrap();
     assert_eq!(py.text.trim(), "42");
     f.sandbox.shutdown().await;
+    // A certificate from another CA, and no certificate at all, are refused.
+    let stranger = fixture(DockerSettings {
+        tls: Some(engine.stranger.clone()),
+        ..remote
+    });
+    let refused = message(stranger.call("calculator", json!("1+1")).await);
+    assert!(
+        refused.contains(&format!(
+            "sandbox unavailable: cannot reach the Docker daemon at {}",
+            engine.tcp
+        )),
+        "{refused}"
+    );
+    assert!(image::connect(Some(&engine.tcp)).await.is_err());
     drop(engine);
 }
 

@@ -1,7 +1,9 @@
 //! A Docker engine the tests start for themselves, beside the machine's: its own data
 //! root, exec root, pidfile and socket in a temporary folder, its own bridge (an engine
 //! started with `--bridge none` removes the machine's `docker0`), no iptables rules,
-//! and gVisor's `runsc` registered as a runtime. Dropping it stops the engine.
+//! gVisor's `runsc` registered as a runtime, and a `tcp://127.0.0.1` listener that
+//! takes only clients with a certificate from its own test CA (mutual TLS; the
+//! certificates are made with `openssl` for each engine). Dropping it stops the engine.
 
 use std::path::Path;
 use std::process::Child;
@@ -12,9 +14,60 @@ const BRIDGE: &str = "jianmu-test-br";
 
 pub(crate) struct Engine {
     child: Child,
-    /// `unix://` address of its socket.
-    pub(crate) host: String,
+    /// `tcp://127.0.0.1:PORT`, mutual TLS only.
+    pub(crate) tcp: String,
+    /// A client certificate the engine accepts.
+    pub(crate) tls: jianmu_sandbox::TlsFiles,
+    /// A client certificate from another CA, which it refuses.
+    pub(crate) stranger: jianmu_sandbox::TlsFiles,
     _dir: tempfile::TempDir,
+}
+
+/// Runs `openssl ARGS` in `dir`.
+fn openssl(dir: &Path, args: &str) {
+    let out = jianmu_process::std_command("openssl")
+        .args(args.split_whitespace())
+        .current_dir(dir)
+        .output()
+        .expect("openssl runs");
+    assert!(
+        out.status.success(),
+        "openssl {args}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A CA named `name` in `dir`, and a certificate it signs for `who` with `usage`.
+fn certificates(dir: &Path, name: &str, who: &[(&str, &str)]) {
+    openssl(
+        dir,
+        &format!(
+            "req -x509 -newkey rsa:2048 -nodes -keyout {name}-ca-key.pem -out {name}-ca.pem -days 2 -subj /CN={name}-ca"
+        ),
+    );
+    for (leaf, ext) in who {
+        std::fs::write(dir.join(format!("{leaf}.ext")), ext).unwrap();
+        openssl(
+            dir,
+            &format!(
+                "req -newkey rsa:2048 -nodes -keyout {leaf}-key.pem -out {leaf}.csr -subj /CN={leaf}"
+            ),
+        );
+        openssl(
+            dir,
+            &format!(
+                "x509 -req -in {leaf}.csr -CA {name}-ca.pem -CAkey {name}-ca-key.pem -CAcreateserial -out {leaf}.pem -days 2 -extfile {leaf}.ext"
+            ),
+        );
+    }
+}
+
+fn files(dir: &Path, ca: &str, leaf: &str) -> jianmu_sandbox::TlsFiles {
+    jianmu_sandbox::TlsFiles {
+        ca: dir.join(format!("{ca}-ca.pem")),
+        cert: dir.join(format!("{leaf}.pem")),
+        key: dir.join(format!("{leaf}-key.pem")),
+    }
 }
 
 impl Engine {
@@ -35,6 +88,23 @@ impl Engine {
         .unwrap();
         let sock = d.join("sock");
         let log = std::fs::File::create(d.join("log")).unwrap();
+        certificates(
+            d,
+            "test",
+            &[
+                (
+                    "server",
+                    "subjectAltName=IP:127.0.0.1\nextendedKeyUsage=serverAuth\n",
+                ),
+                ("client", "extendedKeyUsage=clientAuth\n"),
+            ],
+        );
+        certificates(d, "other", &[("stranger", "extendedKeyUsage=clientAuth\n")]);
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
         let child = jianmu_process::std_command("dockerd")
             .arg("--config-file")
             .arg(d.join("daemon.json"))
@@ -46,6 +116,15 @@ impl Engine {
             .arg(d.join("pid"))
             .arg("-H")
             .arg(format!("unix://{}", sock.display()))
+            .arg("-H")
+            .arg(format!("tcp://127.0.0.1:{port}"))
+            .arg("--tlsverify")
+            .arg("--tlscacert")
+            .arg(d.join("test-ca.pem"))
+            .arg("--tlscert")
+            .arg(d.join("server.pem"))
+            .arg("--tlskey")
+            .arg(d.join("server-key.pem"))
             .args(["--bridge", BRIDGE, "--iptables=false", "--ip6tables=false"])
             .args([
                 "--ip-forward=false",
@@ -59,7 +138,9 @@ impl Engine {
             .expect("dockerd starts");
         let engine = Engine {
             child,
-            host: format!("unix://{}", sock.display()),
+            tcp: format!("tcp://127.0.0.1:{port}"),
+            tls: files(d, "test", "client"),
+            stranger: files(d, "other", "stranger"),
             _dir: dir,
         };
         let deadline = Instant::now() + Duration::from_secs(60);

@@ -47,7 +47,7 @@ use tokio::sync::{Mutex, OnceCell};
 use crate::SandboxError;
 use conn::{Conn, Outcome};
 pub use serve::serve_stdio;
-pub use settings::{DEFAULT_IMAGE, DockerSettings};
+pub use settings::{DEFAULT_IMAGE, DockerSettings, TlsFiles};
 
 /// The label on every sandbox container; its value names the owning process.
 pub const LABEL: &str = "io.jianmu.sandbox.owner";
@@ -222,7 +222,10 @@ impl DockerSandbox {
     async fn docker(&self) -> Result<&Docker, SandboxError> {
         self.inner
             .docker
-            .get_or_try_init(|| image::connect(self.inner.settings.docker_host.as_deref()))
+            .get_or_try_init(|| {
+                let s = &self.inner.settings;
+                image::connect_with(s.docker_host.as_deref(), s.tls.as_ref())
+            })
             .await
     }
 

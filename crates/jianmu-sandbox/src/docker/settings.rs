@@ -19,6 +19,9 @@ pub struct DockerSettings {
     /// The daemon's address (`unix:///...`, `tcp://...`); default `DOCKER_HOST`, else
     /// the local socket.
     pub docker_host: Option<String>,
+    /// Mutual TLS to a `tcp://` engine (`[execution.docker.tls]`): the CA that signed
+    /// the engine's certificate, and this client's certificate and key.
+    pub tls: Option<TlsFiles>,
     /// Give the container a network (bridge). Off by default: network tools fail.
     pub network: bool,
     /// Memory limit in MiB; swap is not added on top.
@@ -48,6 +51,7 @@ impl Default for DockerSettings {
         Self {
             image: DEFAULT_IMAGE.to_owned(),
             docker_host: None,
+            tls: None,
             network: false,
             memory_mib: 512,
             cpus: 1.0,
@@ -59,6 +63,18 @@ impl Default for DockerSettings {
             pool_size: 0,
         }
     }
+}
+
+/// The PEM files of mutual TLS with an engine.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsFiles {
+    /// The certificate authority the engine's certificate must chain to.
+    pub ca: PathBuf,
+    /// This client's certificate, which the engine checks (`--tlsverify`).
+    pub cert: PathBuf,
+    /// This client's private key.
+    pub key: PathBuf,
 }
 
 /// Where the image keeps its own files; a workspace may not cover them.

@@ -73,6 +73,19 @@ pub const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 /// # Errors
 /// [`SandboxError::Unavailable`], with the address and the cause.
 pub async fn connect(host: Option<&str>) -> Result<Docker, SandboxError> {
+    connect_with(host, None).await
+}
+
+/// As [`connect`], over mutual TLS when `tls` is given (for a `tcp://` engine): the
+/// engine's certificate must chain to `tls.ca`, and this client shows `tls.cert`.
+///
+/// # Errors
+/// [`SandboxError::Unavailable`] when the engine does not answer, or refuses this
+/// client, or a TLS file cannot be read.
+pub async fn connect_with(
+    host: Option<&str>,
+    tls: Option<&super::settings::TlsFiles>,
+) -> Result<Docker, SandboxError> {
     let address = host
         .map(str::to_owned)
         .or_else(|| std::env::var("DOCKER_HOST").ok())
@@ -81,7 +94,18 @@ pub async fn connect(host: Option<&str>) -> Result<Docker, SandboxError> {
         address: address.clone(),
         source: e.into(),
     };
-    let docker = Docker::connect_with_host(&address).map_err(unavailable)?;
+    let docker = match tls {
+        Some(tls) => Docker::connect_with_ssl(
+            &address,
+            &tls.key,
+            &tls.cert,
+            &tls.ca,
+            120,
+            bollard::API_DEFAULT_VERSION,
+        ),
+        None => Docker::connect_with_host(&address),
+    }
+    .map_err(unavailable)?;
     docker.negotiate_version().await.map_err(unavailable)
 }
 
