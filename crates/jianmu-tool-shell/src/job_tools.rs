@@ -79,8 +79,8 @@ impl BashJobs {
     }
 }
 
-fn answer(jobs: &Jobs, status: &JobStatus) -> ToolOutput {
-    ToolOutput::text(jobs.render(status)).with_data(status)
+fn answer(status: &JobStatus, text: String) -> ToolOutput {
+    ToolOutput::text(text).with_data(status)
 }
 
 impl Tool for BashOutput {
@@ -114,11 +114,11 @@ impl Tool for BashOutput {
     async fn call(&self, args: OutputArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let default = if args.input.is_some() { 500 } else { 0 };
         let wait = Duration::from_millis(args.wait_ms.unwrap_or(default).min(MAX_WAIT_MS));
-        let status = self
+        let (status, text) = self
             .jobs
             .poll(args.job, args.input.as_deref(), wait)
             .await?;
-        Ok(answer(&self.jobs, &status))
+        Ok(answer(&status, text))
     }
 }
 
@@ -149,8 +149,8 @@ impl Tool for BashKill {
     }
 
     async fn call(&self, args: JobArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
-        let (status, was_running) = self.jobs.kill(args.job).await?;
-        let mut out = answer(&self.jobs, &status);
+        let (status, text, was_running) = self.jobs.kill(args.job).await?;
+        let mut out = answer(&status, text);
         if !was_running {
             out.text = format!("job {} had already ended\n{}", args.job, out.text);
         }

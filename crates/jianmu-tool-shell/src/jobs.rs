@@ -58,15 +58,10 @@ struct Job {
     id: u64,
     command: String,
     started: Instant,
-    output: Mutex<Buffer>,
+    /// stdout and stderr since the last read.
+    unread: Mutex<Captured>,
     ended: watch::Sender<Option<(Ended, Instant)>>,
     stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
-}
-
-#[derive(Debug)]
-struct Buffer {
-    unread: Captured,
-    total: u64,
 }
 
 /// How a job ended.
@@ -181,10 +176,7 @@ impl Jobs {
             id,
             command: shorten(launch.command, 200).into_owned(),
             started: Instant::now(),
-            output: Mutex::new(Buffer {
-                unread: Captured::new(launch.keep_head, launch.keep_tail),
-                total: 0,
-            }),
+            unread: Mutex::new(Captured::new(launch.keep_head, launch.keep_tail)),
             ended: watch::Sender::new(None),
             stdin: tokio::sync::Mutex::new(child.stdin.take()),
         });
@@ -242,7 +234,8 @@ impl Jobs {
     }
 
     /// Writes `input` to job `id`, waits up to `wait` for it to end, and answers what
-    /// it printed since the last read.
+    /// it printed since the last read: the structured status and the text for the
+    /// model.
     ///
     /// # Errors
     /// No such job; the input could not be written.
@@ -251,20 +244,21 @@ impl Jobs {
         id: u64,
         input: Option<&str>,
         wait: Duration,
-    ) -> Result<JobStatus, ToolError> {
+    ) -> Result<(JobStatus, String), ToolError> {
         let job = self.get(id)?;
         if let Some(input) = input {
             job.write(input).await?;
         }
         job.wait(wait).await;
-        Ok(job.status())
+        Ok(job.answer())
     }
 
-    /// Stops job `id` and everything it started, and answers its last output.
+    /// Stops job `id` and everything it started, and answers its last output (as
+    /// [`Jobs::poll`]) and whether it was still running.
     ///
     /// # Errors
     /// No such job.
-    pub(crate) async fn kill(&self, id: u64) -> Result<(JobStatus, bool), ToolError> {
+    pub(crate) async fn kill(&self, id: u64) -> Result<(JobStatus, String, bool), ToolError> {
         let job = self.get(id)?;
         let stop = self.table().jobs.get_mut(&id).and_then(|e| e.stop.take());
         let was_running = job.running();
@@ -273,7 +267,8 @@ impl Jobs {
         }
         // The monitor reports the end once the process tree is gone.
         job.wait(KILL_PATIENCE).await;
-        Ok((job.status(), was_running))
+        let (status, text) = job.answer();
+        Ok((status, text, was_running))
     }
 
     /// Every job kept, oldest first.
@@ -320,77 +315,91 @@ impl Job {
         }
     }
 
-    /// The job's state, with the output since the last read (which this empties).
-    fn status(&self) -> JobStatus {
-        let ended = *self.ended.borrow();
-        let unread = self
-            .output
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .unread
-            .take();
-        JobStatus {
-            job: self.id,
-            running: ended.is_none(),
-            exit_code: match ended {
-                Some((Ended::Exited(code), _)) => Some(code),
-                _ => None,
-            },
-            output: unread.text(),
-        }
-    }
-
-    fn info(&self) -> JobInfo {
+    /// How it ended and how long it ran (so far, while it runs).
+    fn state(&self) -> (Option<Ended>, Duration) {
         let ended = *self.ended.borrow();
         let until = ended.map_or_else(Instant::now, |(_, at)| at);
-        JobInfo {
-            job: self.id,
-            command: self.command.clone(),
-            state: ended.map_or_else(|| "running".to_owned(), |(how, _)| how.describe()),
-            running: ended.is_none(),
-            exit_code: match ended {
-                Some((Ended::Exited(code), _)) => Some(code),
-                _ => None,
-            },
-            runtime_secs: round(until.duration_since(self.started)),
-            unread_bytes: self
-                .output
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .unread
-                .total(),
-        }
+        (
+            ended.map(|(how, _)| how),
+            until.duration_since(self.started),
+        )
     }
 
-    /// The first line of an answer about this job.
-    pub(crate) fn headline(&self, status: &JobStatus) -> String {
-        let ended = *self.ended.borrow();
-        let runtime = ended
-            .map_or_else(Instant::now, |(_, at)| at)
-            .duration_since(self.started);
-        match ended {
+    /// The job's state with the output since the last read (which this empties), and
+    /// the same in words for the model.
+    fn answer(&self) -> (JobStatus, String) {
+        let (ended, runtime) = self.state();
+        let output = self
+            .unread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take()
+            .text();
+        let mut text = match ended {
             None => format!(
                 "[job {} running for {:.1} s: {}]",
                 self.id,
                 runtime.as_secs_f64(),
                 self.command
             ),
-            Some((how, _)) => format!(
+            Some(how) => format!(
                 "[job {} {} after {:.1} s{}]",
                 self.id,
                 how.describe(),
                 runtime.as_secs_f64(),
-                if status.output.is_empty() {
+                if output.is_empty() {
                     "; no more output"
                 } else {
                     ""
                 }
             ),
+        };
+        text.push('\n');
+        text.push_str(&output);
+        if !output.is_empty() && !output.ends_with('\n') {
+            text.push('\n');
+        }
+        if ended.is_none() {
+            text.push_str(&format!(
+                "[bash_output {{\"job\": {0}}} reads what follows; bash_kill {{\"job\": {0}}} stops it]",
+                self.id
+            ));
+        }
+        let status = JobStatus {
+            job: self.id,
+            running: ended.is_none(),
+            exit_code: ended.and_then(Ended::exit_code),
+            output,
+        };
+        (status, text)
+    }
+
+    fn info(&self) -> JobInfo {
+        let (ended, runtime) = self.state();
+        JobInfo {
+            job: self.id,
+            command: self.command.clone(),
+            state: ended.map_or_else(|| "running".to_owned(), Ended::describe),
+            running: ended.is_none(),
+            exit_code: ended.and_then(Ended::exit_code),
+            runtime_secs: round(runtime),
+            unread_bytes: self
+                .unread
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .total(),
         }
     }
 }
 
 impl Ended {
+    fn exit_code(self) -> Option<i32> {
+        match self {
+            Ended::Exited(code) => Some(code),
+            _ => None,
+        }
+    }
+
     fn describe(self) -> String {
         match self {
             Ended::Exited(code) => format!("exited with code {code}"),
@@ -406,35 +415,13 @@ fn round(d: Duration) -> f64 {
     (d.as_secs_f64() * 10.0).round() / 10.0
 }
 
-impl Jobs {
-    /// The answer for job `id` in words, with its output: what the model reads.
-    pub(crate) fn render(&self, status: &JobStatus) -> String {
-        let headline = match self.get(status.job) {
-            Ok(job) => job.headline(status),
-            Err(_) => format!("[job {}]", status.job),
-        };
-        let mut text = headline;
-        text.push('\n');
-        text.push_str(&status.output);
-        if !status.output.is_empty() && !status.output.ends_with('\n') {
-            text.push('\n');
-        }
-        if status.running {
-            text.push_str(&format!(
-                "[bash_output {{\"job\": {0}}} reads what follows; bash_kill {{\"job\": {0}}} stops it]",
-                status.job
-            ));
-        }
-        text
-    }
-}
-
 /// Copies a stream of the job into its buffer until the stream ends.
 async fn collect(stream: tokio::net::unix::pipe::Receiver, job: Arc<Job>) {
     capture::feed(stream, |data| {
-        let mut buffer = job.output.lock().unwrap_or_else(PoisonError::into_inner);
-        buffer.total += data.len() as u64;
-        buffer.unread.push(data);
+        job.unread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(data);
     })
     .await;
 }

@@ -369,8 +369,7 @@ impl Bash {
             max_running: self.settings.max_jobs,
         })?;
         let wait = Duration::from_millis(args.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
-        let status = self.jobs.poll(id, None, wait).await?;
-        let text = self.jobs.render(&status);
+        let (status, text) = self.jobs.poll(id, None, wait).await?;
         Ok(ToolOutput::text(text).with_data(&BashResult {
             exit_code: status.exit_code,
             job: Some(status.job),
