@@ -62,6 +62,14 @@ impl Captured {
         std::mem::replace(self, fresh)
     }
 
+    /// [`Captured::push`], counting `data` in `counter` too, when there is one.
+    pub(crate) fn push_counted(&mut self, data: &[u8], counter: Option<&Counter>) {
+        if let Some(counter) = counter {
+            counter.add(data);
+        }
+        self.push(data);
+    }
+
     pub(crate) fn push(&mut self, mut data: &[u8]) {
         self.total += data.len() as u64;
         let room = self.keep_head.saturating_sub(self.head.len());
@@ -110,13 +118,7 @@ pub(crate) async fn drain<R: AsyncRead + Unpin>(
     counter: Option<&Counter>,
 ) -> Captured {
     let mut captured = Captured::new(keep_head, keep_tail);
-    feed(stream, |data| {
-        if let Some(counter) = counter {
-            counter.add(data);
-        }
-        captured.push(data);
-    })
-    .await;
+    feed(stream, |data| captured.push_counted(data, counter)).await;
     captured
 }
 

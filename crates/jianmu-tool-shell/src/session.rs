@@ -133,20 +133,11 @@ impl Sessions {
                 let Some(sessions) = sessions.upgrade() else {
                     return;
                 };
-                let now = Instant::now();
-                let expired: Vec<Arc<Session>> = {
-                    let mut inner = sessions
-                        .inner
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner);
-                    let ids: Vec<String> = inner
-                        .map
-                        .iter()
-                        .filter(|(_, s)| now.duration_since(s.last_used()) >= idle)
-                        .map(|(id, _)| id.clone())
-                        .collect();
-                    ids.iter().filter_map(|id| inner.map.remove(id)).collect()
-                };
+                let expired = sessions
+                    .inner
+                    .lock()
+                    .unwrap_or_else(PoisonError::into_inner)
+                    .take_idle(idle);
                 // Dropped outside the lock: ending a shell waits for it to go.
                 drop(expired);
             }
@@ -165,12 +156,17 @@ impl Sessions {
         idle: Duration,
         tmp: Option<&Path>,
     ) -> Result<Arc<Session>, ToolError> {
+        // Idle sessions end here too (exactly at `idle`, where the watcher may be up to
+        // a quarter late): dropping one ends its shell and removes its folder, once
+        // the lock is released.
+        let expired = self
+            .inner
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take_idle(idle);
+        drop(expired);
         let mut inner = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         let now = Instant::now();
-        // Idle sessions end here: dropping one ends its shell and removes its folder.
-        inner
-            .map
-            .retain(|_, s| now.duration_since(s.last_used()) < idle);
         if reset {
             inner.map.remove(id);
         }
@@ -222,6 +218,20 @@ impl Sessions {
         });
         inner.map.insert(id.to_owned(), Arc::clone(&session));
         Ok(session)
+    }
+}
+
+impl Inner {
+    /// Removes and returns the sessions unused for `idle`.
+    fn take_idle(&mut self, idle: Duration) -> Vec<Arc<Session>> {
+        let now = Instant::now();
+        let ids: Vec<String> = self
+            .map
+            .iter()
+            .filter(|(_, s)| now.duration_since(s.last_used()) >= idle)
+            .map(|(id, _)| id.clone())
+            .collect();
+        ids.iter().filter_map(|id| self.map.remove(id)).collect()
     }
 }
 
@@ -302,12 +312,7 @@ impl Session {
                     &mut live.stderr,
                     err_marker.as_bytes(),
                     &mut err_held,
-                    |data| {
-                        if let Some(counter) = counter {
-                            counter.add(data);
-                        }
-                        stderr.push(data);
-                    }
+                    |data| stderr.push_counted(data, counter)
                 ),
             );
             match report {
@@ -527,10 +532,7 @@ async fn read_report<R: AsyncRead + Unpin>(
 ) -> Option<Report> {
     let marker = format!("\n{nonce} ");
     let output = read_until(stream, marker.as_bytes(), held, |data| {
-        if let Some(counter) = counter {
-            counter.add(data);
-        }
-        out.push(data);
+        out.push_counted(data, counter);
     })
     .await;
     if !output {
