@@ -197,12 +197,12 @@ impl DockerSandbox {
         if self.inner.settings.pool_size > 0
             && let Some(docker) = self.inner.docker.get()
         {
-            refill(&self.inner, docker);
+            self.inner.refill(docker);
         }
     }
 
-    /// Stops and removes the container. The sandbox stays usable: the next call
-    /// starts a new one.
+    /// Stops and removes this session's container and every spare of the pool. The
+    /// sandbox stays usable: the next call starts a new one.
     pub async fn shutdown(&self) {
         let spares = std::mem::take(&mut *crate::lock(&self.inner.spares));
         let closing = spares
@@ -215,8 +215,7 @@ impl DockerSandbox {
     /// The body this sandbox creates its containers with: image, user, labels, mounts
     /// and every limit (benchmarks compare raw bollard calls with the same settings).
     pub fn container_body(&self) -> ContainerCreateBody {
-        let i = &self.inner;
-        container::body(&i.settings, &i.workspace, &i.user, &i.owner)
+        self.inner.body()
     }
 
     async fn docker(&self) -> Result<&Docker, SandboxError> {
@@ -265,32 +264,39 @@ impl DockerSandbox {
     }
 }
 
-/// Starts spares in the background until the pool (with those already starting)
-/// holds `pool_size`.
-fn refill(inner: &Arc<Inner>, docker: &Docker) {
-    let want = inner.settings.pool_size;
-    loop {
-        let have = crate::lock(&inner.spares).len() + inner.filling.load(Ordering::Acquire);
-        if have >= want {
-            return;
-        }
-        inner.filling.fetch_add(1, Ordering::AcqRel);
-        let inner = Arc::clone(inner);
-        let docker = docker.clone();
-        tokio::spawn(async move {
-            match start(&inner, docker, true).await {
-                Ok(conn) => crate::lock(&inner.spares).push(conn),
-                Err(e) => tracing::warn!("a spare sandbox container did not start: {e}"),
+impl Inner {
+    /// What every container of this sandbox is created with.
+    fn body(&self) -> ContainerCreateBody {
+        container::body(&self.settings, &self.workspace, &self.user, &self.owner)
+    }
+
+    /// Starts spares in the background until the pool (with those already starting)
+    /// holds `pool_size`.
+    fn refill(self: &Arc<Self>, docker: &Docker) {
+        let want = self.settings.pool_size;
+        loop {
+            let have = crate::lock(&self.spares).len() + self.filling.load(Ordering::Acquire);
+            if have >= want {
+                return;
             }
-            inner.filling.fetch_sub(1, Ordering::AcqRel);
-        });
+            self.filling.fetch_add(1, Ordering::AcqRel);
+            let inner = Arc::clone(self);
+            let docker = docker.clone();
+            tokio::spawn(async move {
+                match start(&inner, docker, true).await {
+                    Ok(conn) => crate::lock(&inner.spares).push(conn),
+                    Err(e) => tracing::warn!("a spare sandbox container did not start: {e}"),
+                }
+                inner.filling.fetch_sub(1, Ordering::AcqRel);
+            });
+        }
     }
 }
 
 /// Creates, attaches and starts a container, and waits until its runner is ready.
 async fn start(inner: &Inner, docker: Docker, warm: bool) -> Result<Arc<Conn>, SandboxError> {
     let s = &inner.settings;
-    let body = container::body(s, &inner.workspace, &inner.user, &inner.owner);
+    let body = inner.body();
     let created = docker
         .create_container(None, body)
         .await
