@@ -37,7 +37,7 @@ const FEATURE_CRATES: [&str; 2] = ["jianmu-provider", "jianmu-cli"];
 /// is on.
 const HEAVY: &[(&str, &[&str])] = &[
     ("reqwest", &["http", "search"]),
-    ("hyper", &["http", "search"]),
+    ("hyper", &["http", "search", "mcp"]),
     ("bollard", &["docker"]),
     ("rhai", &["script"]),
     ("grep-searcher", &["code"]),

@@ -74,9 +74,10 @@ pub(crate) enum Command {
         #[arg(long, default_value = "jianmu")]
         format: SchemaFormat,
     },
-    /// Serve every compiled-in tool over MCP on stdio.
+    /// Serve every compiled-in tool over MCP: on stdio, or as a Streamable HTTP
+    /// service with --http.
     #[cfg(feature = "mcp")]
-    Mcp,
+    Mcp(McpArgs),
     /// Run calls sent as JSON lines on stdin (the runner inside a sandbox container).
     #[cfg(feature = "docker")]
     #[command(hide = true)]
@@ -95,6 +96,27 @@ pub(crate) enum Command {
         #[arg(default_value = "{}")]
         args: String,
     },
+}
+
+/// `jianmu mcp`'s flags.
+#[derive(Debug, clap::Args)]
+pub(crate) struct McpArgs {
+    /// Serve Streamable HTTP on ADDR (e.g. 127.0.0.1:8765) at `/mcp`, with `/healthz`
+    /// and `/metrics`, instead of stdio. A non-loopback ADDR needs a token.
+    #[arg(long, value_name = "ADDR")]
+    pub(crate) http: Option<std::net::SocketAddr>,
+    /// With --http: the bearer token clients must send, read from FILE (first line)
+    /// [default: the JIANMU_MCP_TOKEN environment variable].
+    #[arg(long, value_name = "FILE", requires = "http")]
+    pub(crate) token_file: Option<PathBuf>,
+    /// With --http: a browser origin allowed to call, e.g. https://app.example.com
+    /// (repeatable; adds to `[mcp.http] allowed_origins`). Others get 403.
+    #[arg(long, value_name = "ORIGIN", requires = "http")]
+    pub(crate) allow_origin: Vec<String>,
+    /// With --http: give each client session a folder of its own under DIR as its
+    /// workspace, removed when the session ends.
+    #[arg(long, value_name = "DIR", requires = "http")]
+    pub(crate) workspace_per_session: Option<PathBuf>,
 }
 
 /// `jianmu sandbox ...`.

@@ -20,6 +20,69 @@ pub(crate) struct Config {
     /// Per-tool settings, `[tools.NAME]`.
     #[serde(default)]
     pub(crate) tools: Map<String, Value>,
+    /// `[mcp]`: the MCP server's settings.
+    #[serde(default)]
+    pub(crate) mcp: Mcp,
+}
+
+/// `[mcp]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Mcp {
+    /// `[mcp.http]`: `jianmu mcp --http`.
+    #[serde(default)]
+    pub(crate) http: HttpLimits,
+}
+
+/// `[mcp.http]`: the limits and checks of the Streamable HTTP service.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct HttpLimits {
+    /// The largest request body, in bytes (larger ones get 413).
+    pub(crate) max_body_bytes: usize,
+    /// How many client sessions may be open at once (one more gets 503).
+    pub(crate) max_sessions: usize,
+    /// A session no request has used for this long is closed and its state released.
+    pub(crate) session_idle_secs: u64,
+    /// How long calls still running get to finish once SIGTERM arrives.
+    pub(crate) shutdown_grace_secs: u64,
+    /// Browser origins allowed to call (`https://app.example.com`); a request with
+    /// any other `Origin` header gets 403. `--allow-origin` adds to it.
+    pub(crate) allowed_origins: Vec<String>,
+    /// `Host` headers accepted (DNS rebinding); empty: loopback names when bound to
+    /// loopback, any host otherwise (a token is then required).
+    pub(crate) allowed_hosts: Vec<String>,
+}
+
+impl Default for HttpLimits {
+    fn default() -> Self {
+        Self {
+            max_body_bytes: 4 * 1024 * 1024,
+            max_sessions: 64,
+            session_idle_secs: 15 * 60,
+            shutdown_grace_secs: 10,
+            allowed_origins: Vec::new(),
+            allowed_hosts: Vec::new(),
+        }
+    }
+}
+
+impl HttpLimits {
+    fn check(&self) -> anyhow::Result<()> {
+        if !(1024..=256 * 1024 * 1024).contains(&self.max_body_bytes) {
+            bail!("mcp.http.max_body_bytes must be between 1024 and 268435456");
+        }
+        if !(1..=100_000).contains(&self.max_sessions) {
+            bail!("mcp.http.max_sessions must be between 1 and 100000");
+        }
+        if !(1..=7 * 24 * 3600).contains(&self.session_idle_secs) {
+            bail!("mcp.http.session_idle_secs must be between 1 and 604800");
+        }
+        if self.shutdown_grace_secs > 3600 {
+            bail!("mcp.http.shutdown_grace_secs must be at most 3600");
+        }
+        Ok(())
+    }
 }
 
 /// `[execution]`, the Python tools' `execution.*` keys (docs/python-compat.md).
@@ -84,6 +147,11 @@ impl Config {
                 path.display()
             );
         }
+        config
+            .mcp
+            .http
+            .check()
+            .with_context(|| format!("invalid {}", path.display()))?;
         Ok(config)
     }
 }

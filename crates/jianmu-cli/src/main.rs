@@ -163,7 +163,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             print(&text)
         }
         #[cfg(feature = "mcp")]
-        Command::Mcp => {
+        Command::Mcp(mcp_args) => {
             let mut settings = load()?;
             // Clients edit by line numbers they read: number every read unless the
             // configuration says otherwise.
@@ -171,6 +171,24 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 settings
                     .tools
                     .with_default_setting("read_file", "line_numbers", Value::Bool(true));
+            if let Some(addr) = mcp_args.http {
+                let options = mcp::http::Options::new(
+                    addr,
+                    mcp_args.token_file.as_deref(),
+                    settings.mcp_http.clone(),
+                    &mcp_args.allow_origin,
+                    mcp_args.workspace_per_session.clone(),
+                )?;
+                let rt = tokio::runtime::Builder::new_multi_thread()
+                    .enable_all()
+                    .build()
+                    .context("cannot start the async runtime")?;
+                let served = rt.block_on(mcp::http::serve(settings, options, async {
+                    terminated().await;
+                }));
+                rt.shutdown_timeout(std::time::Duration::from_millis(200));
+                return Ok(served?);
+            }
             let tools = ToolSet::from_providers(&[&settings.provider()]).map_err(lookup)?;
             let rt = runtime()?;
             let served = rt.block_on(async {

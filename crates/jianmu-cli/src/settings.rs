@@ -28,6 +28,9 @@ pub(crate) struct Settings {
     /// `[execution.docker]`.
     #[cfg(feature = "docker")]
     pub(crate) docker: jianmu_sandbox::DockerSettings,
+    /// `[mcp.http]`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) mcp_http: crate::config::HttpLimits,
 }
 
 impl Settings {
@@ -82,6 +85,7 @@ impl Settings {
             audit_log: cli.audit_log.clone().or(config.execution.audit_log),
             #[cfg(feature = "docker")]
             docker: config.execution.docker,
+            mcp_http: config.mcp.http,
         })
     }
 
@@ -109,14 +113,35 @@ impl Settings {
                 bail!("sandbox `docker` is not compiled into this build of jianmu")
             }
         };
-        let runner = runner
-            .with_timeout(self.timeout)
-            .with_policy(self.policy.clone());
+        let runner = self.layers(runner);
+        self.audit(&runner)?;
+        Ok(runner)
+    }
+
+    /// Attaches the audit log, if one is set, to `runner`'s event bus.
+    ///
+    /// # Errors
+    /// An audit log that cannot be opened.
+    pub(crate) fn audit(&self, runner: &ToolRunner) -> anyhow::Result<()> {
         if let Some(path) = &self.audit_log {
             AuditLog::open(path)
                 .with_context(|| format!("cannot open the audit log {}", path.display()))?
                 .attach(runner.events());
         }
-        Ok(runner)
+        Ok(())
+    }
+
+    /// The time limit and policy laid over `runner` (the audit log is attached to
+    /// its event bus by [`Settings::runner`]).
+    pub(crate) fn layers(&self, runner: ToolRunner) -> ToolRunner {
+        runner
+            .with_timeout(self.timeout)
+            .with_policy(self.policy.clone())
+    }
+
+    /// Where calls run.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) fn sandbox(&self) -> SandboxKind {
+        self.sandbox
     }
 }

@@ -1,15 +1,20 @@
-//! `jianmu mcp`: every compiled-in tool over MCP on stdio, with the `rmcp` SDK.
+//! `jianmu mcp`: every compiled-in tool over MCP, with the `rmcp` SDK: on stdio (one
+//! client), or as a Streamable HTTP service (`http`: many clients, each session with
+//! tool state of its own).
 //!
 //! The error's class decides how a failed call is answered: what the model should read
 //! and act on (bad arguments, a refused path, a tool's error, a policy denial, a
 //! timeout, an unknown tool) is a result with `isError: true`; what broke around the
 //! tool (the sandbox, an internal error, a cancellation) is a JSON-RPC error. A
 //! cancelled request drops its call, which stops the work.
-//! Tools are built once per server, so stateful tools keep their state for the session.
-//! Every line the client sends is answered: `frame` answers what the MCP service
-//! cannot (malformed JSON, oversized lines, bad `tools/call` parameters, reused ids).
+//! Tools are built once per session (on stdio: once), so stateful tools keep their
+//! state for the session. Every line a stdio client sends is answered: `frame`
+//! answers what the MCP service cannot (malformed JSON, oversized lines, bad
+//! `tools/call` parameters, reused ids).
 
+use std::collections::HashSet;
 use std::sync::Arc;
+use std::time::Instant;
 
 use jianmu_sandbox::ToolRunner;
 use jianmu_tool_core::{ExecuteOptions, SchemaFormat, ToolError, ToolOutput, ToolSet};
@@ -23,21 +28,28 @@ use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
 mod frame;
+pub(crate) mod http;
+mod metrics;
 mod progress;
 
 /// How long calls still running may take to answer once the client closed its input.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// The MCP server: the tools the policy allows, and the runner calls go through.
-#[derive(Clone)]
-pub(crate) struct Server {
-    tools: Arc<ToolSet>,
-    runner: Arc<ToolRunner>,
+/// What every session of one server shares: the tools offered, and the metrics.
+#[derive(Debug, Clone)]
+pub(crate) struct Catalog {
+    /// The tools the policy allows, as `tools/list` describes them.
     listed: Arc<Vec<Tool>>,
+    /// Every compiled-in tool's name (metrics label only these).
+    known: Arc<HashSet<String>>,
+    metrics: Arc<metrics::Metrics>,
+    /// Cancelled when the server stops: calls still running are answered with an
+    /// error and their work stopped.
+    stopping: tokio_util::sync::CancellationToken,
 }
 
-impl Server {
-    pub(crate) fn new(tools: ToolSet, runner: ToolRunner) -> Self {
+impl Catalog {
+    fn new(tools: &ToolSet, runner: &ToolRunner) -> Self {
         // Tools the policy denies are not offered at all.
         let listed = tools
             .iter()
@@ -45,9 +57,44 @@ impl Server {
             .map(|t| describe(t.spec()))
             .collect();
         Self {
+            listed: Arc::new(listed),
+            known: Arc::new(tools.names().into_iter().map(str::to_owned).collect()),
+            metrics: Arc::new(metrics::Metrics::new()),
+            stopping: tokio_util::sync::CancellationToken::new(),
+        }
+    }
+}
+
+/// The MCP server of one client session: its tools (and so their state), and the
+/// runner calls go through.
+#[derive(Clone)]
+pub(crate) struct Server {
+    catalog: Catalog,
+    tools: Arc<ToolSet>,
+    runner: Arc<ToolRunner>,
+    /// What the session holds beyond its tools; released when the last clone is
+    /// dropped.
+    _held: Option<Arc<dyn Send + Sync>>,
+}
+
+impl Server {
+    /// The server of a stdio client.
+    pub(crate) fn new(tools: ToolSet, runner: ToolRunner) -> Self {
+        let catalog = Catalog::new(&tools, &runner);
+        Self::session(catalog, tools, runner, None)
+    }
+
+    fn session(
+        catalog: Catalog,
+        tools: ToolSet,
+        runner: ToolRunner,
+        held: Option<Arc<dyn Send + Sync>>,
+    ) -> Self {
+        Self {
+            catalog,
             tools: Arc::new(tools),
             runner: Arc::new(runner),
-            listed: Arc::new(listed),
+            _held: held,
         }
     }
 
@@ -168,7 +215,7 @@ impl ServerHandler for Server {
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         Ok(ListToolsResult::with_all_items(
-            self.listed.as_ref().clone(),
+            self.catalog.listed.as_ref().clone(),
         ))
     }
 
@@ -194,11 +241,29 @@ impl ServerHandler for Server {
         if let Some((sink, _)) = &progress {
             options = options.progress(sink);
         }
+        let metrics = &self.catalog.metrics;
+        let counted = metrics.start();
+        let started = Instant::now();
+        let canonical = self.tools.canonical_name(&request.name);
+        let tool = self.catalog.known.contains(canonical).then_some(canonical);
         let call = self.tools.execute_with(&request.name, args, options);
         let answer = tokio::select! {
-            outcome = call => result(outcome).map(Into::into),
-            () = context.ct.cancelled() => Err(ErrorData::internal_error("the call was cancelled", None)),
+            outcome = call => {
+                metrics.record(tool, started.elapsed(), outcome.as_ref().map(drop));
+                result(outcome).map(Into::into)
+            }
+            () = context.ct.cancelled() => {
+                let cancelled = ToolError::Cancelled { tool: request.name.to_string() };
+                metrics.record(tool, started.elapsed(), Err(&cancelled));
+                Err(ErrorData::internal_error("the call was cancelled", None))
+            }
+            () = self.catalog.stopping.cancelled() => {
+                let cancelled = ToolError::Cancelled { tool: request.name.to_string() };
+                metrics.record(tool, started.elapsed(), Err(&cancelled));
+                Err(ErrorData::internal_error("the server is shutting down: the call was cancelled", None))
+            }
         };
+        drop(counted);
         if let Some((_, forwarder)) = progress {
             forwarder.abort();
         }

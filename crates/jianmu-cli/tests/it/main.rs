@@ -12,6 +12,8 @@ mod engine;
 #[cfg(all(feature = "mcp", feature = "full"))]
 mod mcp;
 #[cfg(all(feature = "mcp", feature = "full"))]
+mod mcp_http;
+#[cfg(all(feature = "mcp", feature = "full"))]
 mod mcp_lines;
 
 fn jianmu(args: &[&str], dir: &Path) -> Output {

@@ -8,7 +8,7 @@ use serde_json::{Value, json};
 const MCP_VERSION: &str = "2.3.0";
 
 /// The venv's python with `mcp` installed, made on first use.
-fn python() -> PathBuf {
+pub(crate) fn python() -> PathBuf {
     let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/mcp-venv");
     let python = venv.join("bin/python");
     let has_mcp = |p: &Path| {

@@ -1,0 +1,362 @@
+//! `jianmu mcp --http` driven by a real MCP client (the Python `mcp` package) over
+//! Streamable HTTP on 127.0.0.1: tokens, origins, protocol revisions, one state per
+//! session, everything a session held gone when it closes, graceful SIGTERM.
+
+use std::io::{BufRead as _, BufReader, Write as _};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Stdio};
+use std::time::{Duration, Instant};
+
+use serde_json::{Value, json};
+
+const TOKEN: &str = "test-token-0123456789abcdef";
+
+/// A `jianmu mcp --http 127.0.0.1:0` server and the URL it serves.
+struct Served {
+    child: Child,
+    url: String,
+}
+
+impl Served {
+    fn start(ws: &Path, flags: &[&str]) -> Self {
+        let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+            .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
+            .arg(ws)
+            .args(flags)
+            .env("JIANMU_MCP_TOKEN", TOKEN)
+            .env_remove("JIANMU_LOG")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        let url = line
+            .split_whitespace()
+            .find(|w| w.starts_with("http://"))
+            .unwrap_or_else(|| panic!("no URL in {line:?}"))
+            .to_owned();
+        // Keep reading stderr so the server never blocks on it.
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Self { child, url }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
+    /// Sends SIGTERM and waits (at most 30 s) for the exit code.
+    fn terminate(mut self) -> Option<i32> {
+        let status = jianmu_process::std_command("kill")
+            .args(["-TERM", &self.pid().to_string()])
+            .status()
+            .unwrap();
+        assert!(status.success());
+        let deadline = Instant::now() + Duration::from_secs(30);
+        loop {
+            if let Some(status) = self.child.try_wait().unwrap() {
+                return status.code();
+            }
+            assert!(Instant::now() < deadline, "the server did not stop");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    }
+}
+
+impl Drop for Served {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// The Python client running one scenario, read step by step.
+struct Client {
+    child: Child,
+    input: ChildStdin,
+    output: BufReader<ChildStdout>,
+}
+
+impl Client {
+    fn start(url: &str, scenario: &str) -> Self {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_http_client.py");
+        let mut child = jianmu_process::std_command(crate::mcp::python())
+            .arg(&script)
+            .args([url, TOKEN, scenario])
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let input = child.stdin.take().unwrap();
+        let output = BufReader::new(child.stdout.take().unwrap());
+        Self {
+            child,
+            input,
+            output,
+        }
+    }
+
+    /// The next step the client reports.
+    fn step(&mut self) -> Value {
+        let mut line = String::new();
+        self.output.read_line(&mut line).unwrap();
+        serde_json::from_str(&line).unwrap_or_else(|_| panic!("not a step: {line:?}"))
+    }
+
+    fn go_on(&mut self) {
+        self.input.write_all(b"\n").unwrap();
+        self.input.flush().unwrap();
+    }
+
+    fn finish(mut self) {
+        assert!(self.child.wait().unwrap().success());
+    }
+}
+
+/// Processes below `pid`, as (pid, command name).
+fn descendants(pid: u32) -> Vec<(u32, String)> {
+    let mut parent_of = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(p) = entry.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{p}/stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid ...
+        let Some(close) = stat.rfind(')') else {
+            continue;
+        };
+        let comm = stat[stat.find('(').unwrap() + 1..close].to_owned();
+        let ppid: u32 = stat[close + 2..]
+            .split(' ')
+            .nth(1)
+            .and_then(|s| s.parse().ok())
+            .unwrap_or(0);
+        parent_of.push((p, ppid, comm));
+    }
+    let mut found = vec![pid];
+    let mut out = Vec::new();
+    let mut grew = true;
+    while grew {
+        grew = false;
+        for (p, ppid, comm) in &parent_of {
+            if found.contains(ppid) && !found.contains(p) {
+                found.push(*p);
+                out.push((*p, comm.clone()));
+                grew = true;
+            }
+        }
+    }
+    out
+}
+
+/// Waits (at most 10 s) until `pid` has no processes below it.
+#[track_caller]
+fn until_no_descendants(pid: u32) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let left = descendants(pid);
+        if left.is_empty() {
+            return;
+        }
+        assert!(Instant::now() < deadline, "still running: {left:?}");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let server = Served::start(&ws, &[]);
+    let mut client = Client::start(&server.url, "main");
+
+    let no_token = client.step();
+    assert_eq!(
+        (&no_token["status"], &no_token["www_authenticate"]),
+        (&json!(401), &json!("Bearer"))
+    );
+    assert_eq!(client.step()["status"], 401, "a wrong token");
+    let origin = client.step();
+    assert_eq!(origin["status"], 403, "{origin}");
+    assert!(
+        origin["body"].as_str().unwrap().contains("--allow-origin"),
+        "{origin}"
+    );
+    // Three revisions: 2025-03-26 by a raw handshake, 2025-11-25 by the client's
+    // handshake, 2026-07-28 stateless.
+    let old = client.step();
+    assert_eq!(
+        old,
+        json!({"step": "old_revision", "status": 200, "version": "2025-03-26", "session": true})
+    );
+    let legacy = client.step();
+    assert_eq!(legacy["version"], "2025-11-25");
+    assert_eq!(legacy["tools"].as_array().unwrap().len(), 18, "{legacy}");
+    assert_eq!(
+        legacy["ok"],
+        json!([false, "1267650600228229401496703205376", null])
+    );
+    assert_eq!(
+        legacy["written"],
+        json!({"appended": false, "bytes_written": 2, "file_size": 2, "path": "a.txt"})
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "hi");
+    let modern = client.step();
+    assert_eq!(
+        modern,
+        json!({"step": "modern", "version": "2026-07-28", "tools": 18, "ok": [false, "42"]})
+    );
+    let observed = client.step();
+    assert_eq!(observed["health"], json!([200, "ok\n"]));
+    assert_eq!(observed["anonymous"], 401);
+    let metrics = observed["metrics"][2].as_str().unwrap();
+    assert_eq!(observed["metrics"][0], 200);
+    assert!(
+        observed["metrics"][1]
+            .as_str()
+            .unwrap()
+            .starts_with("application/openmetrics-text"),
+        "{observed}"
+    );
+    for line in [
+        "jianmu_tool_calls_total{tool=\"calculator\"} 2",
+        "jianmu_tool_calls_total{tool=\"write_file\"} 1",
+        "jianmu_tool_call_duration_seconds_count{tool=\"calculator\"} 2",
+        "jianmu_http_refused_total{reason=\"unauthorized\"} 3",
+        "jianmu_http_refused_total{reason=\"origin\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
+    // Two sessions: each its own interpreter and shell.
+    let isolated = client.step();
+    assert_eq!(
+        isolated,
+        json!({"step": "isolated", "a": "1", "b": "2", "shell_a": "a\n", "shell_b": "b\n"})
+    );
+    assert_eq!(client.step()["step"], "held");
+    let running = descendants(server.pid());
+    let interpreters = running
+        .iter()
+        .filter(|(_, c)| c.starts_with("python"))
+        .count();
+    assert!(interpreters >= 2, "{running:?}");
+    assert!(running.iter().any(|(_, c)| c == "bash"), "{running:?}");
+    // Closing the sessions ends their interpreters and shells; the server goes on.
+    client.go_on();
+    assert_eq!(client.step()["step"], "closed");
+    client.finish();
+    until_no_descendants(server.pid());
+    assert_eq!(server.terminate(), Some(0));
+}
+
+#[test]
+fn each_session_gets_a_folder_of_its_own_removed_when_it_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let sessions = dir.path().join("sessions");
+    std::fs::create_dir(&ws).unwrap();
+    let server = Served::start(
+        &ws,
+        &["--workspace-per-session", sessions.to_str().unwrap()],
+    );
+    let mut client = Client::start(&server.url, "workspaces");
+    let seen = client.step();
+    assert!(seen["a"].as_str().unwrap().contains("mine.txt"), "{seen}");
+    assert!(!seen["b"].as_str().unwrap().contains("mine.txt"), "{seen}");
+    let folders: Vec<PathBuf> = std::fs::read_dir(&sessions)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .collect();
+    assert_eq!(folders.len(), 2, "{folders:?}");
+    let pwd = PathBuf::from(seen["pwd"].as_str().unwrap());
+    assert!(folders.contains(&pwd), "{pwd:?} {folders:?}");
+    assert_eq!(
+        std::fs::read_to_string(pwd.join("mine.txt")).unwrap(),
+        "a's"
+    );
+    assert!(std::fs::read_dir(&ws).unwrap().next().is_none());
+    assert_eq!(client.step()["step"], "held");
+    client.go_on();
+    assert_eq!(client.step()["step"], "closed");
+    client.finish();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while std::fs::read_dir(&sessions).unwrap().next().is_some() {
+        assert!(Instant::now() < deadline, "session folders are left");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(server.terminate(), Some(0));
+}
+
+/// SIGTERM with a call running: the server waits the grace period, then cancels the
+/// call, ends what it started, and exits 0.
+#[test]
+fn sigterm_cancels_a_running_call_after_the_grace_period_and_exits_cleanly() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(&config, "[mcp.http]\nshutdown_grace_secs = 1\n").unwrap();
+    let server = Served::start(&ws, &["--config", config.to_str().unwrap()]);
+    let pid = server.pid();
+    let mut client = Client::start(&server.url, "slow");
+    assert_eq!(client.step()["step"], "calling");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !descendants(pid).iter().any(|(_, c)| c == "sleep") {
+        assert!(Instant::now() < deadline, "the call did not start");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let started = Instant::now();
+    assert_eq!(server.terminate(), Some(0));
+    let took = started.elapsed();
+    assert!(
+        took >= Duration::from_millis(900),
+        "stopped before the grace period: {took:?}"
+    );
+    let ended = client.step();
+    assert_eq!(
+        ended,
+        json!({"step": "failed", "error": "the server is shutting down: the call was cancelled"})
+    );
+    let _ = client.child.wait();
+    // Nothing the call started is left anywhere.
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
+        assert!(
+            !String::from_utf8_lossy(&cmdline).contains("jianmu-slow-marker"),
+            "left running: {}",
+            entry.path().display()
+        );
+    }
+}
+
+#[test]
+fn serving_beyond_loopback_needs_a_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .args(["mcp", "--http", "0.0.0.0:0"])
+        .current_dir(dir.path())
+        .env_remove("JIANMU_MCP_TOKEN")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(
+        String::from_utf8_lossy(&out.stderr),
+        "jianmu: refusing to serve on 0.0.0.0:0 without a token: set JIANMU_MCP_TOKEN or --token-file, or bind to 127.0.0.1\n"
+    );
+    let out = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .args(["mcp", "--http", "127.0.0.1:0"])
+        .current_dir(dir.path())
+        .env("JIANMU_MCP_TOKEN", "short")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"),
+        "{out:?}"
+    );
+}
