@@ -12,13 +12,13 @@ use serde_json::{Value, json};
 const TOKEN: &str = "test-token-0123456789abcdef";
 
 /// A `jianmu mcp --http 127.0.0.1:0` server and the URL it serves.
-struct Served {
+pub(crate) struct Served {
     child: Child,
-    url: String,
+    pub(crate) url: String,
 }
 
 impl Served {
-    fn start(ws: &Path, flags: &[&str]) -> Self {
+    pub(crate) fn start(ws: &Path, flags: &[&str]) -> Self {
         let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
             .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
             .arg(ws)
@@ -43,12 +43,12 @@ impl Served {
         Self { child, url }
     }
 
-    fn pid(&self) -> u32 {
+    pub(crate) fn pid(&self) -> u32 {
         self.child.id()
     }
 
     /// Sends SIGTERM and waits (at most 30 s) for the exit code.
-    fn terminate(mut self) -> Option<i32> {
+    pub(crate) fn terminate(mut self) -> Option<i32> {
         let status = jianmu_process::std_command("kill")
             .args(["-TERM", &self.pid().to_string()])
             .status()
@@ -73,14 +73,14 @@ impl Drop for Served {
 }
 
 /// The Python client running one scenario, read step by step.
-struct Client {
+pub(crate) struct Client {
     child: Child,
     input: ChildStdin,
     output: BufReader<ChildStdout>,
 }
 
 impl Client {
-    fn start(url: &str, scenario: &str) -> Self {
+    pub(crate) fn start(url: &str, scenario: &str) -> Self {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_http_client.py");
         let mut child = jianmu_process::std_command(crate::mcp::python())
             .arg(&script)
@@ -99,18 +99,18 @@ impl Client {
     }
 
     /// The next step the client reports.
-    fn step(&mut self) -> Value {
+    pub(crate) fn step(&mut self) -> Value {
         let mut line = String::new();
         self.output.read_line(&mut line).unwrap();
         serde_json::from_str(&line).unwrap_or_else(|_| panic!("not a step: {line:?}"))
     }
 
-    fn go_on(&mut self) {
+    pub(crate) fn go_on(&mut self) {
         self.input.write_all(b"\n").unwrap();
         self.input.flush().unwrap();
     }
 
-    fn finish(mut self) {
+    pub(crate) fn finish(mut self) {
         assert!(self.child.wait().unwrap().success());
     }
 }
@@ -334,6 +334,48 @@ fn sigterm_cancels_a_running_call_after_the_grace_period_and_exits_cleanly() {
     }
 }
 
+/// `max_sessions` and `session_idle_secs`: one session too many gets 503; an idle
+/// session expires and its interpreter ends.
+#[test]
+fn past_the_session_limit_is_503_and_idle_sessions_expire() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        "[mcp.http]\nmax_sessions = 1\nsession_idle_secs = 1\n",
+    )
+    .unwrap();
+    let server = Served::start(&ws, &["--config", config.to_str().unwrap()]);
+    let mut client = Client::start(&server.url, "limits");
+    let full = client.step();
+    assert_eq!(
+        (&full["status"], &full["retry_after"]),
+        (&json!(503), &json!("5")),
+        "{full}"
+    );
+    assert_eq!(
+        full["body"],
+        "the server has its limit of 1 open sessions; retry later\n"
+    );
+    assert_eq!(client.step()["step"], "held");
+    assert!(
+        descendants(server.pid())
+            .iter()
+            .any(|(_, c)| c.starts_with("python")),
+        "no interpreter"
+    );
+    // Idle past the limit: the session and its interpreter are gone.
+    until_no_descendants(server.pid());
+    client.go_on();
+    let expired = client.step();
+    assert_eq!(expired["gone"], true, "{expired}");
+    assert_eq!(client.step()["status"], 200, "room for a new session");
+    client.finish();
+    assert_eq!(server.terminate(), Some(0));
+}
+
 #[test]
 fn serving_beyond_loopback_needs_a_token() {
     let dir = tempfile::tempdir().unwrap();
@@ -359,4 +401,71 @@ fn serving_beyond_loopback_needs_a_token() {
         String::from_utf8_lossy(&out.stderr).contains("at least 16 characters"),
         "{out:?}"
     );
+}
+
+/// Container ids the engine runs now.
+#[cfg(feature = "docker")]
+fn running_containers() -> String {
+    let out = jianmu_process::std_command("docker")
+        .args(["ps", "--no-trunc", "--format", "{{.ID}}"])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// With the Docker sandbox each session gets a container of its own (one from the
+/// warm pool), removed when the session closes.
+#[cfg(feature = "docker")]
+#[test]
+fn each_http_session_gets_its_own_container_removed_when_it_closes() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    crate::docker::give_to_sandbox_user(&ws);
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[execution.docker]\nimage = \"{}\"\npool_size = 1\n",
+            crate::docker::test_image()
+        ),
+    )
+    .unwrap();
+    let server = Served::start(
+        &ws,
+        &["--sandbox", "docker", "--config", config.to_str().unwrap()],
+    );
+    let mut client = Client::start(&server.url, "containers");
+    let seen = client.step();
+    let (a, b) = (
+        seen["a"][0].as_str().unwrap().to_owned(),
+        seen["b"][0].as_str().unwrap().to_owned(),
+    );
+    assert_eq!((&seen["a"][1], &seen["b"][1]), (&json!("a"), &json!("b")));
+    assert_ne!(a, b, "one container per session");
+    assert_eq!(client.step()["step"], "held");
+    let running = running_containers();
+    for host in [&a, &b] {
+        assert!(
+            running.lines().any(|id| id.starts_with(host.as_str())),
+            "{host} in {running}"
+        );
+    }
+    client.go_on();
+    assert_eq!(client.step()["step"], "closed");
+    client.finish();
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let running = running_containers();
+        if !running
+            .lines()
+            .any(|id| id.starts_with(a.as_str()) || id.starts_with(b.as_str()))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left running: {running}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(server.terminate(), Some(0));
 }

@@ -73,7 +73,43 @@ async def slow(url, token):
             say("failed", error=str(e))
 
 
+async def containers(url, token):
+    async with client(url, token, "legacy") as a, client(url, token, "legacy") as b:
+        await a.call_tool("python_repl", {"code": "x = 'a'"})
+        await b.call_tool("python_repl", {"code": "x = 'b'"})
+        ha = await a.call_tool("bash", {"command": "hostname"})
+        hb = await b.call_tool("bash", {"command": "hostname"})
+        xa = await a.call_tool("python_repl", {"code": "x"})
+        xb = await b.call_tool("python_repl", {"code": "x"})
+        say("containers", a=[text(ha).strip(), text(xa)], b=[text(hb).strip(), text(xb)])
+        say("held")
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+    say("closed")
+
+
+async def limits(url, token):
+    auth = {"Authorization": f"Bearer {token}"}
+    async with client(url, token, "legacy") as a:
+        await a.call_tool("python_repl", {"code": "x = 1"})
+        status, body, headers = await raw_post(url, auth, INIT)
+        say("full", status=status, body=body, retry_after=headers.get("retry-after"))
+        say("held")
+        await anyio.to_thread.run_sync(sys.stdin.readline)
+        # The session expired meanwhile: its id is no longer known.
+        try:
+            await a.call_tool("python_repl", {"code": "x"})
+            say("expired", gone=False)
+        except Exception as e:
+            say("expired", gone=True, error=str(e))
+    status, body, _ = await raw_post(url, auth, INIT)
+    say("room_again", status=status)
+
+
 async def main(url, token, scenario="main"):
+    if scenario == "containers":
+        return await containers(url, token)
+    if scenario == "limits":
+        return await limits(url, token)
     if scenario == "workspaces":
         return await workspaces(url, token)
     if scenario == "slow":
