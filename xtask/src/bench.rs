@@ -23,6 +23,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--edit-only") {
         return crate::edit_bench::run(quick);
     }
+    if args.iter().any(|a| a == "--mcp-only") {
+        return crate::mcp_bench::run();
+    }
     let mut c = cargo();
     c.args(["bench", "--locked"]);
     for krate in [

@@ -25,7 +25,8 @@ const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
             docs, cargo deny
   bench     benchmarks, printed as ratios against reference implementations
             [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree;
-            [--edit-only] only edit_file and apply_patch against git apply
+            [--edit-only] only edit_file and apply_patch against git apply;
+            [--mcp-only] only the MCP round trips (stdio) and the HTTP load test
   docs      regenerate docs/tools.md from the live tool specs
   docker-image  build a release jianmu and the Docker sandbox image from it
             [ARGS...] passed to `jianmu sandbox build-image` (--tag, --no-python, ...)";

@@ -1,7 +1,10 @@
-//! The MCP benchmark: `tools/call` round trips of `calculator` to a release `jianmu mcp`
-//! over stdio, from a minimal JSON-RPC client in this process; prints p50 and p99.
+//! The MCP benchmarks, against a release `jianmu mcp`: `tools/call` round trips of
+//! `calculator` over stdio (p50, p99), and a load test of the Streamable HTTP service
+//! on 127.0.0.1 (50 sessions at once, 200 calls each: throughput, p50, p99, the
+//! server's peak RSS), from minimal clients in this process.
 
-use std::io::{BufRead, BufReader, Write};
+use std::io::{BufRead, BufReader, Read as _, Write};
+use std::net::TcpStream;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
@@ -9,12 +12,22 @@ use anyhow::{Context, bail};
 
 use crate::{cargo, root, run as run_cmd};
 
-pub(crate) fn run() -> anyhow::Result<()> {
+/// The `jianmu` measured: `JIANMU_BENCH_BINARY` (e.g. a `--profile profiling` build
+/// under a profiler), else a release build made here.
+fn binary() -> anyhow::Result<std::path::PathBuf> {
+    if let Some(path) = std::env::var_os("JIANMU_BENCH_BINARY") {
+        return Ok(path.into());
+    }
     let mut c = cargo();
     c.args(["build", "--release", "--locked", "-p", "jianmu-cli"]);
     run_cmd(c)?;
+    Ok(root().join("target/release/jianmu"))
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let jianmu = binary()?;
     let dir = std::env::temp_dir();
-    let mut child = Command::new(root().join("target/release/jianmu"))
+    let mut child = Command::new(&jianmu)
         .args(["mcp", "--workspace"])
         .arg(&dir)
         .stdin(Stdio::piped())
@@ -59,6 +72,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         }
     }
     drop(child.kill());
+    let _ = child.wait();
     times.sort();
     let p = |q: f64| times[((times.len() as f64 - 1.0) * q) as usize];
     println!(
@@ -67,5 +81,197 @@ pub(crate) fn run() -> anyhow::Result<()> {
         p(0.5).as_secs_f64() * 1e6,
         p(0.99).as_secs_f64() * 1e6
     );
+    http_load(&jianmu, &dir, p(0.5))
+}
+
+/// Sessions opened at once by the HTTP load test, and calls per session.
+const SESSIONS: usize = 50;
+const CALLS: usize = 200;
+const TOKEN: &str = "bench-token-0123456789abcdef";
+
+/// `jianmu mcp --http` on 127.0.0.1 under [`SESSIONS`] clients at once, each on its own
+/// keep-alive connection, each making [`CALLS`] calls in a row.
+fn http_load(
+    jianmu: &std::path::Path,
+    dir: &std::path::Path,
+    stdio_p50: Duration,
+) -> anyhow::Result<()> {
+    let mut child = Command::new(jianmu)
+        .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
+        .arg(dir)
+        .env("JIANMU_MCP_TOKEN", TOKEN)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .context("cannot start jianmu mcp --http")?;
+    let mut stderr = BufReader::new(child.stderr.take().context("no stderr")?);
+    let mut line = String::new();
+    stderr.read_line(&mut line)?;
+    let addr = line
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("http://"))
+        .and_then(|w| w.strip_suffix("/mcp"))
+        .with_context(|| format!("no address in {line:?}"))?
+        .to_owned();
+    std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    let pid = child.id();
+    let start = Instant::now();
+    let clients: Vec<_> = (0..SESSIONS)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || session(&addr))
+        })
+        .collect();
+    let mut times = Vec::with_capacity(SESSIONS * CALLS);
+    for c in clients {
+        let t = c
+            .join()
+            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+        times.extend(t);
+    }
+    let wall = start.elapsed();
+    let peak = std::fs::read_to_string(format!("/proc/{pid}/status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0);
+    // utime + stime, in clock ticks (100 per second).
+    let cpu_ticks: u64 = std::fs::read_to_string(format!("/proc/{pid}/stat"))?
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|t| t.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0);
+    drop(child.kill());
+    let _ = child.wait();
+    times.sort();
+    let p = |q: f64| times[((times.len() as f64 - 1.0) * q) as usize];
+    println!(
+        "MCP over Streamable HTTP ({SESSIONS} sessions at once x {CALLS} calculator calls): {:.0} calls/s, p50 {:.0} us, p99 {:.0} us, server peak RSS {:.1} MB, server CPU {:.0} us per call; stdio p50 {:.0} us in the same run (goals: >= 5000 calls/s, p99 <= 5 ms, RSS <= 100 MB)",
+        times.len() as f64 / wall.as_secs_f64(),
+        p(0.5).as_secs_f64() * 1e6,
+        p(0.99).as_secs_f64() * 1e6,
+        peak as f64 / 1024.0,
+        cpu_ticks as f64 * 1e4 / times.len() as f64,
+        stdio_p50.as_secs_f64() * 1e6,
+    );
     Ok(())
+}
+
+/// One client: opens a session, makes [`CALLS`] calls, closes it; the calls' times.
+fn session(addr: &str) -> anyhow::Result<Vec<Duration>> {
+    let stream = TcpStream::connect(addr)?;
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+    let mut http = Http {
+        addr: addr.to_owned(),
+        writer: stream.try_clone()?,
+        reader: BufReader::new(stream),
+        session: None,
+    };
+    let (_, headers, _) = http.post(
+        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#,
+    )?;
+    http.session = headers.lines().find_map(|l| {
+        let (k, v) = l.split_once(':')?;
+        k.eq_ignore_ascii_case("mcp-session-id")
+            .then(|| v.trim().to_owned())
+    });
+    if http.session.is_none() {
+        bail!("no session id in {headers}");
+    }
+    http.post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
+    let mut times = Vec::with_capacity(CALLS);
+    for id in 1..=CALLS {
+        let call = format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"calculator","arguments":{{"input":"(12+34)*5-67//8"}}}}}}"#
+        );
+        let started = Instant::now();
+        let (status, _, body) = http.post(&call)?;
+        times.push(started.elapsed());
+        if status != 200 || !body.contains("\"222\"") {
+            bail!("unexpected answer {status}: {body}");
+        }
+    }
+    http.request("DELETE", "")?;
+    Ok(times)
+}
+
+/// A minimal HTTP/1.1 client on one keep-alive connection.
+struct Http {
+    addr: String,
+    writer: TcpStream,
+    reader: BufReader<TcpStream>,
+    session: Option<String>,
+}
+
+impl Http {
+    fn post(&mut self, body: &str) -> anyhow::Result<(u16, String, String)> {
+        self.request("POST", body)
+    }
+
+    /// Sends one request; the status, the header lines and the body.
+    fn request(&mut self, method: &str, body: &str) -> anyhow::Result<(u16, String, String)> {
+        let mut head = format!(
+            "{method} /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
+            self.addr,
+            body.len()
+        );
+        if let Some(id) = &self.session {
+            head.push_str(&format!(
+                "Mcp-Session-Id: {id}\r\nMcp-Protocol-Version: 2025-06-18\r\n"
+            ));
+        }
+        head.push_str("\r\n");
+        head.push_str(body);
+        self.writer.write_all(head.as_bytes())?;
+        let mut status = String::new();
+        self.reader.read_line(&mut status)?;
+        let code: u16 = status
+            .split_whitespace()
+            .nth(1)
+            .and_then(|c| c.parse().ok())
+            .with_context(|| format!("bad status line {status:?}"))?;
+        let mut headers = String::new();
+        let (mut length, mut chunked) = (0usize, false);
+        loop {
+            let mut line = String::new();
+            self.reader.read_line(&mut line)?;
+            if line == "\r\n" || line.is_empty() {
+                break;
+            }
+            if let Some((k, v)) = line.split_once(':') {
+                let v = v.trim();
+                if k.eq_ignore_ascii_case("content-length") {
+                    length = v.parse()?;
+                } else if k.eq_ignore_ascii_case("transfer-encoding") {
+                    chunked = v.eq_ignore_ascii_case("chunked");
+                }
+            }
+            headers.push_str(&line);
+        }
+        let mut body = Vec::new();
+        if chunked {
+            loop {
+                let mut size = String::new();
+                self.reader.read_line(&mut size)?;
+                let size = usize::from_str_radix(size.trim(), 16)?;
+                let mut chunk = vec![0; size + 2];
+                self.reader.read_exact(&mut chunk)?;
+                if size == 0 {
+                    break;
+                }
+                body.extend_from_slice(&chunk[..size]);
+            }
+        } else {
+            body.resize(length, 0);
+            self.reader.read_exact(&mut body)?;
+        }
+        Ok((code, headers, String::from_utf8_lossy(&body).into_owned()))
+    }
 }

@@ -426,8 +426,14 @@ pub(crate) async fn serve(
     let stop_sessions = CancellationToken::new();
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(Duration::from_secs(limits.session_idle_secs));
+    // Answers are not replayed to a client that lost its stream (no priming event, no
+    // cache of finished streams): a tool call is not resumed but answered once, and
+    // the cache would be scanned on every message.
+    manager.session_config.sse_retry = None;
+    manager.session_config.completed_cache_ttl = Duration::ZERO;
     let mut config = StreamableHttpServerConfig::default()
         .with_max_request_body_bytes(limits.max_body_bytes)
+        .with_sse_retry(None)
         .with_cancellation_token(stop_sessions.clone())
         .with_allowed_origins(limits.allowed_origins.clone())
         .enforce_origin_validation();

@@ -172,7 +172,7 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
     let dir = tempfile::tempdir().unwrap();
     let ws = dir.path().join("ws");
     std::fs::create_dir(&ws).unwrap();
-    let server = Served::start(&ws, &[]);
+    let server = Served::start(&ws, &["--allow-origin", "http://allowed.example"]);
     let mut client = Client::start(&server.url, "main");
 
     let no_token = client.step();
@@ -187,6 +187,7 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
         origin["body"].as_str().unwrap().contains("--allow-origin"),
         "{origin}"
     );
+    assert_eq!(client.step()["status"], 200, "an allowed origin");
     // Three revisions: 2025-03-26 by a raw handshake, 2025-11-25 by the client's
     // handshake, 2026-07-28 stateless.
     let old = client.step();
@@ -215,6 +216,10 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
     assert_eq!(observed["health"], json!([200, "ok\n"]));
     assert_eq!(observed["anonymous"], 401);
     let metrics = observed["metrics"][2].as_str().unwrap();
+    assert!(
+        metrics.lines().any(|l| l == "jianmu_mcp_sessions_total 5"),
+        "two raw handshakes, the legacy client, one stateless request per call: {metrics}"
+    );
     assert_eq!(observed["metrics"][0], 200);
     assert!(
         observed["metrics"][1]

@@ -123,6 +123,10 @@ async def main(url, token, scenario="main"):
         url, {"Authorization": f"Bearer {token}", "Origin": "https://evil.example"}, INIT
     )
     say("foreign_origin", status=status, body=body)
+    status, body, _ = await raw_post(
+        url, {"Authorization": f"Bearer {token}", "Origin": "http://allowed.example"}, INIT
+    )
+    say("allowed_origin", status=status)
 
     # An older revision, negotiated by a raw handshake.
     status, body, headers = await raw_post(url, {"Authorization": f"Bearer {token}"}, INIT)
