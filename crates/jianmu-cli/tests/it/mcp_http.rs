@@ -339,8 +339,8 @@ fn sigterm_cancels_a_running_call_after_the_grace_period_and_exits_cleanly() {
     }
 }
 
-/// `max_sessions` and `session_idle_secs`: one session too many gets 503; an idle
-/// session expires and its interpreter ends.
+/// `max_sessions`, `max_body_bytes` and `session_idle_secs`: one session too many
+/// gets 503, a body too big 413; an idle session expires and its interpreter ends.
 #[test]
 fn past_the_session_limit_is_503_and_idle_sessions_expire() {
     let dir = tempfile::tempdir().unwrap();
@@ -349,7 +349,7 @@ fn past_the_session_limit_is_503_and_idle_sessions_expire() {
     let config = dir.path().join("jianmu.toml");
     std::fs::write(
         &config,
-        "[mcp.http]\nmax_sessions = 1\nsession_idle_secs = 1\n",
+        "[mcp.http]\nmax_sessions = 1\nsession_idle_secs = 1\nmax_body_bytes = 2048\n",
     )
     .unwrap();
     let server = Served::start(&ws, &["--config", config.to_str().unwrap()]);
@@ -364,6 +364,7 @@ fn past_the_session_limit_is_503_and_idle_sessions_expire() {
         full["body"],
         "the server has its limit of 1 open sessions; retry later\n"
     );
+    assert_eq!(client.step()["status"], 413, "a body over max_body_bytes");
     assert_eq!(client.step()["step"], "held");
     assert!(
         descendants(server.pid())

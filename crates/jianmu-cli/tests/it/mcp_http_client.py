@@ -93,6 +93,9 @@ async def limits(url, token):
         await a.call_tool("python_repl", {"code": "x = 1"})
         status, body, headers = await raw_post(url, auth, INIT)
         say("full", status=status, body=body, retry_after=headers.get("retry-after"))
+        big = dict(INIT, params=dict(INIT["params"], padding="x" * 4096))
+        status, _, _ = await raw_post(url, {**auth, "Mcp-Session-Id": "any"}, big)
+        say("too_big", status=status)
         say("held")
         await anyio.to_thread.run_sync(sys.stdin.readline)
         # The session expired meanwhile: its id is no longer known.
