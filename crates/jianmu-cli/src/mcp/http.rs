@@ -158,6 +158,13 @@ impl Sessions {
         if let Some(root) = &self.per_session {
             let dir = root.join(session_name());
             std::fs::create_dir(&dir)?;
+            // The folder belongs to whoever owns DIR (the Docker sandbox runs as the
+            // workspace's owner).
+            use std::os::unix::fs::MetadataExt as _;
+            let owner = std::fs::metadata(root)?;
+            if std::fs::metadata(&dir)?.uid() != owner.uid() {
+                std::os::unix::fs::chown(&dir, Some(owner.uid()), Some(owner.gid()))?;
+            }
             tools = tools.with_workspace(&dir);
             held.dir = Some(dir);
         }
@@ -510,6 +517,12 @@ pub(crate) async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     drop(app);
     drop(sessions);
+    // Sessions end as their workers notice the cancellation; each one's release
+    // starts when its server is dropped.
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
+    while catalog.metrics.sessions_open.get() > 0 && tokio::time::Instant::now() < deadline {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     releases.close();
     let _ = tokio::time::timeout(Duration::from_secs(15), releases.wait()).await;
     base_runner.shutdown().await;
