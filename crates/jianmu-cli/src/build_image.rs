@@ -35,13 +35,13 @@ pub(crate) fn run(settings: &Settings, request: Request) -> anyhow::Result<Strin
     if request.verbose {
         eprint!("{}", context.dockerfile);
     }
+    // On every engine sessions may be placed on.
     crate::runtime()?.block_on(async {
-        let docker = image::connect_with(
-            settings.docker.docker_host.as_deref(),
-            settings.docker.tls.as_ref(),
-        )
-        .await?;
-        image::build_image(&docker, &tag, &context).await
+        for (host, tls) in settings.docker.engines() {
+            let docker = image::connect_with(host.as_deref(), tls.as_ref()).await?;
+            image::build_image(&docker, &tag, &context).await?;
+        }
+        Ok::<_, jianmu_sandbox::SandboxError>(())
     })?;
     Ok(format!(
         "built {tag} ({} MB of files, digest {})\n",

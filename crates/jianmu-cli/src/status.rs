@@ -68,24 +68,30 @@ pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> 
 fn docker(settings: &Settings) -> Value {
     use jianmu_sandbox::docker::image;
     let tag = settings.docker.image.clone();
-    let host = settings.docker.docker_host.clone();
-    let tls = settings.docker.tls.clone();
+    let engines = settings.docker.engines();
     let checked = crate::runtime().map(|rt| {
         rt.block_on(async {
-            let docker = match image::connect_with(host.as_deref(), tls.as_ref()).await {
-                Ok(d) => d,
-                Err(e) => return (false, false, format!("no engine answers ({e})")),
-            };
-            match docker.inspect_image(&tag).await {
-                Ok(_) => (true, true, format!("ready (image {tag})")),
-                Err(_) => (
-                    true,
-                    false,
-                    format!(
-                        "the engine answers, but image {tag} is missing: run `jianmu sandbox build-image`"
-                    ),
-                ),
+            // With several engines, the first that is not ready is reported.
+            let mut ready = (true, true, format!("ready (image {tag})"));
+            for (host, tls) in &engines {
+                let docker = match image::connect_with(host.as_deref(), tls.as_ref()).await {
+                    Ok(d) => d,
+                    Err(e) => return (false, false, format!("no engine answers ({e})")),
+                };
+                if docker.inspect_image(&tag).await.is_err() {
+                    ready = (
+                        true,
+                        false,
+                        format!(
+                            "the engine answers, but image {tag} is missing: run `jianmu sandbox build-image`"
+                        ),
+                    );
+                }
             }
+            if engines.len() > 1 && ready.1 {
+                ready.2 = format!("ready on {} engines (image {tag})", engines.len());
+            }
+            ready
         })
     });
     match checked {

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
 use jianmu_sandbox::docker::image::{self, ImageSources};
+use jianmu_sandbox::docker::{EngineAddress, TlsEngine};
 use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
 use jianmu_tool_core::{ExecuteOptions, ToolConfig, ToolError, ToolOutput};
 use serde_json::{Value, json};
@@ -195,6 +196,84 @@ async fn an_engine_over_mutual_tls_runs_the_sandbox_under_gvisor() {
     );
     assert!(image::connect(Some(&engine.tcp)).await.is_err());
     drop(engine);
+}
+
+/// `hosts`: two engines (this machine's, and one of the tests' own over mutual TLS).
+/// Sessions go to the least loaded; when an engine stops, the session on it fails
+/// clearly and the next one goes to the engine still up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_spread_over_two_engines_and_avoid_one_that_stopped() {
+    let engine = tokio::task::spawn_blocking(crate::engine::Engine::start)
+        .await
+        .unwrap();
+    let tls = image::connect_with(Some(&engine.tcp), Some(&engine.tls))
+        .await
+        .unwrap();
+    let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
+    image::ensure_image(&tls, test_image(), &sources)
+        .await
+        .unwrap();
+    let local = docker().await;
+    let settings = DockerSettings {
+        hosts: vec![
+            EngineAddress::Url("unix:///var/run/docker.sock".into()),
+            EngineAddress::Tls(TlsEngine {
+                url: engine.tcp.clone(),
+                ca: engine.tls.ca.clone(),
+                cert: engine.tls.cert.clone(),
+                key: engine.tls.key.clone(),
+            }),
+        ],
+        ..settings()
+    };
+    let f = fixture(settings);
+    let hostname = async |sandbox: &DockerSandbox| -> Result<String, String> {
+        let runner = ToolRunner::new(sandbox.clone()).with_timeout(Duration::from_secs(60));
+        f.call_with(&runner, "bash", json!({"command": "hostname"}))
+            .await
+            .map(|o| o.text.trim().to_owned())
+            .map_err(|e| jianmu_tool_core::error_chain(&e))
+    };
+    let (a, b) = (f.sandbox.new_session(), f.sandbox.new_session());
+    let on_a = hostname(&a).await.unwrap();
+    let on_b = hostname(&b).await.unwrap();
+    let local_has = |id: String| {
+        let local = local.clone();
+        async move { local.inspect_container(&id, None).await.is_ok() }
+    };
+    let tls_has = |id: String| {
+        let tls = tls.clone();
+        async move { tls.inspect_container(&id, None).await.is_ok() }
+    };
+    // One on each engine.
+    let (a_local, b_local) = (local_has(on_a.clone()).await, local_has(on_b.clone()).await);
+    assert_ne!(a_local, b_local, "{on_a} {on_b}");
+    assert!(tls_has(if a_local { on_b.clone() } else { on_a.clone() }).await);
+    let (on_remote, on_here) = if a_local { (&b, &a) } else { (&a, &b) };
+    // The remote engine stops mid-call: the call fails and says so.
+    let remote_runner = ToolRunner::new(on_remote.clone()).with_timeout(Duration::from_secs(60));
+    let call = f.call_with(&remote_runner, "bash", json!({"command": "sleep 30"}));
+    let stop = async {
+        tokio::time::sleep(Duration::from_secs(1)).await;
+        tokio::task::spawn_blocking(move || drop(engine))
+            .await
+            .unwrap();
+    };
+    let (lost, ()) = tokio::join!(call, stop);
+    let lost = message(lost);
+    assert!(lost.contains("sandbox"), "{lost}");
+    // The session here goes on; a new session goes to the engine still up.
+    assert_eq!(
+        hostname(on_here).await.unwrap(),
+        if a_local { on_a.clone() } else { on_b.clone() }
+    );
+    let c = f.sandbox.new_session();
+    let on_c = hostname(&c).await.unwrap();
+    assert!(local_has(on_c).await);
+    for s in [&a, &b, &c] {
+        s.close_session().await;
+    }
+    f.sandbox.shutdown().await;
 }
 
 /// Polls `ready` for up to 60 s.

@@ -30,6 +30,7 @@ pub(crate) enum Outcome {
 }
 
 pub(crate) struct Conn {
+    engine: usize,
     id: String,
     docker: Docker,
     tx: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
@@ -59,6 +60,7 @@ type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error
 
 impl Conn {
     pub(crate) fn spawn(
+        engine: usize,
         docker: Docker,
         id: String,
         attached: AttachContainerResults,
@@ -76,6 +78,7 @@ impl Conn {
             memory_mib,
         ));
         Arc::new(Self {
+            engine,
             id,
             docker,
             tx: Mutex::new(Some(tx)),
@@ -87,6 +90,11 @@ impl Conn {
 
     pub(crate) fn id(&self) -> &str {
         &self.id
+    }
+
+    /// The index of the engine the container runs on.
+    pub(crate) fn engine(&self) -> usize {
+        self.engine
     }
 
     pub(crate) fn is_dead(&self) -> bool {

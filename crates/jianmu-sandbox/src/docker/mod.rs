@@ -36,7 +36,7 @@ mod wire;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bollard::Docker;
 use bollard::models::ContainerCreateBody;
@@ -47,7 +47,9 @@ use tokio::sync::{Mutex, OnceCell};
 use crate::SandboxError;
 use conn::{Conn, Outcome};
 pub use serve::serve_stdio;
-pub use settings::{DEFAULT_IMAGE, DockerSettings, TlsFiles};
+pub use settings::{
+    DEFAULT_IMAGE, DockerSettings, ENGINE_RETRY, EngineAddress, TlsEngine, TlsFiles,
+};
 
 /// The label on every sandbox container; its value names the owning process.
 pub const LABEL: &str = "io.jianmu.sandbox.owner";
@@ -66,8 +68,8 @@ struct Inner {
     workspace: PathBuf,
     user: String,
     tools: ToolConfig,
-    docker: OnceCell<Docker>,
-    swept: AtomicBool,
+    /// The engines containers are placed on (one unless `hosts` lists several).
+    engines: Vec<Engine>,
     owner: String,
     /// Started, ready containers no session has taken yet.
     spares: std::sync::Mutex<Vec<Arc<Conn>>>,
@@ -107,14 +109,18 @@ impl DockerSandbox {
         user: String,
         tools: ToolConfig,
     ) -> Self {
+        let engines = settings
+            .engines()
+            .into_iter()
+            .map(|(address, tls)| Engine::new(address, tls))
+            .collect();
         Self {
             inner: Arc::new(Inner {
                 settings,
                 workspace,
                 user,
+                engines,
                 tools,
-                docker: OnceCell::new(),
-                swept: AtomicBool::new(false),
                 owner: container::owner_label(),
                 spares: std::sync::Mutex::new(Vec::new()),
                 filling: AtomicUsize::new(0),
@@ -194,10 +200,8 @@ impl DockerSandbox {
     /// spare is taken: starting a container keeps the engine busy, and every call's
     /// bytes pass through the engine.
     fn refill(&self) {
-        if self.inner.settings.pool_size > 0
-            && let Some(docker) = self.inner.docker.get()
-        {
-            self.inner.refill(docker);
+        if self.inner.settings.pool_size > 0 {
+            self.inner.refill();
         }
     }
 
@@ -218,18 +222,8 @@ impl DockerSandbox {
         self.inner.body()
     }
 
-    async fn docker(&self) -> Result<&Docker, SandboxError> {
-        self.inner
-            .docker
-            .get_or_try_init(|| {
-                let s = &self.inner.settings;
-                image::connect_with(s.docker_host.as_deref(), s.tls.as_ref())
-            })
-            .await
-    }
-
     /// The live connection: this session's container, else a spare from the pool,
-    /// else a new container.
+    /// else a new container on the engine [`Inner::place`] picks.
     async fn connection(&self) -> Result<Arc<Conn>, SandboxError> {
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref()
@@ -243,24 +237,71 @@ impl DockerSandbox {
             spares.retain(|c| !c.is_dead());
             spares.pop()
         };
-        let docker = self.docker().await?.clone();
         let conn = match spare {
             Some(conn) => conn,
-            None if self.inner.swept.swap(true, Ordering::Relaxed) => {
-                start(&self.inner, docker.clone(), false).await?
-            }
-            None => {
-                // The sweep cannot touch the container being started (its owner is
-                // alive), so both go at once.
-                let (_, conn) = tokio::join!(
-                    container::sweep(&docker),
-                    start(&self.inner, docker.clone(), false)
-                );
-                conn?
-            }
+            None => self.inner.place(false).await?,
         };
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
+    }
+}
+
+/// One engine of the sandbox, with what placing sessions needs to know about it.
+struct Engine {
+    /// `None`: `DOCKER_HOST`, else the local socket.
+    address: Option<String>,
+    tls: Option<TlsFiles>,
+    docker: OnceCell<Docker>,
+    swept: AtomicBool,
+    /// Containers started on it (live ones count as its load).
+    placed: std::sync::Mutex<Vec<std::sync::Weak<Conn>>>,
+    /// Passed over until then, after a failure.
+    down_until: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Engine {
+    fn new(address: Option<String>, tls: Option<TlsFiles>) -> Self {
+        Self {
+            address,
+            tls,
+            docker: OnceCell::new(),
+            swept: AtomicBool::new(false),
+            placed: std::sync::Mutex::default(),
+            down_until: std::sync::Mutex::default(),
+        }
+    }
+
+    async fn docker(&self) -> Result<&Docker, SandboxError> {
+        self.docker
+            .get_or_try_init(|| image::connect_with(self.address.as_deref(), self.tls.as_ref()))
+            .await
+    }
+
+    /// How many of this sandbox's containers run there now.
+    fn load(&self) -> usize {
+        let mut placed = crate::lock(&self.placed);
+        placed.retain(|c| c.upgrade().is_some_and(|c| !c.is_dead()));
+        placed.len()
+    }
+
+    fn is_up(&self) -> bool {
+        crate::lock(&self.down_until).is_none_or(|until| Instant::now() >= until)
+    }
+
+    /// Marks the engine down unless it answers a ping within 2 seconds.
+    async fn check(&self) {
+        let Some(docker) = self.docker.get() else {
+            return;
+        };
+        let ping = tokio::time::timeout(Duration::from_secs(2), docker.ping()).await;
+        if !matches!(ping, Ok(Ok(_))) {
+            self.mark_down(&SandboxError::Lost("the engine does not answer".into()));
+        }
+    }
+
+    fn mark_down(&self, why: &SandboxError) {
+        tracing::warn!(engine = ?self.address, "sandbox engine marked down: {why}");
+        *crate::lock(&self.down_until) = Some(Instant::now() + ENGINE_RETRY);
     }
 }
 
@@ -270,9 +311,62 @@ impl Inner {
         container::body(&self.settings, &self.workspace, &self.user, &self.owner)
     }
 
+    /// Starts a container on the best engine: those up before those marked down,
+    /// then the least loaded. An engine that cannot be reached or fails to start the
+    /// container is marked down and the next is tried; the last error is returned
+    /// when none succeeds.
+    async fn place(&self, warm: bool) -> Result<Arc<Conn>, SandboxError> {
+        let mut ranked: Vec<(bool, usize, usize)> = self
+            .engines
+            .iter()
+            .enumerate()
+            .map(|(i, e)| (!e.is_up(), e.load(), i))
+            .collect();
+        ranked.sort_unstable();
+        let mut failure = None;
+        for (_, _, i) in ranked {
+            let engine = &self.engines[i];
+            let docker = match engine.docker().await {
+                Ok(docker) => docker.clone(),
+                Err(e) => {
+                    engine.mark_down(&e);
+                    failure = Some(e);
+                    continue;
+                }
+            };
+            let started = if engine.swept.swap(true, Ordering::Relaxed) {
+                start(self, i, docker, warm).await
+            } else {
+                // The sweep cannot touch the container being started (its owner is
+                // alive), so both go at once.
+                let (_, started) = tokio::join!(
+                    container::sweep(&docker),
+                    start(self, i, docker.clone(), warm)
+                );
+                started
+            };
+            match started {
+                Ok(conn) => {
+                    crate::lock(&engine.placed).push(Arc::downgrade(&conn));
+                    return Ok(conn);
+                }
+                Err(e @ (SandboxError::Settings(_) | SandboxError::Io { .. })) => return Err(e),
+                Err(e) => {
+                    if self.engines.len() == 1 {
+                        return Err(e);
+                    }
+                    engine.mark_down(&e);
+                    failure = Some(e);
+                }
+            }
+        }
+        Err(failure
+            .unwrap_or_else(|| SandboxError::Settings("no engine to place the sandbox on".into())))
+    }
+
     /// Starts spares in the background until the pool (with those already starting)
     /// holds `pool_size`.
-    fn refill(self: &Arc<Self>, docker: &Docker) {
+    fn refill(self: &Arc<Self>) {
         let want = self.settings.pool_size;
         loop {
             let have = crate::lock(&self.spares).len() + self.filling.load(Ordering::Acquire);
@@ -281,9 +375,8 @@ impl Inner {
             }
             self.filling.fetch_add(1, Ordering::AcqRel);
             let inner = Arc::clone(self);
-            let docker = docker.clone();
             tokio::spawn(async move {
-                match start(&inner, docker, true).await {
+                match inner.place(true).await {
                     Ok(conn) => crate::lock(&inner.spares).push(conn),
                     Err(e) => tracing::warn!("a spare sandbox container did not start: {e}"),
                 }
@@ -294,7 +387,12 @@ impl Inner {
 }
 
 /// Creates, attaches and starts a container, and waits until its runner is ready.
-async fn start(inner: &Inner, docker: Docker, warm: bool) -> Result<Arc<Conn>, SandboxError> {
+async fn start(
+    inner: &Inner,
+    engine: usize,
+    docker: Docker,
+    warm: bool,
+) -> Result<Arc<Conn>, SandboxError> {
     let s = &inner.settings;
     let body = inner.body();
     let created = docker
@@ -334,6 +432,7 @@ async fn start(inner: &Inner, docker: Docker, warm: bool) -> Result<Arc<Conn>, S
         }
     };
     let conn = Conn::spawn(
+        engine,
         docker.clone(),
         id.clone(),
         attached,
@@ -389,6 +488,11 @@ impl Runner for DockerSandbox {
                 }
             }
             Outcome::Lost(reason) => {
+                // An engine that stops answering loses its containers: new
+                // sessions go elsewhere for a while.
+                if self.inner.engines.len() > 1 {
+                    self.inner.engines[conn.engine()].check().await;
+                }
                 let mut slot = self.conn.lock().await;
                 if slot.as_ref().is_some_and(|c| Arc::ptr_eq(c, &conn)) {
                     *slot = None;

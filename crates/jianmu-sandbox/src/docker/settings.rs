@@ -44,6 +44,56 @@ pub struct DockerSettings {
     /// Spare containers kept started and ready, so that a new session's first call
     /// costs a warm call (see `DockerSandbox::new_session`); 0 keeps none.
     pub pool_size: usize,
+    /// Several engines to place sessions on (instead of `docker_host` and `tls`):
+    /// each session's container starts on the healthy engine running the fewest of
+    /// this sandbox's containers; an engine that fails is left alone for
+    /// [`ENGINE_RETRY`] and new sessions go to the others.
+    pub hosts: Vec<EngineAddress>,
+}
+
+/// How long an engine that failed is passed over when placing sessions.
+pub const ENGINE_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// One entry of [`DockerSettings::hosts`]: an address (`unix:///run/docker.sock`,
+/// `tcp://10.0.0.5:2375`), or a table with the mutual TLS files of a `tcp://` engine.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(untagged)]
+pub enum EngineAddress {
+    /// `"unix:///..."`, `"tcp://..."`.
+    Url(String),
+    /// `{ url = "tcp://H:P", ca = "...", cert = "...", key = "..." }`.
+    Tls(TlsEngine),
+}
+
+/// An engine reached over mutual TLS.
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TlsEngine {
+    /// `tcp://HOST:PORT`.
+    pub url: String,
+    /// The CA that signed the engine's certificate.
+    pub ca: PathBuf,
+    /// This client's certificate.
+    pub cert: PathBuf,
+    /// This client's private key.
+    pub key: PathBuf,
+}
+
+impl EngineAddress {
+    /// The address and TLS files.
+    pub fn parts(&self) -> (String, Option<TlsFiles>) {
+        match self {
+            EngineAddress::Url(url) => (url.clone(), None),
+            EngineAddress::Tls(t) => (
+                t.url.clone(),
+                Some(TlsFiles {
+                    ca: t.ca.clone(),
+                    cert: t.cert.clone(),
+                    key: t.key.clone(),
+                }),
+            ),
+        }
+    }
 }
 
 impl Default for DockerSettings {
@@ -61,6 +111,7 @@ impl Default for DockerSettings {
             cancel_grace_secs: 5.0,
             runtime: None,
             pool_size: 0,
+            hosts: Vec::new(),
         }
     }
 }
@@ -92,6 +143,21 @@ const IMAGE_DIRS: &[&str] = &[
 ];
 
 impl DockerSettings {
+    /// The engines to use: `hosts`, else the one of `docker_host` and `tls` (`None`:
+    /// `DOCKER_HOST`, else the local socket).
+    pub fn engines(&self) -> Vec<(Option<String>, Option<TlsFiles>)> {
+        if self.hosts.is_empty() {
+            return vec![(self.docker_host.clone(), self.tls.clone())];
+        }
+        self.hosts
+            .iter()
+            .map(|h| {
+                let (url, tls) = h.parts();
+                (Some(url), tls)
+            })
+            .collect()
+    }
+
     /// The canonical workspace and the `uid:gid` to run as, once both are checked.
     ///
     /// # Errors
@@ -140,6 +206,15 @@ impl DockerSettings {
         }
         if settings.pool_size > 64 {
             return Err(bad("pool_size must be at most 64".into()));
+        }
+        if !settings.hosts.is_empty() && (settings.docker_host.is_some() || settings.tls.is_some())
+        {
+            return Err(bad(
+                "set either hosts or docker_host (with tls), not both".into()
+            ));
+        }
+        if settings.hosts.len() > 64 {
+            return Err(bad("hosts may list at most 64 engines".into()));
         }
         if let Some(runtime) = &settings.runtime
             && (runtime.is_empty()
