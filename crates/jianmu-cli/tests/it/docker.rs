@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
 use jianmu_sandbox::docker::image::{self, ImageSources};
-use jianmu_sandbox::docker::{EngineAddress, TlsEngine};
+use jianmu_sandbox::docker::{EngineAddress, TlsEngine, WorkspaceMode};
 use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
 use jianmu_tool_core::{ExecuteOptions, ToolConfig, ToolError, ToolOutput};
 use serde_json::{Value, json};
@@ -274,6 +274,71 @@ async fn sessions_spread_over_two_engines_and_avoid_one_that_stopped() {
         s.close_session().await;
     }
     f.sandbox.shutdown().await;
+}
+
+/// `workspace_mode = "copy"` with an engine that does not share this machine's files
+/// (reached over mutual TLS): the workspace goes in when the container starts, changes
+/// come back with `pull` and when the session closes, and a workspace over
+/// `copy_limit_mib` is refused with a message that says what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_workspace_goes_to_a_remote_engine_and_comes_back() {
+    let engine = tokio::task::spawn_blocking(crate::engine::Engine::start)
+        .await
+        .unwrap();
+    let docker = image::connect_with(Some(&engine.tcp), Some(&engine.tls))
+        .await
+        .unwrap();
+    let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
+    image::ensure_image(&docker, test_image(), &sources)
+        .await
+        .unwrap();
+    let settings = DockerSettings {
+        docker_host: Some(engine.tcp.clone()),
+        tls: Some(engine.tls.clone()),
+        workspace_mode: WorkspaceMode::Copy,
+        copy_limit_mib: 1,
+        ..settings()
+    };
+    let f = fixture(settings);
+    std::fs::create_dir(f.ws.join("sub")).unwrap();
+    std::fs::write(f.ws.join("sub/in.txt"), "from here").unwrap();
+    assert_eq!(f.sh("cat sub/in.txt").await, "from here");
+    // The container has a copy: what it writes is not here until pulled.
+    f.call(
+        "write_file",
+        json!({"path": "out.txt", "content": "from the sandbox"}),
+    )
+    .await
+    .unwrap();
+    f.sh("echo changed > sub/in.txt").await;
+    assert!(!f.ws.join("out.txt").exists());
+    let pulled = f.sandbox.pull().await.unwrap();
+    assert_eq!((pulled.files, pulled.skipped), (2, 0), "{pulled:?}");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("out.txt")).unwrap(),
+        "from the sandbox"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("sub/in.txt")).unwrap(),
+        "changed\n"
+    );
+    // Closing the session brings back the last changes.
+    f.sh("echo last > last.txt").await;
+    f.sandbox.close_session().await;
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("last.txt")).unwrap(),
+        "last\n"
+    );
+    // Over the limit: refused, saying what to do.
+    std::fs::write(f.ws.join("big.bin"), vec![7u8; 2 * 1024 * 1024]).unwrap();
+    let refused = message(f.call("calculator", json!("1+1")).await);
+    assert!(
+        refused.contains("over copy_limit_mib (1 MiB)")
+            && refused.contains("workspace_mode = \"mount\""),
+        "{refused}"
+    );
+    f.sandbox.shutdown().await;
+    drop(engine);
 }
 
 /// Polls `ready` for up to 60 s.

@@ -92,6 +92,11 @@ impl Conn {
         &self.id
     }
 
+    /// The engine the container runs on.
+    pub(crate) fn docker(&self) -> &Docker {
+        &self.docker
+    }
+
     /// The index of the engine the container runs on.
     pub(crate) fn engine(&self) -> usize {
         self.engine

@@ -10,7 +10,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 
-use super::{DockerSettings, LABEL};
+use super::{DockerSettings, LABEL, WorkspaceMode};
 
 /// The body sandbox containers are created with: image, user, owner label, the
 /// workspace mounted at its own path, a tmpfs `/tmp`, and every limit.
@@ -35,16 +35,33 @@ pub(crate) fn body(
                 }),
                 ..Default::default()
             },
-            Mount {
-                typ: Some(MountType::BIND),
-                source: Some(ws.clone()),
-                target: Some(ws.clone()),
-                read_only: Some(false),
-                bind_options: Some(MountBindOptions {
-                    non_recursive: Some(true),
+            match s.workspace_mode {
+                WorkspaceMode::Mount => Mount {
+                    typ: Some(MountType::BIND),
+                    source: Some(ws.clone()),
+                    target: Some(ws.clone()),
+                    read_only: Some(false),
+                    bind_options: Some(MountBindOptions {
+                        non_recursive: Some(true),
+                        ..Default::default()
+                    }),
                     ..Default::default()
-                }),
-                ..Default::default()
+                },
+                // A volume of the container's own on the workspace's parent (so the
+                // workspace folder unpacked into it can belong to the sandbox's user),
+                // removed with the container; the workspace is copied in (`copy.rs`).
+                WorkspaceMode::Copy => Mount {
+                    typ: Some(MountType::VOLUME),
+                    target: Some(
+                        workspace
+                            .parent()
+                            .unwrap_or(Path::new("/"))
+                            .to_string_lossy()
+                            .into_owned(),
+                    ),
+                    read_only: Some(false),
+                    ..Default::default()
+                },
             },
         ]),
         network_mode: Some(if s.network { "bridge" } else { "none" }.into()),
@@ -138,7 +155,11 @@ pub(crate) async fn sweep(docker: &Docker) {
 }
 
 pub(crate) async fn remove(docker: &Docker, id: &str) {
-    let options = RemoveContainerOptionsBuilder::default().force(true).build();
+    // With its anonymous volume (a copied workspace).
+    let options = RemoveContainerOptionsBuilder::default()
+        .force(true)
+        .v(true)
+        .build();
     if let Err(e) = docker.remove_container(id, Some(options)).await {
         tracing::debug!(container = id, "cannot remove the sandbox container: {e}");
     }

@@ -28,6 +28,7 @@
 
 mod conn;
 mod container;
+mod copy;
 pub mod image;
 mod serve;
 mod settings;
@@ -46,9 +47,10 @@ use tokio::sync::{Mutex, OnceCell};
 
 use crate::SandboxError;
 use conn::{Conn, Outcome};
+pub use copy::Pulled;
 pub use serve::serve_stdio;
 pub use settings::{
-    DEFAULT_IMAGE, DockerSettings, ENGINE_RETRY, EngineAddress, TlsEngine, TlsFiles,
+    DEFAULT_IMAGE, DockerSettings, ENGINE_RETRY, EngineAddress, TlsEngine, TlsFiles, WorkspaceMode,
 };
 
 /// The label on every sandbox container; its value names the owning process.
@@ -149,9 +151,14 @@ impl DockerSandbox {
             .collect()
     }
 
-    /// Stops and removes this session's container only; the pool and other sessions
-    /// go on. [`DockerSandbox::shutdown`] ends everything.
+    /// Stops and removes this session's container only (after [`DockerSandbox::pull`]
+    /// with a copied workspace); the pool and other sessions go on.
+    /// [`DockerSandbox::shutdown`] ends everything.
     pub async fn close_session(&self) {
+        // A copied workspace comes back first.
+        if let Err(e) = self.pull().await {
+            tracing::warn!("the sandbox's workspace was not brought back: {e}");
+        }
         let conn = self.conn.lock().await.take();
         if let Some(conn) = conn {
             conn.close(Duration::from_secs(5)).await;
@@ -241,8 +248,49 @@ impl DockerSandbox {
             Some(conn) => conn,
             None => self.inner.place(false).await?,
         };
+        let s = &self.inner.settings;
+        if s.workspace_mode == WorkspaceMode::Copy {
+            let copied = copy::upload(
+                conn.docker(),
+                conn.id(),
+                &self.inner.workspace,
+                &self.inner.user,
+                s.copy_limit_mib * 1024 * 1024,
+            )
+            .await;
+            if let Err(e) = copied {
+                conn.close(Duration::from_secs(5)).await;
+                return Err(e);
+            }
+        }
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
+    }
+
+    /// With `workspace_mode = "copy"`: brings what this session's container changed
+    /// in the workspace back here (new and changed files; see [`Pulled`]). Nothing to
+    /// do with `mount`, or before the first call.
+    ///
+    /// # Errors
+    /// The engine failing, or a workspace over `copy_limit_mib`.
+    pub async fn pull(&self) -> Result<Pulled, SandboxError> {
+        let s = &self.inner.settings;
+        if s.workspace_mode != WorkspaceMode::Copy {
+            return Ok(Pulled::default());
+        }
+        let conn = self.conn.lock().await.clone();
+        match conn {
+            Some(conn) if !conn.is_dead() => {
+                copy::pull(
+                    conn.docker(),
+                    conn.id(),
+                    &self.inner.workspace,
+                    s.copy_limit_mib * 1024 * 1024,
+                )
+                .await
+            }
+            _ => Ok(Pulled::default()),
+        }
     }
 }
 

@@ -49,6 +49,24 @@ pub struct DockerSettings {
     /// this sandbox's containers; an engine that fails is left alone for
     /// [`ENGINE_RETRY`] and new sessions go to the others.
     pub hosts: Vec<EngineAddress>,
+    /// How the workspace reaches the container: `mount` (a bind mount; the engine
+    /// must see this machine's files) or `copy` (shipped in through the engine API
+    /// when the container starts, brought back by `DockerSandbox::pull` and when the
+    /// session ends).
+    pub workspace_mode: WorkspaceMode,
+    /// The largest workspace copied either way, in MiB (`workspace_mode = "copy"`).
+    pub copy_limit_mib: u64,
+}
+
+/// [`DockerSettings::workspace_mode`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WorkspaceMode {
+    /// Bind-mounted at the same path.
+    #[default]
+    Mount,
+    /// Copied in at the start, copied back on request and at the end.
+    Copy,
 }
 
 /// How long an engine that failed is passed over when placing sessions.
@@ -112,6 +130,8 @@ impl Default for DockerSettings {
             runtime: None,
             pool_size: 0,
             hosts: Vec::new(),
+            workspace_mode: WorkspaceMode::Mount,
+            copy_limit_mib: 256,
         }
     }
 }
@@ -192,6 +212,18 @@ impl DockerSettings {
                 )));
             }
         }
+        if settings.workspace_mode == WorkspaceMode::Copy {
+            // The copy lives in a volume on the workspace's parent.
+            let parent = workspace.parent().unwrap_or(Path::new("/"));
+            let covers = |dir: &str| Path::new(dir).starts_with(parent);
+            if parent == Path::new("/") || IMAGE_DIRS.iter().any(|d| covers(d)) {
+                return Err(bad(format!(
+                    "workspace_mode = \"copy\" needs the workspace inside a folder of its own \
+                     (its parent, {}, would cover the image's files); move it one level down",
+                    parent.display()
+                )));
+            }
+        }
         if !(settings.cpus.is_finite() && settings.cpus > 0.0) {
             return Err(bad("cpus must be a positive number".into()));
         }
@@ -212,6 +244,9 @@ impl DockerSettings {
             return Err(bad(
                 "set either hosts or docker_host (with tls), not both".into()
             ));
+        }
+        if !(1..=16 * 1024).contains(&settings.copy_limit_mib) {
+            return Err(bad("copy_limit_mib must be between 1 and 16384".into()));
         }
         if settings.hosts.len() > 64 {
             return Err(bad("hosts may list at most 64 engines".into()));
