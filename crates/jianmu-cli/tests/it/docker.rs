@@ -145,14 +145,7 @@ async fn escape_probes_find_a_locked_down_container() {
 /// is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_engine_over_mutual_tls_runs_the_sandbox_under_gvisor() {
-    let engine = tokio::task::spawn_blocking(crate::engine::Engine::start)
-        .await
-        .unwrap();
-    let docker = image::connect_with(Some(&engine.tcp), Some(&engine.tls))
-        .await
-        .unwrap();
-    let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
-    image::ensure_image(&docker, TAG, &sources).await.unwrap();
+    let (engine, _) = remote_engine(TAG).await;
     let remote = DockerSettings {
         image: TAG.to_owned(),
         docker_host: Some(engine.tcp.clone()),
@@ -203,16 +196,7 @@ async fn an_engine_over_mutual_tls_runs_the_sandbox_under_gvisor() {
 /// clearly and the next one goes to the engine still up.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sessions_spread_over_two_engines_and_avoid_one_that_stopped() {
-    let engine = tokio::task::spawn_blocking(crate::engine::Engine::start)
-        .await
-        .unwrap();
-    let tls = image::connect_with(Some(&engine.tcp), Some(&engine.tls))
-        .await
-        .unwrap();
-    let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
-    image::ensure_image(&tls, test_image(), &sources)
-        .await
-        .unwrap();
+    let (engine, tls) = remote_engine(test_image()).await;
     let local = docker().await;
     let settings = DockerSettings {
         hosts: vec![
@@ -282,16 +266,7 @@ async fn sessions_spread_over_two_engines_and_avoid_one_that_stopped() {
 /// `copy_limit_mib` is refused with a message that says what to do.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_copied_workspace_goes_to_a_remote_engine_and_comes_back() {
-    let engine = tokio::task::spawn_blocking(crate::engine::Engine::start)
-        .await
-        .unwrap();
-    let docker = image::connect_with(Some(&engine.tcp), Some(&engine.tls))
-        .await
-        .unwrap();
-    let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
-    image::ensure_image(&docker, test_image(), &sources)
-        .await
-        .unwrap();
+    let (engine, _) = remote_engine(test_image()).await;
     let settings = DockerSettings {
         docker_host: Some(engine.tcp.clone()),
         tls: Some(engine.tls.clone()),
@@ -339,6 +314,20 @@ async fn a_copied_workspace_goes_to_a_remote_engine_and_comes_back() {
     );
     f.sandbox.shutdown().await;
     drop(engine);
+}
+
+/// A Docker engine of the test's own over mutual TLS (see `engine.rs`), a client of
+/// it, and the image `tag` built there.
+async fn remote_engine(tag: &str) -> (crate::engine::Engine, bollard::Docker) {
+    let engine = tokio::task::spawn_blocking(crate::engine::Engine::start)
+        .await
+        .unwrap();
+    let docker = image::connect_with(Some(&engine.tcp), Some(&engine.tls))
+        .await
+        .unwrap();
+    let sources = ImageSources::debian(env!("CARGO_BIN_EXE_jianmu").into());
+    image::ensure_image(&docker, tag, &sources).await.unwrap();
+    (engine, docker)
 }
 
 /// Polls `ready` for up to 60 s.
