@@ -70,6 +70,18 @@ pub(crate) fn run() -> anyhow::Result<()> {
         pool_first99 / 1e3,
         raw_cold / pool_first
     );
+    // `docker-bench-many SESSIONS PER_SECOND MIB_PER_IDLE_CONTAINER`
+    if let Some(many) = text
+        .lines()
+        .find_map(|l| l.strip_prefix("docker-bench-many "))
+    {
+        let v: Vec<&str> = many.split_whitespace().collect();
+        if let [n, rate, mib] = v.as_slice() {
+            println!(
+                "  {n} sessions opened 10 at a time (each one's container started by its first call): {rate} sessions/s; an idle container uses {mib} MiB (median)"
+            );
+        }
+    }
     let phase = |name: &str| get(name).0 / 1e3;
     println!(
         "  phases (p50): ours: up {:.1} ms (create, attach, start, runner ready), down {:.1} ms (stdin closed, exit, remove); \

@@ -2,7 +2,8 @@
 //! against a raw bollard `exec` of `true` into the same running container, and a cold
 //! call (create, start, call, remove) against a raw bollard `create + start + wait +
 //! remove` of `true` with the same container settings, and the first call of a new
-//! session taken from a warm pool against the same raw reference.
+//! session taken from a warm pool against the same raw reference, and 100 sessions
+//! opened 10 at a time (sessions per second, memory per idle container).
 //!
 //! Needs `JIANMU_BENCH_RUNNER`, a release `jianmu` binary, and a running Docker
 //! engine; `cargo xtask bench` provides both. Prints `docker-bench NAME P50_US P99_US`
@@ -192,4 +193,59 @@ async fn bench(runner: String) {
     }
     report("pool_first_call", first);
     pooled.shutdown().await;
+
+    // Many sessions at once: 100 sessions opened 10 at a time (each one's first call
+    // starts its container), then the memory each idle container uses.
+    let many = DockerSandbox::new(ws.path(), settings.clone()).unwrap();
+    let sessions: Vec<DockerSandbox> = (0..SESSIONS).map(|_| many.new_session()).collect();
+    let start = Instant::now();
+    futures::stream::iter(&sessions)
+        .for_each_concurrent(10, |session| {
+            let runner = ToolRunner::new(session.clone());
+            let (calculator, args) = (&calculator, args.clone());
+            async move {
+                let out = calculator
+                    .execute(args, ExecuteOptions::default().runner(&runner))
+                    .await
+                    .unwrap();
+                assert_eq!(out.text, "222");
+            }
+        })
+        .await;
+    let rate = SESSIONS as f64 / start.elapsed().as_secs_f64();
+    let mut memory = Vec::new();
+    let filters = std::collections::HashMap::from([("label", vec![jianmu_sandbox::docker::LABEL])]);
+    let listed = docker
+        .list_containers(Some(
+            bollard::query_parameters::ListContainersOptionsBuilder::default()
+                .filters(&filters)
+                .build(),
+        ))
+        .await
+        .unwrap();
+    for c in listed.iter().take(20) {
+        let Some(id) = c.id.as_deref() else { continue };
+        let options = bollard::query_parameters::StatsOptionsBuilder::default()
+            .stream(false)
+            .one_shot(true)
+            .build();
+        if let Some(Ok(stats)) = docker.stats(id, Some(options)).next().await
+            && let Some(usage) = stats.memory_stats.and_then(|m| m.usage)
+        {
+            memory.push(usage);
+        }
+    }
+    memory.sort_unstable();
+    let median = memory.get(memory.len() / 2).copied().unwrap_or(0);
+    println!(
+        "docker-bench-many {SESSIONS} {rate:.1} {:.1}",
+        median as f64 / (1024.0 * 1024.0)
+    );
+    for session in &sessions {
+        session.close_session().await;
+    }
+    many.shutdown().await;
 }
+
+/// Sessions opened by the many-sessions run.
+const SESSIONS: usize = 100;

@@ -176,9 +176,13 @@ impl Sessions {
             Base::Docker { sandbox, events } => {
                 let sandbox = match &held.dir {
                     // A folder of its own is a mount of its own: a sandbox (and
-                    // container) of its own, outside the shared pool.
+                    // container) of its own, outside the shared pool, with no pool.
                     Some(dir) => {
-                        jianmu_sandbox::DockerSandbox::new(dir, self.settings.docker.clone())
+                        let settings = jianmu_sandbox::DockerSettings {
+                            pool_size: 0,
+                            ..self.settings.docker.clone()
+                        };
+                        jianmu_sandbox::DockerSandbox::new(dir, settings)
                             .map_err(std::io::Error::other)?
                             .with_tools(tools)
                     }
