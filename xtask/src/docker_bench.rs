@@ -6,7 +6,98 @@ use std::collections::HashMap;
 
 use crate::{cargo, output, root};
 
+/// A second Docker engine for the two-engine run: own data root, exec root, pidfile,
+/// socket and bridge, no iptables rules. Stopped and removed when dropped.
+struct SecondEngine {
+    child: std::process::Child,
+    dir: std::path::PathBuf,
+    sock: std::path::PathBuf,
+}
+
+/// The bridge the second engine attaches to (an engine with `--bridge none` would
+/// remove the machine's `docker0`); the tests' engines use the same one.
+const BRIDGE: &str = "jianmu-test-br";
+
+impl SecondEngine {
+    /// `None` (with the reason printed) where no second engine can start.
+    fn start() -> Option<Self> {
+        use std::process::{Command, Stdio};
+        let quiet = |c: &mut Command| {
+            c.stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .status()
+                .is_ok_and(|s| s.success())
+        };
+        if !quiet(Command::new("ip").args(["link", "show", BRIDGE]))
+            && !quiet(Command::new("ip").args(["link", "add", "name", BRIDGE, "type", "bridge"]))
+        {
+            println!("(two-engine run skipped: cannot make the bridge {BRIDGE}; root is needed)");
+            return None;
+        }
+        let dir = std::path::PathBuf::from(format!("/tmp/jm-bench-engine-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).ok()?;
+        let sock = dir.join("sock");
+        let log = std::fs::File::create(dir.join("log")).ok()?;
+        let child = Command::new("dockerd")
+            .arg("--data-root")
+            .arg(dir.join("data"))
+            .arg("--exec-root")
+            .arg(dir.join("exec"))
+            .arg("--pidfile")
+            .arg(dir.join("pid"))
+            .arg("-H")
+            .arg(format!("unix://{}", sock.display()))
+            .args(["--bridge", BRIDGE, "--iptables=false", "--ip6tables=false"])
+            .args(["--ip-forward=false", "--ip-masq=false"])
+            .stdout(log.try_clone().ok()?)
+            .stderr(log)
+            .spawn();
+        let Ok(child) = child else {
+            println!("(two-engine run skipped: dockerd does not start)");
+            return None;
+        };
+        let engine = Self { child, dir, sock };
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !quiet(
+            Command::new("docker")
+                .arg("-H")
+                .arg(engine.address())
+                .arg("version"),
+        ) {
+            if std::time::Instant::now() > deadline {
+                println!("(two-engine run skipped: the second engine did not answer in 60 s)");
+                return None;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(200));
+        }
+        Some(engine)
+    }
+
+    fn address(&self) -> String {
+        format!("unix://{}", self.sock.display())
+    }
+}
+
+impl Drop for SecondEngine {
+    fn drop(&mut self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status();
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                break;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        let _ = std::fs::remove_dir_all(&self.dir);
+    }
+}
+
 pub(crate) fn run() -> anyhow::Result<()> {
+    let second = SecondEngine::start();
     let mut c = cargo();
     c.args([
         "bench",
@@ -19,6 +110,9 @@ pub(crate) fn run() -> anyhow::Result<()> {
         "docker",
     ]);
     c.env("JIANMU_BENCH_RUNNER", root().join("target/release/jianmu"));
+    if let Some(engine) = &second {
+        c.env("JIANMU_BENCH_SECOND_ENGINE", engine.address());
+    }
     let text = match output(c) {
         Ok(text) => text,
         Err(e) => {
@@ -70,18 +164,27 @@ pub(crate) fn run() -> anyhow::Result<()> {
         pool_first99 / 1e3,
         raw_cold / pool_first
     );
-    // `docker-bench-many SESSIONS PER_SECOND MIB_PER_IDLE_CONTAINER`
-    if let Some(many) = text
-        .lines()
-        .find_map(|l| l.strip_prefix("docker-bench-many "))
-    {
-        let v: Vec<&str> = many.split_whitespace().collect();
-        if let [n, rate, mib] = v.as_slice() {
+    // `docker-bench-many[2] SESSIONS PER_SECOND MIB_PER_IDLE_CONTAINER`
+    for (tag, what) in [
+        (
+            "docker-bench-many ",
+            "opened 10 at a time (each one's container started by its first call)",
+        ),
+        (
+            "docker-bench-many2 ",
+            "across two engines (this machine's and a second one, least loaded first)",
+        ),
+    ] {
+        let Some(many) = text.lines().find_map(|l| l.strip_prefix(tag)) else {
+            continue;
+        };
+        if let [n, rate, mib] = many.split_whitespace().collect::<Vec<_>>().as_slice() {
             println!(
-                "  {n} sessions opened 10 at a time (each one's container started by its first call): {rate} sessions/s; an idle container uses {mib} MiB (median)"
+                "  {n} sessions {what}: {rate} sessions/s; an idle container uses {mib} MiB (median)"
             );
         }
     }
+    drop(second);
     let phase = |name: &str| get(name).0 / 1e3;
     println!(
         "  phases (p50): ours: up {:.1} ms (create, attach, start, runner ready), down {:.1} ms (stdin closed, exit, remove); \

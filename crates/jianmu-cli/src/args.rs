@@ -109,7 +109,7 @@ pub(crate) struct McpArgs {
     /// [default: the JIANMU_MCP_TOKEN environment variable].
     #[arg(long, value_name = "FILE", requires = "http")]
     pub(crate) token_file: Option<PathBuf>,
-    /// With --http: a browser origin allowed to call, e.g. https://app.example.com
+    /// With --http: a browser origin allowed to call, e.g. `https://app.example.com`
     /// (repeatable; adds to `[mcp.http] allowed_origins`). Others get 403.
     #[arg(long, value_name = "ORIGIN", requires = "http")]
     pub(crate) allow_origin: Vec<String>,

@@ -3,7 +3,8 @@
 //! call (create, start, call, remove) against a raw bollard `create + start + wait +
 //! remove` of `true` with the same container settings, and the first call of a new
 //! session taken from a warm pool against the same raw reference, and 100 sessions
-//! opened 10 at a time (sessions per second, memory per idle container).
+//! opened 10 at a time (sessions per second, memory per idle container), on one engine
+//! and, with `JIANMU_BENCH_SECOND_ENGINE` (set by `cargo xtask bench`), on two.
 //!
 //! Needs `JIANMU_BENCH_RUNNER`, a release `jianmu` binary, and a running Docker
 //! engine; `cargo xtask bench` provides both. Prints `docker-bench NAME P50_US P99_US`
@@ -15,6 +16,7 @@ use bollard::exec::StartExecResults;
 use bollard::models::ExecConfig;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
 use futures::StreamExt as _;
+use jianmu_sandbox::docker::EngineAddress;
 use jianmu_sandbox::docker::image::{self, ImageSources};
 use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
 use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolHandle, ToolSpec};
@@ -197,12 +199,49 @@ async fn bench(runner: String) {
     // Many sessions at once: 100 sessions opened 10 at a time (each one's first call
     // starts its container), then the memory each idle container uses.
     let many = DockerSandbox::new(ws.path(), settings.clone()).unwrap();
-    let sessions: Vec<DockerSandbox> = (0..SESSIONS).map(|_| many.new_session()).collect();
+    let (rate, mib) = many_sessions(&many, &calculator, &args, std::slice::from_ref(&docker)).await;
+    println!("docker-bench-many {SESSIONS} {rate:.1} {mib:.1}");
+    many.shutdown().await;
+
+    // The same across two engines, when `cargo xtask bench` started a second one.
+    if let Ok(second) = std::env::var("JIANMU_BENCH_SECOND_ENGINE") {
+        let other = image::connect(Some(&second))
+            .await
+            .expect("the second engine");
+        image::ensure_image(&other, TAG, &sources)
+            .await
+            .expect("the image builds on the second engine");
+        let first = std::env::var("DOCKER_HOST")
+            .unwrap_or_else(|_| "unix:///var/run/docker.sock".to_owned());
+        let spread = DockerSandbox::new(
+            ws.path(),
+            DockerSettings {
+                hosts: vec![EngineAddress::Url(first), EngineAddress::Url(second)],
+                ..settings.clone()
+            },
+        )
+        .unwrap();
+        let (rate, mib) =
+            many_sessions(&spread, &calculator, &args, &[docker.clone(), other]).await;
+        println!("docker-bench-many2 {SESSIONS} {rate:.1} {mib:.1}");
+        spread.shutdown().await;
+    }
+}
+
+/// Opens [`SESSIONS`] sessions of `sandbox`, 10 at a time, each with one call; the
+/// sessions per second and the median memory (MiB) of 10 idle containers per engine.
+async fn many_sessions(
+    sandbox: &DockerSandbox,
+    calculator: &ToolHandle,
+    args: &serde_json::Value,
+    engines: &[bollard::Docker],
+) -> (f64, f64) {
+    let sessions: Vec<DockerSandbox> = (0..SESSIONS).map(|_| sandbox.new_session()).collect();
     let start = Instant::now();
     futures::stream::iter(&sessions)
         .for_each_concurrent(10, |session| {
             let runner = ToolRunner::new(session.clone());
-            let (calculator, args) = (&calculator, args.clone());
+            let args = args.clone();
             async move {
                 let out = calculator
                     .execute(args, ExecuteOptions::default().runner(&runner))
@@ -215,36 +254,34 @@ async fn bench(runner: String) {
     let rate = SESSIONS as f64 / start.elapsed().as_secs_f64();
     let mut memory = Vec::new();
     let filters = std::collections::HashMap::from([("label", vec![jianmu_sandbox::docker::LABEL])]);
-    let listed = docker
-        .list_containers(Some(
-            bollard::query_parameters::ListContainersOptionsBuilder::default()
-                .filters(&filters)
-                .build(),
-        ))
-        .await
-        .unwrap();
-    for c in listed.iter().take(20) {
-        let Some(id) = c.id.as_deref() else { continue };
-        let options = bollard::query_parameters::StatsOptionsBuilder::default()
-            .stream(false)
-            .one_shot(true)
-            .build();
-        if let Some(Ok(stats)) = docker.stats(id, Some(options)).next().await
-            && let Some(usage) = stats.memory_stats.and_then(|m| m.usage)
-        {
-            memory.push(usage);
+    for engine in engines {
+        let listed = engine
+            .list_containers(Some(
+                bollard::query_parameters::ListContainersOptionsBuilder::default()
+                    .filters(&filters)
+                    .build(),
+            ))
+            .await
+            .unwrap();
+        for c in listed.iter().take(10) {
+            let Some(id) = c.id.as_deref() else { continue };
+            let options = bollard::query_parameters::StatsOptionsBuilder::default()
+                .stream(false)
+                .one_shot(true)
+                .build();
+            if let Some(Ok(stats)) = engine.stats(id, Some(options)).next().await
+                && let Some(usage) = stats.memory_stats.and_then(|m| m.usage)
+            {
+                memory.push(usage);
+            }
         }
     }
     memory.sort_unstable();
     let median = memory.get(memory.len() / 2).copied().unwrap_or(0);
-    println!(
-        "docker-bench-many {SESSIONS} {rate:.1} {:.1}",
-        median as f64 / (1024.0 * 1024.0)
-    );
     for session in &sessions {
         session.close_session().await;
     }
-    many.shutdown().await;
+    (rate, median as f64 / (1024.0 * 1024.0))
 }
 
 /// Sessions opened by the many-sessions run.

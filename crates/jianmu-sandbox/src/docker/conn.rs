@@ -6,18 +6,16 @@
 //! the reader removes the container: no async drop needed.
 
 use std::collections::{HashMap, HashSet};
-use std::pin::Pin;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use bollard::Docker;
-use bollard::container::{AttachContainerResults, LogOutput};
-use futures::{Stream, StreamExt as _};
+use futures::StreamExt as _;
 use jianmu_tool_core::{CallContext, ProgressSink, ToolConfig};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
+use super::backend::{Backend, Chunk, Ended, Input, Output};
 use super::wire::{CallResult, Reply, Request, to_line, write_lines};
 use crate::lock;
 
@@ -32,7 +30,7 @@ pub(crate) enum Outcome {
 pub(crate) struct Conn {
     engine: usize,
     id: String,
-    docker: Docker,
+    backend: Arc<dyn Backend>,
     tx: Mutex<Option<mpsc::UnboundedSender<Vec<u8>>>>,
     shared: Arc<Shared>,
     grace: Duration,
@@ -56,31 +54,29 @@ struct Shared {
     closing: AtomicBool,
 }
 
-type Output = Pin<Box<dyn Stream<Item = Result<LogOutput, bollard::errors::Error>> + Send>>;
-
 impl Conn {
     pub(crate) fn spawn(
         engine: usize,
-        docker: Docker,
+        backend: Arc<dyn Backend>,
         id: String,
-        attached: AttachContainerResults,
+        (input, output): (Input, Output),
         memory_mib: u64,
         grace: Duration,
     ) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
         let shared = Arc::new(Shared::default());
-        tokio::spawn(write_lines(attached.input, rx));
+        tokio::spawn(write_lines(input, rx));
         let reader = tokio::spawn(read_loop(
-            docker.clone(),
+            Arc::clone(&backend),
             id.clone(),
-            attached.output,
+            output,
             Arc::clone(&shared),
             memory_mib,
         ));
         Arc::new(Self {
             engine,
             id,
-            docker,
+            backend,
             tx: Mutex::new(Some(tx)),
             shared,
             grace,
@@ -92,9 +88,9 @@ impl Conn {
         &self.id
     }
 
-    /// The engine the container runs on.
-    pub(crate) fn docker(&self) -> &Docker {
-        &self.docker
+    /// Where the runner runs.
+    pub(crate) fn backend(&self) -> &dyn Backend {
+        self.backend.as_ref()
     }
 
     /// The index of the engine the container runs on.
@@ -189,7 +185,7 @@ impl Conn {
             return;
         };
         let shared = Arc::clone(&self.shared);
-        let docker = self.docker.clone();
+        let backend = Arc::clone(&self.backend);
         let container = self.id.clone();
         let grace = self.grace;
         rt.spawn(async move {
@@ -199,14 +195,14 @@ impl Conn {
                     container = container.as_str(),
                     "a cancelled call did not stop; killing the sandbox container"
                 );
-                let _ = docker.kill_container(&container, None).await;
+                backend.kill(&container).await;
             }
         });
     }
 
     /// Kills and removes the container now.
     pub(crate) async fn remove(&self) {
-        super::container::remove(&self.docker, &self.id).await;
+        self.backend.remove(&self.id).await;
     }
 
     /// Closes the runner's stdin so it exits, and waits until the reader has removed
@@ -238,7 +234,7 @@ impl Drop for CancelOnDrop<'_> {
 }
 
 async fn read_loop(
-    docker: Docker,
+    backend: Arc<dyn Backend>,
     id: String,
     mut output: Output,
     shared: Arc<Shared>,
@@ -249,7 +245,7 @@ async fn read_loop(
     let mut broke = None;
     while let Some(item) = output.next().await {
         match item {
-            Ok(LogOutput::StdOut { message }) => {
+            Ok(Chunk::Stdout(message)) => {
                 // Only the new bytes can hold a newline: a long reply arriving in
                 // many chunks is scanned once, not once per chunk.
                 let mut from = buf.len();
@@ -261,15 +257,14 @@ async fn read_loop(
                     from = 0;
                 }
             }
-            Ok(LogOutput::StdErr { message }) => {
+            Ok(Chunk::Stderr(message)) => {
                 stderr_tail.extend_from_slice(&message);
                 if stderr_tail.len() > 4096 {
                     stderr_tail.drain(..stderr_tail.len() - 4096);
                 }
             }
-            Ok(_) => {}
             Err(e) => {
-                broke = Some(e.to_string());
+                broke = Some(e);
                 break;
             }
         }
@@ -278,7 +273,7 @@ async fn read_loop(
     let reason = if shared.closing.load(Ordering::Acquire) {
         "the sandbox was shut down".to_owned()
     } else {
-        death_reason(&docker, &id, broke, &stderr_tail, memory_mib).await
+        death_reason(backend.as_ref(), &id, broke, &stderr_tail, memory_mib).await
     };
     {
         let mut pending = lock(&shared.pending);
@@ -290,7 +285,7 @@ async fn read_loop(
     if let Some(tx) = lock(&shared.ready).take() {
         let _ = tx.send(Err(reason));
     }
-    super::container::remove(&docker, &id).await;
+    backend.remove(&id).await;
 }
 
 fn dispatch(shared: &Shared, line: &[u8]) {
@@ -351,7 +346,7 @@ fn dispatch(shared: &Shared, line: &[u8]) {
 
 /// Why the stream ended, in words for the model and the operator.
 async fn death_reason(
-    docker: &Docker,
+    backend: &dyn Backend,
     id: &str,
     broke: Option<String>,
     stderr_tail: &[u8],
@@ -365,29 +360,24 @@ async fn death_reason(
     } else {
         format!("; it printed: {stderr}")
     };
-    let inspected =
-        tokio::time::timeout(Duration::from_secs(10), docker.inspect_container(id, None))
-            .await
-            .unwrap_or_else(|_| Err(bollard::errors::Error::RequestTimeoutError));
-    let state = match inspected {
-        Ok(info) => info.state.unwrap_or_default(),
-        Err(e) => {
+    let code = match backend.ended(id).await {
+        Ended::Unknown(e) => {
             return format!(
                 "lost the sandbox container {short} (was the Docker daemon restarted?): {e}"
             );
         }
+        Ended::OutOfMemory => {
+            return format!(
+                "the sandbox container {short} was killed for exceeding its memory limit of \
+                 {memory_mib} MiB; the next call starts a fresh one"
+            );
+        }
+        Ended::Running => {
+            let why = broke.unwrap_or_else(|| "the stream closed".into());
+            return format!("the connection to the sandbox container {short} broke: {why}");
+        }
+        Ended::Exited(code) => code,
     };
-    if state.oom_killed == Some(true) {
-        return format!(
-            "the sandbox container {short} was killed for exceeding its memory limit of \
-             {memory_mib} MiB; the next call starts a fresh one"
-        );
-    }
-    if state.running == Some(true) {
-        let why = broke.unwrap_or_else(|| "the stream closed".into());
-        return format!("the connection to the sandbox container {short} broke: {why}");
-    }
-    let code = state.exit_code.unwrap_or(-1);
     let how = match code {
         137 => "was killed (SIGKILL)".to_owned(),
         143 => "was stopped (SIGTERM)".to_owned(),

@@ -13,18 +13,13 @@
 use std::io::{Read, Write as _};
 use std::path::{Component, Path, PathBuf};
 
-use bollard::Docker;
-use bollard::query_parameters::{
-    DownloadFromContainerOptionsBuilder, UploadToContainerOptionsBuilder,
-};
-use futures::StreamExt as _;
-
+use super::backend::Backend;
 use crate::SandboxError;
 
 /// The most entries (files and folders) copied either way.
 pub(crate) const MAX_ENTRIES: usize = 200_000;
 
-/// What [`pull`] brought back.
+/// What [`DockerSandbox::pull`](super::DockerSandbox::pull) brought back.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct Pulled {
     /// Files written here (new or changed).
@@ -126,7 +121,7 @@ pub(crate) fn pack(
 
 /// Copies the workspace into the container `id`, at the same path.
 pub(crate) async fn upload(
-    docker: &Docker,
+    backend: &dyn Backend,
     id: &str,
     workspace: &Path,
     user: &str,
@@ -142,38 +137,22 @@ pub(crate) async fn upload(
         .map_err(|e| SandboxError::Lost(format!("packing the workspace failed: {e}")))??;
     // Unpacked into the volume mounted on the workspace's parent (`container.rs`).
     let parent = workspace.parent().unwrap_or(Path::new("/"));
-    let options = UploadToContainerOptionsBuilder::default()
-        .path(&parent.to_string_lossy())
-        .build();
-    docker
-        .upload_to_container(id, Some(options), bollard::body_full(tar.into()))
-        .await
-        .map_err(|e| SandboxError::engine("cannot copy the workspace into the sandbox", e))
+    backend.upload(id, parent, tar).await
 }
 
 /// Brings back what the container `id` has in the workspace: new and changed files
 /// are written here (see the module docs for what is left out).
 pub(crate) async fn pull(
-    docker: &Docker,
+    backend: &dyn Backend,
     id: &str,
     workspace: &Path,
     limit: u64,
 ) -> Result<Pulled, SandboxError> {
-    let options = DownloadFromContainerOptionsBuilder::default()
-        .path(&workspace.to_string_lossy())
-        .build();
-    let mut stream = docker.download_from_container(id, Some(options));
-    let mut tar = Vec::new();
     // Headers and padding on top of the files' bytes.
     let cap = limit.saturating_add(limit / 8).saturating_add(1 << 20);
-    while let Some(chunk) = stream.next().await {
-        let chunk = chunk
-            .map_err(|e| SandboxError::engine("cannot copy the workspace out of the sandbox", e))?;
-        if tar.len() as u64 + chunk.len() as u64 > cap {
-            return Err(too_big(limit));
-        }
-        tar.extend_from_slice(&chunk);
-    }
+    let Some(tar) = backend.download(id, workspace, cap).await? else {
+        return Err(too_big(limit));
+    };
     let ws = workspace.to_owned();
     tokio::task::spawn_blocking(move || unpack(&tar, &ws, limit))
         .await

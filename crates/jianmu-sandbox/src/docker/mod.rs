@@ -26,6 +26,7 @@
 //! containers are kept started and ready; a session's first call takes one, so it
 //! costs a warm call, and a replacement starts in the background.
 
+mod backend;
 mod conn;
 mod container;
 mod copy;
@@ -39,13 +40,12 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use bollard::Docker;
 use bollard::models::ContainerCreateBody;
-use bollard::query_parameters::AttachContainerOptionsBuilder;
 use jianmu_tool_core::{PreparedCall, Runner, ToolConfig, ToolError, ToolOutput};
 use tokio::sync::{Mutex, OnceCell};
 
 use crate::SandboxError;
+use backend::{Backend, DockerBackend, Spec};
 use conn::{Conn, Outcome};
 pub use copy::Pulled;
 pub use serve::serve_stdio;
@@ -251,7 +251,7 @@ impl DockerSandbox {
         let s = &self.inner.settings;
         if s.workspace_mode == WorkspaceMode::Copy {
             let copied = copy::upload(
-                conn.docker(),
+                conn.backend(),
                 conn.id(),
                 &self.inner.workspace,
                 &self.inner.user,
@@ -282,7 +282,7 @@ impl DockerSandbox {
         match conn {
             Some(conn) if !conn.is_dead() => {
                 copy::pull(
-                    conn.docker(),
+                    conn.backend(),
                     conn.id(),
                     &self.inner.workspace,
                     s.copy_limit_mib * 1024 * 1024,
@@ -299,7 +299,7 @@ struct Engine {
     /// `None`: `DOCKER_HOST`, else the local socket.
     address: Option<String>,
     tls: Option<TlsFiles>,
-    docker: OnceCell<Docker>,
+    backend: OnceCell<Arc<dyn Backend>>,
     swept: AtomicBool,
     /// Containers started on it (live ones count as its load).
     placed: std::sync::Mutex<Vec<std::sync::Weak<Conn>>>,
@@ -312,16 +312,20 @@ impl Engine {
         Self {
             address,
             tls,
-            docker: OnceCell::new(),
+            backend: OnceCell::new(),
             swept: AtomicBool::new(false),
             placed: std::sync::Mutex::default(),
             down_until: std::sync::Mutex::default(),
         }
     }
 
-    async fn docker(&self) -> Result<&Docker, SandboxError> {
-        self.docker
-            .get_or_try_init(|| image::connect_with(self.address.as_deref(), self.tls.as_ref()))
+    async fn backend(&self) -> Result<&Arc<dyn Backend>, SandboxError> {
+        self.backend
+            .get_or_try_init(|| async {
+                let docker =
+                    image::connect_with(self.address.as_deref(), self.tls.as_ref()).await?;
+                Ok(Arc::new(DockerBackend { docker }) as Arc<dyn Backend>)
+            })
             .await
     }
 
@@ -338,11 +342,10 @@ impl Engine {
 
     /// Marks the engine down unless it answers a ping within 2 seconds.
     async fn check(&self) {
-        let Some(docker) = self.docker.get() else {
+        let Some(backend) = self.backend.get() else {
             return;
         };
-        let ping = tokio::time::timeout(Duration::from_secs(2), docker.ping()).await;
-        if !matches!(ping, Ok(Ok(_))) {
+        if !backend.ping().await {
             self.mark_down(&SandboxError::Lost("the engine does not answer".into()));
         }
     }
@@ -374,8 +377,8 @@ impl Inner {
         let mut failure = None;
         for (_, _, i) in ranked {
             let engine = &self.engines[i];
-            let docker = match engine.docker().await {
-                Ok(docker) => docker.clone(),
+            let backend = match engine.backend().await {
+                Ok(backend) => Arc::clone(backend),
                 Err(e) => {
                     engine.mark_down(&e);
                     failure = Some(e);
@@ -383,14 +386,12 @@ impl Inner {
                 }
             };
             let started = if engine.swept.swap(true, Ordering::Relaxed) {
-                start(self, i, docker, warm).await
+                start(self, i, backend, warm).await
             } else {
                 // The sweep cannot touch the container being started (its owner is
                 // alive), so both go at once.
-                let (_, started) = tokio::join!(
-                    container::sweep(&docker),
-                    start(self, i, docker.clone(), warm)
-                );
+                let (_, started) =
+                    tokio::join!(backend.sweep(), start(self, i, Arc::clone(&backend), warm));
                 started
             };
             match started {
@@ -438,64 +439,31 @@ impl Inner {
 async fn start(
     inner: &Inner,
     engine: usize,
-    docker: Docker,
+    backend: Arc<dyn Backend>,
     warm: bool,
 ) -> Result<Arc<Conn>, SandboxError> {
     let s = &inner.settings;
-    let body = inner.body();
-    let created = docker
-        .create_container(None, body)
-        .await
-        .map_err(|e| match e {
-            bollard::errors::Error::DockerResponseServerError {
-                status_code: 404, ..
-            } => SandboxError::MissingImage {
-                image: s.image.clone(),
-            },
-            bollard::errors::Error::DockerResponseServerError {
-                status_code: 400 | 500,
-                ref message,
-            } if s.runtime.is_some() && message.to_ascii_lowercase().contains("runtime") => {
-                SandboxError::MissingRuntime {
-                    runtime: s.runtime.clone().unwrap_or_default(),
-                }
-            }
-            e => SandboxError::engine("cannot create the sandbox container", e),
-        })?;
-    let id = created.id;
-    let options = AttachContainerOptionsBuilder::default()
-        .stdin(true)
-        .stdout(true)
-        .stderr(true)
-        .stream(true)
-        .build();
-    let attached = match docker.attach_container(&id, Some(options)).await {
-        Ok(a) => a,
-        Err(e) => {
-            container::remove(&docker, &id).await;
-            return Err(SandboxError::engine(
-                "cannot attach to the sandbox container",
-                e,
-            ));
-        }
+    let spec = Spec {
+        settings: s,
+        workspace: &inner.workspace,
+        user: &inner.user,
+        owner: &inner.owner,
     };
+    let (id, input, output) = backend.create(&spec).await?;
     let conn = Conn::spawn(
         engine,
-        docker.clone(),
+        Arc::clone(&backend),
         id.clone(),
-        attached,
+        (input, output),
         s.memory_mib,
         Duration::from_secs_f64(s.cancel_grace_secs),
     );
     // Written before the start: the pipe holds it, so the runner finds its
-    // settings as soon as it boots, while the daemon is still answering.
+    // settings as soon as it boots, while the engine is still answering.
     let ready = conn.send_init(&inner.tools, warm);
-    if let Err(e) = docker.start_container(&id, None).await {
+    if let Err(e) = backend.start(&id).await {
         conn.remove().await;
-        return Err(SandboxError::engine(
-            "cannot start the sandbox container",
-            e,
-        ));
+        return Err(e);
     }
     if let Err(e) = conn.wait_ready(ready).await {
         conn.remove().await;
