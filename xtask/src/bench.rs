@@ -26,6 +26,12 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--mcp-only") {
         return crate::mcp_bench::run();
     }
+    if args.iter().any(|a| a == "--docker-only") {
+        let mut c = cargo();
+        c.args(["build", "--release", "--locked", "-p", "jianmu-cli"]);
+        crate::run(c)?;
+        return crate::docker_bench::run();
+    }
     let mut c = cargo();
     c.args(["bench", "--locked"]);
     for krate in [

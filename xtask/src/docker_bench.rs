@@ -38,7 +38,18 @@ impl SecondEngine {
         std::fs::create_dir_all(&dir).ok()?;
         let sock = dir.join("sock");
         let log = std::fs::File::create(dir.join("log")).ok()?;
+        // Its own settings file: the machine's may set a data root of its own.
+        std::fs::write(dir.join("daemon.json"), "{}").ok()?;
+        // The machine's engine's storage driver where it is installed; else vfs.
+        let driver = if std::path::Path::new("/usr/bin/fuse-overlayfs").exists() {
+            "fuse-overlayfs"
+        } else {
+            "vfs"
+        };
         let child = Command::new("dockerd")
+            .arg("--config-file")
+            .arg(dir.join("daemon.json"))
+            .args(["--storage-driver", driver])
             .arg("--data-root")
             .arg(dir.join("data"))
             .arg("--exec-root")
@@ -65,7 +76,12 @@ impl SecondEngine {
                 .arg("version"),
         ) {
             if std::time::Instant::now() > deadline {
-                println!("(two-engine run skipped: the second engine did not answer in 60 s)");
+                let log = std::fs::read_to_string(engine.dir.join("log")).unwrap_or_default();
+                let tail: Vec<&str> = log.lines().rev().take(3).collect();
+                println!(
+                    "(two-engine run skipped: the second engine did not answer in 60 s: {})",
+                    tail.join(" | ")
+                );
                 return None;
             }
             std::thread::sleep(std::time::Duration::from_millis(200));

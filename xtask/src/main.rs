@@ -26,7 +26,8 @@ const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
   bench     benchmarks, printed as ratios against reference implementations
             [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree;
             [--edit-only] only edit_file and apply_patch against git apply;
-            [--mcp-only] only the MCP round trips (stdio) and the HTTP load test
+            [--mcp-only] only the MCP round trips (stdio) and the HTTP load test;
+            [--docker-only] only the Docker sandbox (one engine, then two)
   docs      regenerate docs/tools.md from the live tool specs
   docker-image  build a release jianmu and the Docker sandbox image from it
             [ARGS...] passed to `jianmu sandbox build-image` (--tag, --no-python, ...)";
