@@ -52,6 +52,8 @@ pub(crate) struct Spec<'a> {
     pub(crate) user: &'a str,
     /// The owner label, for sweeps.
     pub(crate) owner: &'a str,
+    /// The workspace is copied in (a volume) rather than mounted.
+    pub(crate) copy: bool,
 }
 
 /// Where sandbox runners run. See the module docs.
@@ -91,7 +93,7 @@ pub(crate) struct DockerBackend {
 impl Backend for DockerBackend {
     async fn create(&self, spec: &Spec<'_>) -> Result<(String, Input, Output), SandboxError> {
         let s = spec.settings;
-        let body = container::body(s, spec.workspace, spec.user, spec.owner);
+        let body = container::body(s, spec.workspace, spec.user, spec.owner, spec.copy);
         let created = self
             .docker
             .create_container(None, body)

@@ -10,7 +10,7 @@ use bollard::models::{
 };
 use bollard::query_parameters::{ListContainersOptionsBuilder, RemoveContainerOptionsBuilder};
 
-use super::{DockerSettings, LABEL, WorkspaceMode};
+use super::{DockerSettings, LABEL};
 
 /// The body sandbox containers are created with: image, user, owner label, the
 /// workspace mounted at its own path, a tmpfs `/tmp`, and every limit.
@@ -19,6 +19,7 @@ pub(crate) fn body(
     workspace: &Path,
     user: &str,
     owner: &str,
+    copy: bool,
 ) -> ContainerCreateBody {
     let ws = workspace.to_string_lossy().into_owned();
     let memory = i64::try_from(s.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
@@ -35,8 +36,8 @@ pub(crate) fn body(
                 }),
                 ..Default::default()
             },
-            match s.workspace_mode {
-                WorkspaceMode::Mount => Mount {
+            match copy {
+                false => Mount {
                     typ: Some(MountType::BIND),
                     source: Some(ws.clone()),
                     target: Some(ws.clone()),
@@ -50,7 +51,7 @@ pub(crate) fn body(
                 // A volume of the container's own on the workspace's parent (so the
                 // workspace folder unpacked into it can belong to the sandbox's user),
                 // removed with the container; the workspace is copied in (`copy.rs`).
-                WorkspaceMode::Copy => Mount {
+                true => Mount {
                     typ: Some(MountType::VOLUME),
                     target: Some(
                         workspace

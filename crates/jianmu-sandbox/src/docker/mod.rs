@@ -114,7 +114,10 @@ impl DockerSandbox {
         let engines = settings
             .engines()
             .into_iter()
-            .map(|(address, tls)| Engine::new(address, tls))
+            .map(|(address, tls)| {
+                let copy = settings.copies_to(address.as_deref());
+                Engine::new(address, tls, copy)
+            })
             .collect();
         Self {
             inner: Arc::new(Inner {
@@ -249,7 +252,7 @@ impl DockerSandbox {
             None => self.inner.place(false).await?,
         };
         let s = &self.inner.settings;
-        if s.workspace_mode == WorkspaceMode::Copy {
+        if self.inner.engines[conn.engine()].copy {
             let copied = copy::upload(
                 conn.backend(),
                 conn.id(),
@@ -267,20 +270,18 @@ impl DockerSandbox {
         Ok(conn)
     }
 
-    /// With `workspace_mode = "copy"`: brings what this session's container changed
-    /// in the workspace back here (new and changed files; see [`Pulled`]). Nothing to
-    /// do with `mount`, or before the first call.
+    /// When the workspace is copied (`workspace_mode = "copy"`, or `auto` with a
+    /// network engine): brings what this session's container changed in the workspace
+    /// back here (new and changed files; see [`Pulled`]). Nothing to do when it is
+    /// mounted, or before the first call.
     ///
     /// # Errors
     /// The engine failing, or a workspace over `copy_limit_mib`.
     pub async fn pull(&self) -> Result<Pulled, SandboxError> {
         let s = &self.inner.settings;
-        if s.workspace_mode != WorkspaceMode::Copy {
-            return Ok(Pulled::default());
-        }
         let conn = self.conn.lock().await.clone();
         match conn {
-            Some(conn) if !conn.is_dead() => {
+            Some(conn) if !conn.is_dead() && self.inner.engines[conn.engine()].copy => {
                 copy::pull(
                     conn.backend(),
                     conn.id(),
@@ -298,6 +299,8 @@ impl DockerSandbox {
 struct Engine {
     /// `None`: `DOCKER_HOST`, else the local socket.
     address: Option<String>,
+    /// The workspace is copied in, not mounted (see `DockerSettings::copies_to`).
+    copy: bool,
     tls: Option<TlsFiles>,
     backend: OnceCell<Arc<dyn Backend>>,
     swept: AtomicBool,
@@ -308,9 +311,10 @@ struct Engine {
 }
 
 impl Engine {
-    fn new(address: Option<String>, tls: Option<TlsFiles>) -> Self {
+    fn new(address: Option<String>, tls: Option<TlsFiles>, copy: bool) -> Self {
         Self {
             address,
+            copy,
             tls,
             backend: OnceCell::new(),
             swept: AtomicBool::new(false),
@@ -359,7 +363,14 @@ impl Engine {
 impl Inner {
     /// What every container of this sandbox is created with.
     fn body(&self) -> ContainerCreateBody {
-        container::body(&self.settings, &self.workspace, &self.user, &self.owner)
+        let copy = self.engines.first().is_some_and(|e| e.copy);
+        container::body(
+            &self.settings,
+            &self.workspace,
+            &self.user,
+            &self.owner,
+            copy,
+        )
     }
 
     /// Starts a container on the best engine: those up before those marked down,
@@ -448,6 +459,7 @@ async fn start(
         workspace: &inner.workspace,
         user: &inner.user,
         owner: &inner.owner,
+        copy: inner.engines[engine].copy,
     };
     let (id, input, output) = backend.create(&spec).await?;
     let conn = Conn::spawn(

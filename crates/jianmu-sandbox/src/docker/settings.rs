@@ -49,10 +49,11 @@ pub struct DockerSettings {
     /// this sandbox's containers; an engine that fails is left alone for
     /// [`ENGINE_RETRY`] and new sessions go to the others.
     pub hosts: Vec<EngineAddress>,
-    /// How the workspace reaches the container: `mount` (a bind mount; the engine
-    /// must see this machine's files) or `copy` (shipped in through the engine API
-    /// when the container starts, brought back by `DockerSandbox::pull` and when the
-    /// session ends).
+    /// How the workspace reaches the container: `auto` (the default: `mount` on an
+    /// engine reached through a local socket, `copy` on one reached over the
+    /// network), `mount` (a bind mount; the engine must see this machine's files) or
+    /// `copy` (shipped in through the engine API when the container starts, brought
+    /// back by `DockerSandbox::pull` and when the session ends).
     pub workspace_mode: WorkspaceMode,
     /// The largest workspace copied either way, in MiB (`workspace_mode = "copy"`).
     pub copy_limit_mib: u64,
@@ -62,8 +63,11 @@ pub struct DockerSettings {
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum WorkspaceMode {
-    /// Bind-mounted at the same path.
+    /// `Mount` for a `unix://` engine (or the default local socket), `Copy` for a
+    /// `tcp://`, `http(s)://` or `ssh://` one.
     #[default]
+    Auto,
+    /// Bind-mounted at the same path.
     Mount,
     /// Copied in at the start, copied back on request and at the end.
     Copy,
@@ -130,7 +134,7 @@ impl Default for DockerSettings {
             runtime: None,
             pool_size: 0,
             hosts: Vec::new(),
-            workspace_mode: WorkspaceMode::Mount,
+            workspace_mode: WorkspaceMode::Auto,
             copy_limit_mib: 256,
         }
     }
@@ -163,6 +167,19 @@ const IMAGE_DIRS: &[&str] = &[
 ];
 
 impl DockerSettings {
+    /// Whether the workspace is copied (not mounted) for the engine at `address`
+    /// (`None`: `DOCKER_HOST`, else the local socket).
+    pub fn copies_to(&self, address: Option<&str>) -> bool {
+        match self.workspace_mode {
+            WorkspaceMode::Mount => false,
+            WorkspaceMode::Copy => true,
+            WorkspaceMode::Auto => address
+                .map(str::to_owned)
+                .or_else(|| std::env::var("DOCKER_HOST").ok())
+                .is_some_and(|a| !a.starts_with("unix://")),
+        }
+    }
+
     /// The engines to use: `hosts`, else the one of `docker_host` and `tls` (`None`:
     /// `DOCKER_HOST`, else the local socket).
     pub fn engines(&self) -> Vec<(Option<String>, Option<TlsFiles>)> {
@@ -212,7 +229,11 @@ impl DockerSettings {
                 )));
             }
         }
-        if settings.workspace_mode == WorkspaceMode::Copy {
+        let copies = settings
+            .engines()
+            .iter()
+            .any(|(address, _)| settings.copies_to(address.as_deref()));
+        if copies {
             // The copy lives in a volume on the workspace's parent.
             let parent = workspace.parent().unwrap_or(Path::new("/"));
             let covers = |dir: &str| Path::new(dir).starts_with(parent);
@@ -297,5 +318,28 @@ impl DockerSettings {
             }
         };
         Ok((workspace, user))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn auto_copies_only_to_engines_reached_over_the_network() {
+        let auto = DockerSettings::default();
+        assert!(!auto.copies_to(Some("unix:///var/run/docker.sock")));
+        assert!(auto.copies_to(Some("tcp://10.0.0.5:2376")));
+        assert!(auto.copies_to(Some("ssh://builder@10.0.0.5")));
+        let mount = DockerSettings {
+            workspace_mode: WorkspaceMode::Mount,
+            ..DockerSettings::default()
+        };
+        assert!(!mount.copies_to(Some("tcp://10.0.0.5:2376")));
+        let copy = DockerSettings {
+            workspace_mode: WorkspaceMode::Copy,
+            ..DockerSettings::default()
+        };
+        assert!(copy.copies_to(Some("unix:///var/run/docker.sock")));
     }
 }
