@@ -72,14 +72,13 @@ fn docker(settings: &Settings) -> Value {
     let checked = crate::runtime().map(|rt| {
         rt.block_on(async {
             // With several engines, the first that is not ready is reported.
-            let mut ready = (true, true, format!("ready (image {tag})"));
             for (host, tls) in &engines {
                 let docker = match image::connect_with(host.as_deref(), tls.as_ref()).await {
                     Ok(d) => d,
                     Err(e) => return (false, false, format!("no engine answers ({e})")),
                 };
                 if docker.inspect_image(&tag).await.is_err() {
-                    ready = (
+                    return (
                         true,
                         false,
                         format!(
@@ -88,10 +87,11 @@ fn docker(settings: &Settings) -> Value {
                     );
                 }
             }
-            if engines.len() > 1 && ready.1 {
-                ready.2 = format!("ready on {} engines (image {tag})", engines.len());
-            }
-            ready
+            let summary = match engines.len() {
+                1 => format!("ready (image {tag})"),
+                n => format!("ready on {n} engines (image {tag})"),
+            };
+            (true, true, summary)
         })
     });
     match checked {
