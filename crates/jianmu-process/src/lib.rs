@@ -50,6 +50,25 @@ pub fn std_command(program: impl AsRef<OsStr>) -> std::process::Command {
     cmd
 }
 
+/// 128 random bits from the kernel, as 32 hex digits: names and markers a command
+/// cannot guess (a shell session's end marker, a session folder). Without
+/// `/dev/urandom`, the time and the stack's address stand in.
+pub fn random_hex() -> String {
+    use std::io::Read as _;
+    let mut bytes = [0u8; 16];
+    let filled = std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| f.read_exact(&mut bytes))
+        .is_ok();
+    if !filled {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+            ^ (&bytes as *const _ as u128);
+        bytes = t.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 /// Live processes (not zombies) whose command line, its arguments joined by spaces,
 /// contains `needle`, by PID: how tests and diagnostics check that nothing a call
 /// started is left.

@@ -20,7 +20,6 @@
 //! of that time.
 
 use std::collections::HashMap;
-use std::io::Read as _;
 use std::os::unix::ffi::OsStringExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -461,20 +460,7 @@ pub(crate) fn quote(path: &Path) -> String {
 
 /// A random marker no command can guess.
 fn nonce() -> String {
-    let mut bytes = [0u8; 16];
-    let filled = std::fs::File::open("/dev/urandom")
-        .and_then(|mut f| f.read_exact(&mut bytes))
-        .is_ok();
-    if !filled {
-        // Without the kernel's randomness, the time and the address space's layout.
-        let t = Instant::now().elapsed().as_nanos() ^ (&bytes as *const _ as u128);
-        bytes = t.to_le_bytes();
-    }
-    let mut out = String::from("__jianmu_end_");
-    for b in bytes {
-        out.push_str(&format!("{b:02x}"));
-    }
-    out
+    format!("__jianmu_end_{}", jianmu_process::random_hex())
 }
 
 /// Reads `stream` until `marker`, handing what comes before it to `sink`: true when

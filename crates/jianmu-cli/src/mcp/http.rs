@@ -156,7 +156,7 @@ impl Sessions {
         metrics.sessions_total.inc();
         let mut tools = self.tools.clone().with_new_scope();
         if let Some(root) = &self.per_session {
-            let dir = root.join(session_name());
+            let dir = root.join(jianmu_process::random_hex());
             std::fs::create_dir(&dir)?;
             // The folder belongs to whoever owns DIR (the Docker sandbox runs as the
             // workspace's owner).
@@ -203,26 +203,6 @@ impl Sessions {
             Some(Arc::new(held)),
         ))
     }
-}
-
-/// 128 random bits, as hex: a session folder's name.
-fn session_name() -> String {
-    let mut bytes = [0u8; 16];
-    if getrandom(&mut bytes).is_err() {
-        // Unique enough without randomness: the time and a counter.
-        static COUNT: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = COUNT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let t = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .map_or(0, |d| d.as_nanos());
-        return format!("s{t:x}-{n}");
-    }
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-fn getrandom(buf: &mut [u8]) -> std::io::Result<()> {
-    use std::io::Read as _;
-    std::fs::File::open("/dev/urandom")?.read_exact(buf)
 }
 
 /// What a session holds beyond its tools: released when it is dropped.

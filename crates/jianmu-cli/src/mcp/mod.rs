@@ -252,15 +252,17 @@ impl ServerHandler for Server {
                 metrics.record(tool, started.elapsed(), outcome.as_ref().map(drop));
                 result(outcome).map(Into::into)
             }
-            () = context.ct.cancelled() => {
+            why = async {
+                tokio::select! {
+                    () = context.ct.cancelled() => "the call was cancelled",
+                    () = self.catalog.stopping.cancelled() => {
+                        "the server is shutting down: the call was cancelled"
+                    }
+                }
+            } => {
                 let cancelled = ToolError::Cancelled { tool: request.name.to_string() };
                 metrics.record(tool, started.elapsed(), Err(&cancelled));
-                Err(ErrorData::internal_error("the call was cancelled", None))
-            }
-            () = self.catalog.stopping.cancelled() => {
-                let cancelled = ToolError::Cancelled { tool: request.name.to_string() };
-                metrics.record(tool, started.elapsed(), Err(&cancelled));
-                Err(ErrorData::internal_error("the server is shutting down: the call was cancelled", None))
+                Err(ErrorData::internal_error(why, None))
             }
         };
         drop(counted);

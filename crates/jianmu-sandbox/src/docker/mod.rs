@@ -251,14 +251,13 @@ impl DockerSandbox {
             Some(conn) => conn,
             None => self.inner.place(false).await?,
         };
-        let s = &self.inner.settings;
         if self.inner.engines[conn.engine()].copy {
             let copied = copy::upload(
                 conn.backend(),
                 conn.id(),
                 &self.inner.workspace,
                 &self.inner.user,
-                s.copy_limit_mib * 1024 * 1024,
+                self.inner.settings.copy_limit(),
             )
             .await;
             if let Err(e) = copied {
@@ -278,7 +277,6 @@ impl DockerSandbox {
     /// # Errors
     /// The engine failing, or a workspace over `copy_limit_mib`.
     pub async fn pull(&self) -> Result<Pulled, SandboxError> {
-        let s = &self.inner.settings;
         let conn = self.conn.lock().await.clone();
         match conn {
             Some(conn) if !conn.is_dead() && self.inner.engines[conn.engine()].copy => {
@@ -286,7 +284,7 @@ impl DockerSandbox {
                     conn.backend(),
                     conn.id(),
                     &self.inner.workspace,
-                    s.copy_limit_mib * 1024 * 1024,
+                    self.inner.settings.copy_limit(),
                 )
                 .await
             }

@@ -167,6 +167,11 @@ const IMAGE_DIRS: &[&str] = &[
 ];
 
 impl DockerSettings {
+    /// [`DockerSettings::copy_limit_mib`] in bytes.
+    pub(crate) fn copy_limit(&self) -> u64 {
+        self.copy_limit_mib.saturating_mul(1024 * 1024)
+    }
+
     /// Whether the workspace is copied (not mounted) for the engine at `address`
     /// (`None`: `DOCKER_HOST`, else the local socket).
     pub fn copies_to(&self, address: Option<&str>) -> bool {
