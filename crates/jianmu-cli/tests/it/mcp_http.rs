@@ -188,6 +188,14 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
         "{origin}"
     );
     assert_eq!(client.step()["status"], 200, "an allowed origin");
+    // Truncated JSON, a batch, a NUL, a message that is neither request nor
+    // notification: each gets a 4xx with words in the body.
+    let malformed = client.step();
+    for answer in malformed["answers"].as_array().unwrap() {
+        let status = answer[0].as_u64().unwrap();
+        assert!((400..500).contains(&status), "{malformed}");
+        assert_eq!(answer[1], true, "{malformed}");
+    }
     // Three revisions: 2025-03-26 by a raw handshake, 2025-11-25 by the client's
     // handshake, 2026-07-28 stateless.
     let old = client.step();
@@ -330,14 +338,8 @@ fn sigterm_cancels_a_running_call_after_the_grace_period_and_exits_cleanly() {
     );
     let _ = client.child.wait();
     // Nothing the call started is left anywhere.
-    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-        let cmdline = std::fs::read(entry.path().join("cmdline")).unwrap_or_default();
-        assert!(
-            !String::from_utf8_lossy(&cmdline).contains("jianmu-slow-marker"),
-            "left running: {}",
-            entry.path().display()
-        );
-    }
+    let left = jianmu_process::running_with("jianmu-slow-marker");
+    assert!(left.is_empty(), "left running: {left:?}");
 }
 
 /// `max_sessions`, `max_body_bytes` and `session_idle_secs`: one session too many

@@ -38,7 +38,7 @@ async def raw_post(url, headers, body):
                 "Accept": "application/json, text/event-stream",
                 **headers,
             },
-            content=json.dumps(body),
+            content=body if isinstance(body, str) else json.dumps(body),
         )
         return r.status_code, r.text, dict(r.headers)
 
@@ -130,6 +130,12 @@ async def main(url, token, scenario="main"):
         url, {"Authorization": f"Bearer {token}", "Origin": "http://allowed.example"}, INIT
     )
     say("allowed_origin", status=status)
+    # Malformed bodies are answered too.
+    answers = []
+    for bad in ["{", "[1, 2]", "\u0000", '{"jsonrpc": "2.0", "id": 1}']:
+        status, body, _ = await raw_post(url, {"Authorization": f"Bearer {token}"}, bad)
+        answers.append([status, bool(body.strip())])
+    say("malformed", answers=answers)
 
     # An older revision, negotiated by a raw handshake.
     status, body, headers = await raw_post(url, {"Authorization": f"Bearer {token}"}, INIT)
