@@ -274,7 +274,13 @@ impl Jail {
                 Ok(mut child) => {
                     let (stdin, stdout, stderr) =
                         (child.stdin.take(), child.stdout.take(), child.stderr.take());
-                    return Supervised::new(Inner::Namespace(child), stdin, stdout, stderr);
+                    return Supervised::new(
+                        Inner::Namespace(child),
+                        spec.stdin,
+                        stdin,
+                        stdout,
+                        stderr,
+                    );
                 }
                 Err(crate::spawn::Failure::Command(e)) => return Err(e),
                 // A policy refuses the namespaces to this process although the probe
@@ -285,10 +291,20 @@ impl Jail {
             }
         }
         let mut cmd = crate::command(&spec.program);
+        // A socket's caller end is kept here; std's piped streams are taken below.
+        let mut socket = None;
+        let stdin = match spec.stdin {
+            Stdio::Socket => {
+                let (child_end, our_end) = crate::spawn::socket_pair()?;
+                socket = Some(our_end);
+                std::process::Stdio::from(child_end)
+            }
+            other => other.std(),
+        };
         cmd.args(&spec.args)
             .env_clear()
             .envs(spec.env.iter().map(|(k, v)| (k, v)))
-            .stdin(spec.stdin.std())
+            .stdin(stdin)
             .stdout(spec.stdout.std())
             .stderr(spec.stderr.std())
             // The supervisor is stopped with a signal it acts on (see `Supervised`),
@@ -307,10 +323,16 @@ impl Jail {
             cmd.pre_exec(move || sys::enter(&plan, parent));
         }
         let mut child = cmd.spawn()?;
-        let stdin = child.stdin.take().map(|s| s.into_owned_fd()).transpose()?;
+        // `cmd` holds the child's end of a socket: gone with it, so that the caller
+        // sees the end of the stream when the command ends.
+        drop(cmd);
+        let stdin = match socket {
+            Some(ours) => Some(ours),
+            None => child.stdin.take().map(|s| s.into_owned_fd()).transpose()?,
+        };
         let stdout = child.stdout.take().map(|s| s.into_owned_fd()).transpose()?;
         let stderr = child.stderr.take().map(|s| s.into_owned_fd()).transpose()?;
-        Supervised::new(Inner::Supervisor(child), stdin, stdout, stderr)
+        Supervised::new(Inner::Supervisor(child), spec.stdin, stdin, stdout, stderr)
     }
 }
 
@@ -322,13 +344,18 @@ pub enum Stdio {
     Null,
     /// A pipe to the caller.
     Piped,
+    /// Standard input only: one end of a Unix socket pair, the other end the caller's
+    /// ([`Supervised::socket`], which reads and writes). Unlike a pipe, it cannot be
+    /// opened again through `/proc/PID/fd`, so a process the command starts cannot
+    /// reach it unless it inherits it.
+    Socket,
 }
 
 impl Stdio {
     fn std(self) -> std::process::Stdio {
         match self {
             Stdio::Null => std::process::Stdio::null(),
-            Stdio::Piped => std::process::Stdio::piped(),
+            Stdio::Piped | Stdio::Socket => std::process::Stdio::piped(),
         }
     }
 }
@@ -368,6 +395,12 @@ impl Spec {
         self
     }
 
+    /// Removes every environment variable set so far.
+    pub fn clear_env(&mut self) -> &mut Self {
+        self.env.clear();
+        self
+    }
+
     /// The working directory.
     pub fn current_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
         self.cwd = Some(dir.into());
@@ -398,6 +431,8 @@ impl Spec {
 pub struct Supervised {
     /// Its standard input, when piped.
     pub stdin: Option<pipe::Sender>,
+    /// The caller's end of its standard input, when that is [`Stdio::Socket`].
+    pub socket: Option<tokio::net::UnixStream>,
     /// Its standard output, when piped.
     pub stdout: Option<pipe::Receiver>,
     /// Its standard error, when piped.
@@ -417,11 +452,24 @@ impl Supervised {
     /// The running command with the caller's ends of its pipes made async.
     fn new(
         inner: Inner,
+        stdin_kind: Stdio,
         stdin: Option<OwnedFd>,
         stdout: Option<OwnedFd>,
         stderr: Option<OwnedFd>,
     ) -> io::Result<Self> {
+        let (stdin, socket) = match stdin_kind {
+            Stdio::Socket => (None, stdin),
+            _ => (stdin, None),
+        };
+        let socket = socket
+            .map(|fd| {
+                let stream = std::os::unix::net::UnixStream::from(fd);
+                stream.set_nonblocking(true)?;
+                tokio::net::UnixStream::from_std(stream)
+            })
+            .transpose()?;
         Ok(Self {
+            socket,
             stdin: stdin.map(pipe::Sender::from_owned_fd).transpose()?,
             stdout: stdout.map(pipe::Receiver::from_owned_fd).transpose()?,
             stderr: stderr.map(pipe::Receiver::from_owned_fd).transpose()?,

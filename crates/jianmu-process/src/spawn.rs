@@ -72,6 +72,26 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
+/// Two connected Unix stream sockets, both close-on-exec (the child's end is placed on
+/// its standard stream, which clears the flag there).
+pub(crate) fn socket_pair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: `fds` has room for two descriptors.
+    let made = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if made != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors were just made and belong to no one else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 fn dev_null() -> io::Result<OwnedFd> {
     Ok(std::fs::OpenOptions::new()
         .read(true)
@@ -150,6 +170,11 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
             Stdio::Piped => {
                 let (read, write) = pipe().map_err(C)?;
                 let (child_end, our_end) = if i == 0 { (read, write) } else { (write, read) };
+                ours[i] = Some(our_end);
+                child_end
+            }
+            Stdio::Socket => {
+                let (child_end, our_end) = socket_pair().map_err(C)?;
                 ours[i] = Some(our_end);
                 child_end
             }

@@ -194,14 +194,13 @@ impl Bash {
                 Some(s) => s.job_start().await,
                 None => (None, None),
             };
-            spec.arg("-c");
-            match env {
-                Some(env) => {
-                    let env = session::quote(&env);
-                    spec.arg(format!(". {env} 2>/dev/null; rm -f {env}\n{command}"))
+            spec.arg("-c").arg(command);
+            if let Some(env) = env {
+                spec.clear_env();
+                for (k, v) in env {
+                    spec.env(k, v);
                 }
-                None => spec.arg(command),
-            };
+            }
             if let Some(cwd) = cwd {
                 spec.current_dir(cwd);
             }

@@ -2,14 +2,20 @@
 //! lives across calls, so `cd`, `export`, shell variables and functions carry over,
 //! and a call costs a write and a read, not a process start.
 //!
-//! The shell reads its commands from a pipe. For each call the command goes into a
-//! file in the session's state folder and the shell is told to source it (`. cmd`, input
-//! from `/dev/null`), then to print, on stdout, a marker with a fresh random nonce, the
-//! exit status, its exports (`export -p`) and its directory, and a marker on stderr.
-//! Output up to the markers is the call's; the state is kept in memory (bounded). After
-//! the markers, every process the call started that still runs is ended, so nothing a
-//! call starts outlives it while the shell lives on. Builtins only: a call starts no
-//! process and writes no file besides the command.
+//! The shell reads its commands from a Unix socket, its standard input: the control
+//! channel. Unlike a pipe, a socket cannot be opened again through `/proc/PID/fd`, and
+//! the shell's copy of it while a command runs is close-on-exec, so no process a
+//! command starts can send the shell commands or read its reports. For each call the
+//! command goes into a file in the session's state folder and the shell is told to
+//! source it (`. cmd`, input from `/dev/null`); it answers `d STATUS` on the socket.
+//! Then every process the call started that still runs is ended, and only then is the
+//! shell sent a fresh random marker, which it prints on stdout and stderr (output up
+//! to the markers is the call's), and asked for its state, which comes back on the
+//! socket as data: the directory and the exported variables, kept in memory
+//! (bounded) and restored as the next shell's directory and environment, never run as
+//! code. Nothing the command starts ever sees the marker, so it cannot end a call's
+//! output early or forge a report. Builtins only: a call starts no process and writes
+//! no file besides the command.
 //!
 //! A call that ends the shell (`exit`, `exec`) answers with the shell's status (an
 //! `EXIT` trap still reports the state); one that hits its time limit or is cancelled
@@ -20,6 +26,7 @@
 //! of that time.
 
 use std::collections::HashMap;
+use std::ffi::OsString;
 use std::os::unix::ffi::OsStringExt as _;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,6 +35,7 @@ use std::time::{Duration, Instant};
 use jianmu_process::{Jail, Spec, Stream, Supervised};
 use jianmu_tool_core::ToolError;
 use tokio::io::{AsyncRead, AsyncReadExt as _, AsyncWriteExt as _};
+use tokio::net::UnixStream;
 use tokio::net::unix::pipe;
 
 use crate::capture::{Captured, Counter};
@@ -86,21 +94,22 @@ pub(crate) struct Session {
     live: tokio::sync::Mutex<Option<Live>>,
     /// The directory and exports the last finished call left.
     state: Mutex<Option<State>>,
-    jobs: std::sync::atomic::AtomicU64,
 }
 
 /// Where a shell of the session starts again.
 #[derive(Debug, Clone)]
 struct State {
     cwd: PathBuf,
-    /// `export -p` output: shell commands that export the same again.
-    exports: Vec<u8>,
+    /// The exported variables, restored as the environment of the next shell.
+    env: Vec<(OsString, OsString)>,
 }
 
 #[derive(Debug)]
 struct Live {
     child: Supervised,
-    stdin: pipe::Sender,
+    /// The shell's standard input, a socket: commands go in, its reports come back.
+    /// Processes the commands start neither inherit it nor can open it again.
+    control: UnixStream,
     stdout: pipe::Receiver,
     stderr: pipe::Receiver,
 }
@@ -213,7 +222,6 @@ impl Sessions {
             used: Mutex::new(now),
             live: tokio::sync::Mutex::new(None),
             state: Mutex::new(None),
-            jobs: std::sync::atomic::AtomicU64::new(0),
         });
         inner.map.insert(id.to_owned(), Arc::clone(&session));
         Ok(session)
@@ -268,24 +276,28 @@ impl Session {
             None => self.start(&launch).await?,
         };
         self.touch();
-        let nonce = nonce();
         let mut text = command.to_owned();
         text.push('\n');
         // Made again in case a command removed it (it lies in the command's `TMPDIR`).
         let _ = std::fs::create_dir_all(&self.dir);
         // A new file per call: replacing the contents of one would cost a flush on
-        // some file systems (ext4 flushes a file truncated and written again).
-        let script = Removed(self.dir.join(&nonce));
+        // some file systems (ext4 flushes a file truncated and written again). Its
+        // name is random but no secret: the end marker is never written anywhere a
+        // process of the call can read.
+        let script = Removed(
+            self.dir
+                .join(format!("cmd-{}", jianmu_process::random_hex())),
+        );
         std::fs::write(&script.0, text).map_err(|e| {
             ToolError::failed(format!(
                 "cannot hand the command to the session's shell: {e}"
             ))
         })?;
-        let go = format!("__jianmu_call {nonce}\n");
-        if live.stdin.write_all(go.as_bytes()).await.is_err() {
+        let go = format!("__jianmu_call {}\n", quote(&script.0));
+        if live.control.write_all(go.as_bytes()).await.is_err() {
             // The shell went away between calls: start again once.
             live = self.start(&launch).await?;
-            live.stdin
+            live.control
                 .write_all(go.as_bytes())
                 .await
                 .map_err(|e| ToolError::failed(format!("the session's shell is gone: {e}")))?;
@@ -294,52 +306,32 @@ impl Session {
         let mut stderr = Captured::new(launch.keep_head, launch.keep_tail);
         // Bytes read but not yet taken (held back while they may begin a marker).
         let (mut out_held, mut err_held) = (Vec::new(), Vec::new());
-        // Set once stdout's output part is over (what is held is state, not output).
-        let mut past_output = false;
-        let err_marker = format!("\n{nonce}\n");
+        // Set once stdout's marker came (what is held after it is not output).
+        let mut out_done = false;
+        // Sent to the shell only after every other process of the call has ended, and
+        // only over the control socket: nothing the command started can print it.
+        let marker = format!("\n{}\n", nonce());
+        let Live {
+            child,
+            control,
+            stdout: out_pipe,
+            stderr: err_pipe,
+        } = &mut live;
         let outcome = async {
-            let (report, _) = tokio::join!(
-                read_report(
-                    &mut live.stdout,
-                    &nonce,
-                    &mut stdout,
-                    &mut out_held,
-                    &mut past_output,
-                    counter
-                ),
-                read_until(
-                    &mut live.stderr,
-                    err_marker.as_bytes(),
-                    &mut err_held,
-                    |data| stderr.push_counted(data, counter)
-                ),
+            let (control, out, err) = tokio::join!(
+                converse(child, control, &marker),
+                read_until(out_pipe, marker.as_bytes(), &mut out_held, |data| {
+                    stdout.push_counted(data, counter);
+                }),
+                read_until(err_pipe, marker.as_bytes(), &mut err_held, |data| {
+                    stderr.push_counted(data, counter);
+                }),
             );
-            match report {
-                Some(Report {
-                    code: Some(code),
-                    state,
-                }) => (Some(code), true, state),
-                // The shell is on its way out (`exit`): its status is the call's.
-                Some(Report { code: None, state }) => (
-                    live.child.wait().await.ok().and_then(|s| s.code()),
-                    false,
-                    state,
-                ),
-                // stdout ended without a report: the shell was replaced (`exec`) or
-                // closed its output. One that cannot report any more is ended.
-                None => {
-                    let waited =
-                        tokio::time::timeout(Duration::from_secs(1), live.child.wait()).await;
-                    let code = match waited {
-                        Ok(status) => status.ok().and_then(|s| s.code()),
-                        Err(_) => {
-                            live.child.stop_and_wait().await;
-                            None
-                        }
-                    };
-                    (code, false, None)
-                }
-            }
+            out_done = out;
+            // A shell whose stdout or stderr is closed (`exec >&-`) cannot mark the end
+            // of a call's output any more: it is ended, and the next call starts anew.
+            let (code, alive, state) = control;
+            (code, alive && out && err, state)
         };
         match tokio::time::timeout(limit, outcome).await {
             Ok((code, alive, state)) => {
@@ -347,8 +339,6 @@ impl Session {
                     *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Some(state);
                 }
                 if alive {
-                    // Whatever the call left running ends with the call.
-                    live.child.stop_others().await;
                     *slot = Some(live);
                 }
                 Ok(Ended::Finished {
@@ -360,7 +350,7 @@ impl Session {
             Err(_) => {
                 live.child.stop_and_wait().await;
                 // No marker came: what was held back is output too.
-                if !past_output {
+                if !out_done {
                     stdout.push(&out_held);
                 }
                 stderr.push(&err_held);
@@ -369,13 +359,20 @@ impl Session {
         }
     }
 
-    /// Starts the session's shell where the last call left it.
+    /// Starts the session's shell where the last call left it: its directory, and its
+    /// exports as the environment (data, never run as code).
     async fn start(&self, launch: &Launch<'_>) -> Result<Live, ToolError> {
         let mut spec = launch.spec.clone();
         spec.arg("-s")
-            .stdin(Stream::Piped)
+            .stdin(Stream::Socket)
             .stdout(Stream::Piped)
             .stderr(Stream::Piped);
+        if let Some(state) = self.saved() {
+            spec.clear_env();
+            for (k, v) in state.env {
+                spec.env(k, v);
+            }
+        }
         if let Some(cwd) = self.saved_cwd() {
             spec.current_dir(cwd);
         }
@@ -383,34 +380,20 @@ impl Session {
             .jail
             .spawn(&spec)
             .map_err(|e| ToolError::failed(format!("cannot start the session's shell: {e}")))?;
-        let (Some(mut stdin), Some(stdout), Some(stderr)) =
-            (child.stdin.take(), child.stdout.take(), child.stderr.take())
-        else {
+        let (Some(mut control), Some(stdout), Some(stderr)) = (
+            child.socket.take(),
+            child.stdout.take(),
+            child.stderr.take(),
+        ) else {
             return Err(ToolError::failed("the session's shell has no pipes"));
         };
-        let dir = quote(&self.dir);
-        // Builtins only. The report: `\n NONCE STATUS\n`, the exports, `\n NONCE:` the
-        // directory `\n NONCE.\n`; the `EXIT` trap reports with the status `exit`.
-        let mut prelude = format!(
-            "__jianmu_report() {{ printf '\\n%s %s\\n' \"$__jianmu_n\" \"$1\"; export -p; \
-             printf '\\n%s:%s\\n%s.\\n' \"$__jianmu_n\" \"$PWD\" \"$__jianmu_n\"; }}\n\
-             __jianmu_call() {{ __jianmu_n=$1; . {dir}/\"$1\" < /dev/null; __jianmu_report $?; \
-             printf '\\n%s\\n' \"$1\" >&2; }}\n\
-             trap '__jianmu_report exit 2>/dev/null' EXIT\n"
-        )
-        .into_bytes();
-        // A new shell of an old session exports what the last one did.
-        if let Some(state) = self.saved() {
-            prelude.extend_from_slice(&state.exports);
-            prelude.push(b'\n');
-        }
-        stdin
-            .write_all(&prelude)
+        control
+            .write_all(prelude().as_bytes())
             .await
             .map_err(|e| ToolError::failed(format!("the session's shell did not start: {e}")))?;
         Ok(Live {
             child,
-            stdin,
+            control,
             stdout,
             stderr,
         })
@@ -428,20 +411,149 @@ impl Session {
     }
 
     /// Where a background job started from this session begins: the session's
-    /// working directory, and a copy of its exports for the job to source (the copy
-    /// is the job's: later calls cannot change it under the job).
-    pub(crate) async fn job_start(&self) -> (Option<PathBuf>, Option<PathBuf>) {
+    /// working directory, and its exports as the job's whole environment.
+    pub(crate) async fn job_start(&self) -> (Option<PathBuf>, Option<Vec<(OsString, OsString)>>) {
         let _calls = self.live.lock().await;
         self.touch();
-        let n = self.jobs.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let copy = self.dir.join(format!("job-{n}.env"));
-        let _ = std::fs::create_dir_all(&self.dir);
-        let env = self
-            .saved()
-            .filter(|s| std::fs::write(&copy, &s.exports).is_ok())
-            .map(|_| copy);
+        let env = self.saved().map(|s| s.env);
         (self.saved_cwd(), env)
     }
+}
+
+/// The shell's side of the protocol, sent once at its start on the control socket (its
+/// standard input, which it reads its commands from). Builtins only.
+///
+/// - `__jianmu_call FILE` sources the command with standard input from `/dev/null`,
+///   then writes `d STATUS` on the control socket.
+/// - `__jianmu_end MARKER`, sent once every other process is gone, prints the marker
+///   on stdout and stderr and writes the state on the control socket: the directory,
+///   then `NAME=VALUE` for each exported variable, each ended by a NUL, and an empty
+///   field at the end.
+/// - When the shell exits (`exit` in a command) its `EXIT` trap writes `x` and the
+///   state on the control socket, found among its descriptors (standard input is
+///   `/dev/null` while a command runs; the socket's saved copy is above 9).
+fn prelude() -> String {
+    let names: String = ('A'..='Z')
+        .chain('a'..='z')
+        .chain(['_'])
+        .map(|c| format!(" \"${{!{c}@}}\""))
+        .collect();
+    format!(
+        "__jianmu_state() {{ builtin printf '%s\\0' \"$PWD\"; local __jianmu_v; \
+         for __jianmu_v in{names}; do [[ ${{!__jianmu_v@a}} == *x* ]] && \
+         builtin printf '%s=%s\\0' \"$__jianmu_v\" \"${{!__jianmu_v}}\"; done; \
+         builtin printf '\\0'; }}\n\
+         __jianmu_call() {{ builtin . \"$1\" < /dev/null; builtin printf 'd %s\\n' \"$?\" >&0; }}\n\
+         __jianmu_end() {{ builtin printf '\\n%s\\n' \"$1\"; builtin printf '\\n%s\\n' \"$1\" >&2; \
+         __jianmu_state >&0; }}\n\
+         __jianmu_exit() {{ local __jianmu_f; for __jianmu_f in /proc/$$/fd/*; do \
+         __jianmu_f=${{__jianmu_f##*/}}; if [[ ( $__jianmu_f == 0 || $__jianmu_f -ge 10 ) \
+         && -S /proc/$$/fd/$__jianmu_f ]]; then {{ builtin printf 'x\\n'; __jianmu_state; }} \
+         >&\"$__jianmu_f\"; return; fi; done; }}\n\
+         trap '__jianmu_exit 2>/dev/null' EXIT\n"
+    )
+}
+
+/// After the command was handed over: waits for the shell's word on the control
+/// socket. When the command finished, ends every other process of the call, then asks
+/// the shell for the end markers and its state. Returns the status (`None`: the
+/// shell is gone and its own status was not known), whether the shell lives on, and
+/// the state it reported.
+async fn converse(
+    child: &mut Supervised,
+    control: &mut UnixStream,
+    marker: &str,
+) -> (Option<i32>, bool, Option<State>) {
+    let mut held = Vec::new();
+    let mut line = Vec::new();
+    let got = read_until(control, b"\n", &mut held, |d| {
+        if line.len() < 32 {
+            line.extend_from_slice(&d[..d.len().min(32)]);
+        }
+    })
+    .await;
+    let line = if got { line } else { Vec::new() };
+    match line.as_slice() {
+        [b'd', b' ', code @ ..] => {
+            let code = std::str::from_utf8(code).ok().and_then(|c| c.parse().ok());
+            // Whatever the call left running ends with the call, before the marker
+            // exists anywhere but here.
+            child.stop_others().await;
+            let end = format!("__jianmu_end {}\n", marker.trim());
+            if control.write_all(end.as_bytes()).await.is_err() {
+                return (code, false, None);
+            }
+            let state = read_state(control, &mut held).await;
+            (code, true, state)
+        }
+        // The shell is on its way out (`exit`): its status is the call's.
+        b"x" => {
+            let state = read_state(control, &mut held).await;
+            (child.wait().await.ok().and_then(|s| s.code()), false, state)
+        }
+        // The socket closed without a word: the shell was replaced (`exec`) or killed.
+        // One that cannot report any more is ended.
+        _ => {
+            let waited = tokio::time::timeout(Duration::from_secs(1), child.wait()).await;
+            let code = match waited {
+                Ok(status) => status.ok().and_then(|s| s.code()),
+                Err(_) => {
+                    child.stop_and_wait().await;
+                    None
+                }
+            };
+            (code, false, None)
+        }
+    }
+}
+
+/// Reads the state the shell writes on the control socket (see [`prelude`]); `None`
+/// when it is cut short, too big to keep, or malformed.
+async fn read_state(control: &mut UnixStream, held: &mut Vec<u8>) -> Option<State> {
+    let max = MAX_ENV + MAX_CWD;
+    let mut raw = Vec::new();
+    let complete = read_until(control, b"\0\0", held, |d| {
+        if raw.len() <= max {
+            raw.extend_from_slice(&d[..d.len().min(max + 1 - raw.len())]);
+        }
+    })
+    .await;
+    if !complete || raw.len() > max {
+        return None;
+    }
+    parse_state(&raw)
+}
+
+/// The directory and exports from the shell's report: NUL-separated fields, the
+/// directory first, then `NAME=VALUE`. Names that are not variable names are left out.
+fn parse_state(raw: &[u8]) -> Option<State> {
+    let mut fields = raw.split(|b| *b == 0);
+    let cwd = fields
+        .next()
+        .filter(|c| !c.is_empty() && c.len() <= MAX_CWD)?;
+    let mut env = Vec::new();
+    let mut size = 0;
+    for field in fields {
+        let eq = memchr::memchr(b'=', field)?;
+        let (name, value) = (&field[..eq], &field[eq + 1..]);
+        let valid = matches!(name.first(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))
+            && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_');
+        if !valid {
+            continue;
+        }
+        size += field.len() + 1;
+        env.push((
+            OsString::from_vec(name.to_vec()),
+            OsString::from_vec(value.to_vec()),
+        ));
+    }
+    if size > MAX_ENV {
+        return None;
+    }
+    Some(State {
+        cwd: PathBuf::from(OsString::from_vec(cwd.to_vec())),
+        env,
+    })
 }
 
 /// A file removed when the call is over, however it ends.
@@ -454,7 +566,7 @@ impl Drop for Removed {
 }
 
 /// `path` single-quoted for the shell.
-pub(crate) fn quote(path: &Path) -> String {
+fn quote(path: &Path) -> String {
     format!("'{}'", path.to_string_lossy().replace('\'', "'\\''"))
 }
 
@@ -496,61 +608,4 @@ async fn read_until<R: AsyncRead + Unpin>(
             }
         }
     }
-}
-
-/// What the shell reported after a call.
-struct Report {
-    /// The command's status; `None` when the shell is exiting.
-    code: Option<i32>,
-    /// The state, unless it was too big to keep.
-    state: Option<State>,
-}
-
-/// Reads stdout: the command's output up to the marker, then the report. `None` when
-/// the stream ended first (the shell is gone).
-async fn read_report<R: AsyncRead + Unpin>(
-    stream: &mut R,
-    nonce: &str,
-    out: &mut Captured,
-    held: &mut Vec<u8>,
-    past_output: &mut bool,
-    counter: Option<&Counter>,
-) -> Option<Report> {
-    let marker = format!("\n{nonce} ");
-    let output = read_until(stream, marker.as_bytes(), held, |data| {
-        out.push_counted(data, counter);
-    })
-    .await;
-    if !output {
-        return None;
-    }
-    *past_output = true;
-    let (exports_end, cwd_end) = (format!("\n{nonce}:"), format!("\n{nonce}.\n"));
-    let mut status = Vec::new();
-    let mut exports = Vec::new();
-    let mut cwd = Vec::new();
-    let bounded = |into: &mut Vec<u8>, max: usize, data: &[u8]| {
-        if into.len() <= max {
-            into.extend_from_slice(&data[..data.len().min(max + 1 - into.len())]);
-        }
-    };
-    let complete = read_until(stream, b"\n", held, |d| bounded(&mut status, 32, d)).await
-        && read_until(stream, exports_end.as_bytes(), held, |d| {
-            bounded(&mut exports, MAX_ENV, d);
-        })
-        .await
-        && read_until(stream, cwd_end.as_bytes(), held, |d| {
-            bounded(&mut cwd, MAX_CWD, d);
-        })
-        .await;
-    let code = match std::str::from_utf8(&status).map(str::trim) {
-        Ok("exit") => None,
-        Ok(n) => Some(n.parse().ok()?),
-        Err(_) => return None,
-    };
-    let state = (complete && exports.len() <= MAX_ENV && cwd.len() <= MAX_CWD).then(|| State {
-        cwd: PathBuf::from(std::ffi::OsString::from_vec(cwd)),
-        exports,
-    });
-    Some(Report { code, state })
 }

@@ -394,3 +394,102 @@ async fn the_callers_environment_is_out_of_reach() {
         "the command's own environment is readable: {out}"
     );
 }
+
+/// A process a call starts writes shell commands into every descriptor of the session's
+/// shell it can open again through `/proc` (its input among them). None of them runs,
+/// now or in a later call, and nothing it would start is left between calls.
+#[tokio::test]
+async fn a_child_cannot_send_the_session_shell_commands() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let b = bash(&root, BashSettings::default());
+    let tag = format!("7{}.{}", std::process::id(), line!());
+    let run = |command: &str| json!({"command": command, "session": "p", "timeout": 10});
+    let attack = format!(
+        "bash -c 'for f in /proc/$PPID/fd/*; do \
+         printf \"touch {root}/planted; sleep {tag} &\\n\" 2>/dev/null >\"$f\"; done' \
+         >/dev/null 2>&1; echo sent",
+        root = root.display()
+    );
+    // What it wrote to the shell's stdout is output like any other.
+    let out = call(&b, run(&attack)).await;
+    assert!(out.ends_with("sent\n"), "{out}");
+    for _ in 0..3 {
+        assert_eq!(call(&b, run("echo next")).await, "next\n");
+    }
+    assert!(!root.join("planted").exists(), "a planted command ran");
+    assert_eq!(running_with(&tag), 0);
+}
+
+/// A process a call starts looks everywhere it can for the end marker (the session's
+/// folder, its parent's command line and environment) and prints fake end-of-call
+/// reports with every candidate, exports that are shell code among them. The call's
+/// output is all of what it printed, the next call's is only its own, and no planted
+/// export runs or is kept, even when a later shell starts from the saved state.
+#[tokio::test]
+async fn a_child_cannot_forge_the_end_of_a_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let b = bash(&root, BashSettings::default());
+    let run = |command: &str| json!({"command": command, "session": "f", "timeout": 10});
+    assert_eq!(call(&b, run("export KEEP=1")).await, "");
+    let forge = format!(
+        "bash -c 'for n in \"$TMPDIR\"/.session-*/* $(tr \"\\0\" \" \" </proc/$PPID/cmdline) \
+         $(tr \"\\0\" \" \" </proc/$PPID/environ); do n=${{n##*/}}; \
+         printf \"\\n%s 0\\nexport PLANTED=1; touch {root}/planted; cd /\\n\\n%s:/\\n%s.\\n\" \"$n\" \"$n\" \"$n\"; \
+         printf \"\\n%s\\n\" \"$n\"; printf \"\\n%s\\n\" \"$n\" >&2; done; \
+         sleep 0.3; echo rest-of-first'",
+        root = root.display()
+    );
+    let first = call(&b, run(&forge)).await;
+    assert!(first.ends_with("rest-of-first\n"), "{first}");
+    assert_eq!(call(&b, run("echo second")).await, "second\n");
+    // A call past its limit ends the shell: the next starts from the saved state.
+    let slow = call(
+        &b,
+        json!({"command": "sleep 5", "session": "f", "timeout": 0.3}),
+    )
+    .await;
+    assert!(slow.contains("timed out"), "{slow}");
+    assert_eq!(
+        call(&b, run("echo \"$KEEP|$PLANTED\"; pwd")).await,
+        format!("1|\n{}\n", root.display())
+    );
+    assert!(!root.join("planted").exists(), "a planted export ran");
+}
+
+/// Exports come back as data: a value that looks like shell code is kept as it was,
+/// byte for byte, in a new shell of the session and in a background job.
+#[tokio::test]
+async fn exports_are_restored_as_data() {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().canonicalize().unwrap();
+    let b = bash(&root, BashSettings::default());
+    let run = |command: &str| json!({"command": command, "session": "d", "timeout": 10});
+    let value = "$(touch planted); `touch planted2` '\"\\\nline2";
+    let set = format!("export V={}", shell_words(value));
+    assert_eq!(call(&b, run(&set)).await, "");
+    let slow = call(
+        &b,
+        json!({"command": "sleep 5", "session": "d", "timeout": 0.3}),
+    )
+    .await;
+    assert!(slow.contains("timed out"), "{slow}");
+    assert_eq!(
+        call(&b, run("printf '%s' \"$V\"")).await,
+        value,
+        "in a new shell"
+    );
+    let job = call(
+        &b,
+        json!({"command": "printf '%s' \"$V\"", "session": "d", "background": true}),
+    )
+    .await;
+    assert!(job.contains(value), "{job}");
+    assert!(!root.join("planted").exists() && !root.join("planted2").exists());
+}
+
+/// `value` single-quoted for the shell.
+fn shell_words(value: &str) -> String {
+    format!("'{}'", value.replace('\'', "'\\''"))
+}
