@@ -147,20 +147,20 @@ fn run(cli: Cli) -> Result<(), Failure> {
             tools.tool(name).map_err(lookup)?;
             let args = read_args(args)?;
             let rt = runtime()?;
-            let output = rt.block_on(async {
-                let runner = settings.runner()?;
+            let (output, closed) = rt.block_on(async {
+                let closing = settings.runner()?;
                 let out = tokio::select! {
-                    out = tools.execute(name, args, Some(&runner)) => out.map_err(Failure::Call),
+                    out = tools.execute(name, args, Some(&closing.runner)) => out.map_err(Failure::Call),
                     n = terminated() => Err(Failure::Signal(n)),
                 };
-                runner.shutdown().await;
-                out
+                Ok::<_, Failure>((out, closing.close().await))
             })?;
-            let mut text = output.text;
+            let mut text = output?.text;
             if !text.ends_with('\n') {
                 text.push('\n');
             }
-            print(&text)
+            print(&text)?;
+            closed.map_err(|e| Failure::Call(ToolError::runner(name.as_str(), e)))
         }
         #[cfg(feature = "mcp")]
         Command::Mcp(mcp_args) => {
@@ -192,14 +192,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let tools = ToolSet::from_providers(&[&settings.provider()]).map_err(lookup)?;
             let rt = runtime()?;
             let served = rt.block_on(async {
-                let runner = settings.runner()?;
-                let server = mcp::Server::new(tools, runner.clone());
+                let closing = settings.runner()?;
+                let server = mcp::Server::new(tools, closing.runner.clone());
                 // A signal drops the server: its calls are cancelled, which stops them.
                 let served = tokio::select! {
                     served = server.serve_stdio() => served,
                     _ = terminated() => Ok(()),
                 };
-                runner.shutdown().await;
+                // What did not come back is on stderr; the server still ends with 0.
+                let _ = closing.close().await;
                 Ok(served?)
             });
             // The thread blocked reading stdin never returns by itself: do not wait

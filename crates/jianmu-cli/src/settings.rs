@@ -100,14 +100,21 @@ impl Settings {
     /// # Errors
     /// A sandbox that cannot be set up (bad settings, not compiled in), an audit log
     /// that cannot be opened.
-    pub(crate) fn runner(&self) -> anyhow::Result<ToolRunner> {
+    pub(crate) fn runner(&self) -> anyhow::Result<Closing> {
+        #[cfg(feature = "docker")]
+        let mut docker = None;
         let runner = match self.sandbox {
             SandboxKind::Local => ToolRunner::dynamic(LocalSandbox),
             #[cfg(feature = "docker")]
-            SandboxKind::Docker => ToolRunner::dynamic(
-                jianmu_sandbox::DockerSandbox::new(self.tools.workspace(), self.docker.clone())?
-                    .with_tools(self.tools.clone()),
-            ),
+            SandboxKind::Docker => {
+                let sandbox = jianmu_sandbox::DockerSandbox::new(
+                    self.tools.workspace(),
+                    self.docker.clone(),
+                )?
+                .with_tools(self.tools.clone());
+                docker = Some(sandbox.clone());
+                ToolRunner::dynamic(sandbox)
+            }
             #[cfg(not(feature = "docker"))]
             SandboxKind::Docker => {
                 bail!("sandbox `docker` is not compiled into this build of jianmu")
@@ -115,7 +122,11 @@ impl Settings {
         };
         let runner = self.layers(runner);
         self.audit(&runner)?;
-        Ok(runner)
+        Ok(Closing {
+            runner,
+            #[cfg(feature = "docker")]
+            docker,
+        })
     }
 
     /// Attaches the audit log, if one is set, to `runner`'s event bus.
@@ -143,5 +154,37 @@ impl Settings {
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) fn sandbox(&self) -> SandboxKind {
         self.sandbox
+    }
+}
+
+/// The runner of a `jianmu call` or a `jianmu mcp` on stdio, and what its end reports.
+pub(crate) struct Closing {
+    pub(crate) runner: ToolRunner,
+    #[cfg(feature = "docker")]
+    docker: Option<jianmu_sandbox::DockerSandbox>,
+}
+
+impl Closing {
+    /// Shuts the runner down. With a copied Docker workspace, what came back is
+    /// brought here first: anything that did not (or was not copied in) is written to
+    /// stderr, and when a change was dropped the message is returned.
+    pub(crate) async fn close(self) -> Result<(), String> {
+        #[cfg(feature = "docker")]
+        if let Some(docker) = self.docker {
+            let pulled = docker.shutdown().await;
+            self.runner.shutdown().await;
+            if pulled.dropped() > 0 || !pulled.left_out.is_empty() {
+                eprintln!("jianmu: {pulled}");
+            }
+            if pulled.dropped() > 0 {
+                return Err(format!(
+                    "{} changes made in the sandbox were not brought back (listed above)",
+                    pulled.dropped()
+                ));
+            }
+            return Ok(());
+        }
+        self.runner.shutdown().await;
+        Ok(())
     }
 }

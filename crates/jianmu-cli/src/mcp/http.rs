@@ -259,7 +259,10 @@ impl jianmu_tool_core::Runner for DockerSession {
     }
 
     async fn shutdown(&self) {
-        self.0.close_session().await;
+        let pulled = self.0.close_session().await;
+        if pulled.dropped() > 0 || !pulled.left_out.is_empty() {
+            tracing::warn!("a session's sandbox closed: {pulled}");
+        }
     }
 }
 
@@ -517,7 +520,7 @@ pub(crate) async fn serve(
 fn base(settings: &Settings) -> anyhow::Result<(Base, ToolRunner)> {
     match settings.sandbox() {
         SandboxKind::Local => {
-            let runner = settings.runner()?;
+            let runner = settings.runner()?.runner;
             Ok((Base::Local(runner.clone()), runner))
         }
         #[cfg(feature = "docker")]

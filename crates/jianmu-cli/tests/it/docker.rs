@@ -288,7 +288,7 @@ async fn a_copied_workspace_goes_to_a_remote_engine_and_comes_back() {
     f.sh("echo changed > sub/in.txt").await;
     assert!(!f.ws.join("out.txt").exists());
     let pulled = f.sandbox.pull().await.unwrap();
-    assert_eq!((pulled.files, pulled.skipped), (2, 0), "{pulled:?}");
+    assert_eq!((pulled.files, pulled.dropped()), (2, 0), "{pulled:?}");
     assert_eq!(
         std::fs::read_to_string(f.ws.join("out.txt")).unwrap(),
         "from the sandbox"
@@ -297,13 +297,27 @@ async fn a_copied_workspace_goes_to_a_remote_engine_and_comes_back() {
         std::fs::read_to_string(f.ws.join("sub/in.txt")).unwrap(),
         "changed\n"
     );
-    // Closing the session brings back the last changes.
-    f.sh("echo last > last.txt").await;
-    f.sandbox.close_session().await;
+    // Closing the session brings back the last changes, each on its own: a file with
+    // a 240-byte name comes back, one over copy_limit_mib does not and is named.
+    let long = "n".repeat(240);
+    f.sh(&format!(
+        "echo last > last.txt; echo long > {long}; head -c 1100000 /dev/zero > over.bin"
+    ))
+    .await;
+    let closed = f.sandbox.close_session().await;
+    assert_eq!((closed.files, closed.dropped()), (2, 1), "{closed}");
+    assert!(
+        closed
+            .to_string()
+            .contains("over.bin: 1100000 bytes would pass copy_limit_mib (1 MiB)"),
+        "{closed}"
+    );
     assert_eq!(
         std::fs::read_to_string(f.ws.join("last.txt")).unwrap(),
         "last\n"
     );
+    assert_eq!(std::fs::read_to_string(f.ws.join(&long)).unwrap(), "long\n");
+    assert!(!f.ws.join("over.bin").exists());
     // Over the limit: refused, saying what to do.
     std::fs::write(f.ws.join("big.bin"), vec![7u8; 2 * 1024 * 1024]).unwrap();
     let refused = message(f.call("calculator", json!("1+1")).await);

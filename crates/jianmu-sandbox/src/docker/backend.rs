@@ -75,13 +75,14 @@ pub(crate) trait Backend: Send + Sync {
     async fn ping(&self) -> bool;
     /// Unpacks `tar` into `dir` inside the runner.
     async fn upload(&self, id: &str, dir: &Path, tar: Vec<u8>) -> Result<(), SandboxError>;
-    /// `path` inside the runner as a tar; `None` past `cap` bytes.
+    /// `path` inside the runner as a tar, sent to `sink` as it arrives; stops when
+    /// the receiver is gone.
     async fn download(
         &self,
         id: &str,
         path: &Path,
-        cap: u64,
-    ) -> Result<Option<Vec<u8>>, SandboxError>;
+        sink: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<(), SandboxError>;
 }
 
 /// A Docker engine.
@@ -207,22 +208,20 @@ impl Backend for DockerBackend {
         &self,
         id: &str,
         path: &Path,
-        cap: u64,
-    ) -> Result<Option<Vec<u8>>, SandboxError> {
+        sink: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<(), SandboxError> {
         let options = DownloadFromContainerOptionsBuilder::default()
             .path(&path.to_string_lossy())
             .build();
         let mut stream = self.docker.download_from_container(id, Some(options));
-        let mut tar = Vec::new();
         while let Some(chunk) = stream.next().await {
             let chunk = chunk.map_err(|e| {
                 SandboxError::engine("cannot copy the workspace out of the sandbox", e)
             })?;
-            if tar.len() as u64 + chunk.len() as u64 > cap {
-                return Ok(None);
+            if sink.send(chunk.to_vec()).await.is_err() {
+                break;
             }
-            tar.extend_from_slice(&chunk);
         }
-        Ok(Some(tar))
+        Ok(())
     }
 }

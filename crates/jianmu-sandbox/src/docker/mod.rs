@@ -47,7 +47,7 @@ use tokio::sync::{Mutex, OnceCell};
 use crate::SandboxError;
 use backend::{Backend, DockerBackend, Spec};
 use conn::{Conn, Outcome};
-pub use copy::Pulled;
+pub use copy::{Pulled, Skipped};
 pub use serve::serve_stdio;
 pub use settings::{
     DEFAULT_IMAGE, DockerSettings, ENGINE_RETRY, EngineAddress, TlsEngine, TlsFiles, WorkspaceMode,
@@ -63,6 +63,8 @@ pub struct DockerSandbox {
     inner: Arc<Inner>,
     /// This session's container, once started.
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
+    /// What was not copied into this session's container (a copied workspace).
+    left_out: Arc<std::sync::Mutex<Vec<Skipped>>>,
 }
 
 struct Inner {
@@ -131,6 +133,7 @@ impl DockerSandbox {
                 filling: AtomicUsize::new(0),
             }),
             conn: Arc::default(),
+            left_out: Arc::default(),
         }
     }
 
@@ -142,6 +145,7 @@ impl DockerSandbox {
         Self {
             inner: Arc::clone(&self.inner),
             conn: Arc::default(),
+            left_out: Arc::default(),
         }
     }
 
@@ -155,17 +159,27 @@ impl DockerSandbox {
     }
 
     /// Stops and removes this session's container only (after [`DockerSandbox::pull`]
-    /// with a copied workspace); the pool and other sessions go on.
+    /// with a copied workspace); the pool and other sessions go on. Returns what came
+    /// back, and names what did not (a failed pull is named too) and what was left out
+    /// when the workspace was copied in.
     /// [`DockerSandbox::shutdown`] ends everything.
-    pub async fn close_session(&self) {
+    pub async fn close_session(&self) -> Pulled {
         // A copied workspace comes back first.
-        if let Err(e) = self.pull().await {
+        let mut pulled = self.pull().await.unwrap_or_else(|e| {
             tracing::warn!("the sandbox's workspace was not brought back: {e}");
-        }
+            let mut failed = Pulled::default();
+            failed.skipped.push(Skipped {
+                path: PathBuf::from("."),
+                why: format!("the workspace was not brought back: {e}"),
+            });
+            failed
+        });
+        pulled.left_out = std::mem::take(&mut *crate::lock(&self.left_out));
         let conn = self.conn.lock().await.take();
         if let Some(conn) = conn {
             conn.close(Duration::from_secs(5)).await;
         }
+        pulled
     }
 
     /// The configuration the tools inside the container are built from (per-tool
@@ -216,14 +230,15 @@ impl DockerSandbox {
     }
 
     /// Stops and removes this session's container and every spare of the pool. The
-    /// sandbox stays usable: the next call starts a new one.
-    pub async fn shutdown(&self) {
+    /// sandbox stays usable: the next call starts a new one. Returns what
+    /// [`DockerSandbox::close_session`] does.
+    pub async fn shutdown(&self) -> Pulled {
         let spares = std::mem::take(&mut *crate::lock(&self.inner.spares));
         let closing = spares
             .iter()
             .map(|c| c.close(Duration::from_secs(5)))
             .collect::<Vec<_>>();
-        tokio::join!(self.close_session(), futures::future::join_all(closing));
+        tokio::join!(self.close_session(), futures::future::join_all(closing)).0
     }
 
     /// The body this sandbox creates its containers with: image, user, labels, mounts
@@ -260,9 +275,21 @@ impl DockerSandbox {
                 self.inner.settings.copy_limit(),
             )
             .await;
-            if let Err(e) = copied {
-                conn.close(Duration::from_secs(5)).await;
-                return Err(e);
+            match copied {
+                Ok(left_out) => {
+                    for s in &left_out {
+                        tracing::warn!(
+                            "not copied into the sandbox: {}: {}",
+                            s.path.display(),
+                            s.why
+                        );
+                    }
+                    *crate::lock(&self.left_out) = left_out;
+                }
+                Err(e) => {
+                    conn.close(Duration::from_secs(5)).await;
+                    return Err(e);
+                }
             }
         }
         *slot = Some(Arc::clone(&conn));

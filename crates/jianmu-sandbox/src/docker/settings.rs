@@ -55,8 +55,10 @@ pub struct DockerSettings {
     /// `copy` (shipped in through the engine API when the container starts, brought
     /// back by `DockerSandbox::pull` and when the session ends).
     pub workspace_mode: WorkspaceMode,
-    /// The largest workspace copied either way, in MiB (`workspace_mode = "copy"`).
+    /// The most content copied either way, in MiB (`workspace_mode = "copy"`).
     pub copy_limit_mib: u64,
+    /// The most files and folders copied either way (`workspace_mode = "copy"`).
+    pub copy_limit_files: usize,
 }
 
 /// [`DockerSettings::workspace_mode`].
@@ -136,6 +138,7 @@ impl Default for DockerSettings {
             hosts: Vec::new(),
             workspace_mode: WorkspaceMode::Auto,
             copy_limit_mib: 256,
+            copy_limit_files: 200_000,
         }
     }
 }
@@ -167,9 +170,13 @@ const IMAGE_DIRS: &[&str] = &[
 ];
 
 impl DockerSettings {
-    /// [`DockerSettings::copy_limit_mib`] in bytes.
-    pub(crate) fn copy_limit(&self) -> u64 {
-        self.copy_limit_mib.saturating_mul(1024 * 1024)
+    /// [`DockerSettings::copy_limit_mib`] in bytes, and
+    /// [`DockerSettings::copy_limit_files`].
+    pub(crate) fn copy_limit(&self) -> super::copy::Limits {
+        super::copy::Limits {
+            bytes: self.copy_limit_mib.saturating_mul(1024 * 1024),
+            entries: self.copy_limit_files,
+        }
     }
 
     /// Whether the workspace is copied (not mounted) for the engine at `address`
@@ -273,6 +280,9 @@ impl DockerSettings {
         }
         if !(1..=16 * 1024).contains(&settings.copy_limit_mib) {
             return Err(bad("copy_limit_mib must be between 1 and 16384".into()));
+        }
+        if !(1..=10_000_000).contains(&settings.copy_limit_files) {
+            return Err(bad("copy_limit_files must be between 1 and 10000000".into()));
         }
         if settings.hosts.len() > 64 {
             return Err(bad("hosts may list at most 64 engines".into()));
