@@ -180,6 +180,21 @@ pub(crate) fn run() -> anyhow::Result<()> {
         pool_first99 / 1e3,
         raw_cold / pool_first
     );
+    // `docker-bench-copy N COPY_IN_MS TAR_C_MS PULL_MS TAR_X_MS`
+    for line in text.lines() {
+        if let Some(copy) = line.strip_prefix("docker-bench-copy ")
+            && let [n, copy_in, tar_c, pull, tar_x] =
+                copy.split_whitespace().collect::<Vec<_>>().as_slice()
+            && let (Ok(pull_ms), Ok(tar_ms)) = (pull.parse::<f64>(), tar_x.parse::<f64>())
+        {
+            println!(
+                "  copied workspace, {n} small files: in {copy_in} ms (tar -c of the folder: \
+                 {tar_c} ms); every file back {pull} ms vs the engine's archive into tar -x \
+                 {tar_x} ms ({:.2}x; goal <= 2x)",
+                pull_ms / tar_ms
+            );
+        }
+    }
     // `docker-bench-many[2] SESSIONS PER_SECOND MIB_PER_IDLE_CONTAINER`
     for (tag, what) in [
         (

@@ -4,7 +4,9 @@
 //! remove` of `true` with the same container settings, and the first call of a new
 //! session taken from a warm pool against the same raw reference, and 100 sessions
 //! opened 10 at a time (sessions per second, memory per idle container), on one engine
-//! and, with `JIANMU_BENCH_SECOND_ENGINE` (set by `cargo xtask bench`), on two.
+//! and, with `JIANMU_BENCH_SECOND_ENGINE` (set by `cargo xtask bench`), on two; and a
+//! copied workspace of 10,000 and 100,000 small files: copy-in, and bringing every file
+//! back (`pull`) against the same archive streamed from the engine into `tar -x`.
 //!
 //! Needs `JIANMU_BENCH_RUNNER`, a release `jianmu` binary, and a running Docker
 //! engine; `cargo xtask bench` provides both. Prints `docker-bench NAME P50_US P99_US`
@@ -16,8 +18,8 @@ use bollard::exec::StartExecResults;
 use bollard::models::ExecConfig;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
 use futures::StreamExt as _;
-use jianmu_sandbox::docker::EngineAddress;
 use jianmu_sandbox::docker::image::{self, ImageSources};
+use jianmu_sandbox::docker::{EngineAddress, WorkspaceMode};
 use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
 use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolHandle, ToolSpec};
 use serde_json::json;
@@ -226,6 +228,104 @@ async fn bench(runner: String) {
         println!("docker-bench-many2 {SESSIONS} {rate:.1} {mib:.1}");
         spread.shutdown().await;
     }
+
+    for n in [10_000, 100_000] {
+        copies(&docker, &settings, n).await;
+    }
+}
+
+/// `workspace_mode = "copy"` with `n` one-byte files: the copy-in (a session's first
+/// container start with the files, less one without), and bringing `n` changed files
+/// back (`pull`) against the same archive streamed from the engine into `tar -x`.
+/// Prints `docker-bench-copy N COPY_IN_MS TAR_C_MS PULL_MS TAR_X_MS`.
+async fn copies(docker: &bollard::Docker, settings: &DockerSettings, n: usize) {
+    use tokio::io::AsyncWriteExt as _;
+    let parent = tempfile::tempdir().unwrap();
+    let make = |name: &str, files: usize| {
+        let ws = parent.path().join(name);
+        std::fs::create_dir_all(ws.join("d")).unwrap();
+        for i in 0..files {
+            std::fs::write(ws.join(format!("d/f{i}")), "x").unwrap();
+        }
+        ws
+    };
+    let (empty, full) = (make("empty", 0), make("full", n));
+    let settings = DockerSettings {
+        workspace_mode: WorkspaceMode::Copy,
+        copy_limit_files: 1_000_000,
+        ..settings.clone()
+    };
+    let base = DockerSandbox::new(&empty, settings.clone()).unwrap();
+    let start = Instant::now();
+    base.warm_up().await.unwrap();
+    let without = start.elapsed();
+    base.shutdown().await;
+    let sandbox = DockerSandbox::new(&full, settings).unwrap();
+    let start = Instant::now();
+    sandbox.warm_up().await.unwrap();
+    let copy_in = start.elapsed().saturating_sub(without);
+    let start = Instant::now();
+    let packed = jianmu_process::command("sh")
+        .arg("-c")
+        .arg(format!(
+            "tar -cf - -C '{}' full | wc -c",
+            parent.path().display()
+        ))
+        .output()
+        .await
+        .unwrap();
+    let tar_c = start.elapsed();
+    assert!(packed.status.success());
+    // Every file changed in the sandbox.
+    let bash = ToolHandle::new(FunctionTool::from_sync(
+        ToolSpec::new("bash", "Runs."),
+        |_| Ok("unused".into()),
+    ))
+    .unwrap();
+    let runner = ToolRunner::new(sandbox.clone());
+    bash.execute(
+        json!({"command": "cd d && for f in *; do echo y > $f; done", "timeout": 900}),
+        ExecuteOptions::default().runner(&runner),
+    )
+    .await
+    .unwrap();
+    // The reference: the same archive from the engine, unpacked by `tar -x`.
+    let id = sandbox.container_id().await.unwrap();
+    let into = parent.path().join("tar-x");
+    std::fs::create_dir(&into).unwrap();
+    let start = Instant::now();
+    let mut tar = jianmu_process::command("tar")
+        .arg("-xf")
+        .arg("-")
+        .arg("-C")
+        .arg(&into)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = tar.stdin.take().unwrap();
+    let options = bollard::query_parameters::DownloadFromContainerOptionsBuilder::default()
+        .path(&full.to_string_lossy())
+        .build();
+    let mut stream = docker.download_from_container(&id, Some(options));
+    while let Some(chunk) = stream.next().await {
+        stdin.write_all(&chunk.unwrap()).await.unwrap();
+    }
+    drop(stdin);
+    assert!(tar.wait().await.unwrap().success());
+    let tar_x = start.elapsed();
+    let start = Instant::now();
+    let pulled = sandbox.pull().await.unwrap();
+    let pull = start.elapsed();
+    assert_eq!((pulled.files, pulled.dropped()), (n, 0), "{pulled}");
+    sandbox.shutdown().await;
+    let ms = |d: Duration| d.as_secs_f64() * 1e3;
+    println!(
+        "docker-bench-copy {n} {:.0} {:.0} {:.0} {:.0}",
+        ms(copy_in),
+        ms(tar_c),
+        ms(pull),
+        ms(tar_x)
+    );
 }
 
 /// Opens [`SESSIONS`] sessions of `sandbox`, 10 at a time, each with one call; the

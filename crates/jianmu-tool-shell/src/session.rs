@@ -421,14 +421,15 @@ impl Session {
 }
 
 /// The shell's side of the protocol, sent once at its start on the control socket (its
-/// standard input, which it reads its commands from). Builtins only.
+/// standard input, which it reads its commands from). Builtins only, and POSIX sh but
+/// for bash's way to list exports (busybox `ash` runs it in the Docker sandbox).
 ///
 /// - `__jianmu_call FILE` sources the command with standard input from `/dev/null`,
 ///   then writes `d STATUS` on the control socket.
 /// - `__jianmu_end MARKER`, sent once every other process is gone, prints the marker
-///   on stdout and stderr and writes the state on the control socket: the directory,
-///   then `NAME=VALUE` for each exported variable, each ended by a NUL, and an empty
-///   field at the end.
+///   on stdout and stderr and writes the state on the control socket: NUL-terminated
+///   fields, the directory, then `n` and `NAME=VALUE` per exported variable (bash), or
+///   `p` and the output of `export -p` (other shells), then an empty field.
 /// - When the shell exits (`exit` in a command) its `EXIT` trap writes `x` and the
 ///   state on the control socket, found among its descriptors (standard input is
 ///   `/dev/null` while a command runs; the socket's saved copy is above 9).
@@ -439,17 +440,17 @@ fn prelude() -> String {
         .map(|c| format!(" \"${{!{c}@}}\""))
         .collect();
     format!(
-        "__jianmu_state() {{ builtin printf '%s\\0' \"$PWD\"; local __jianmu_v; \
+        "if [ -n \"${{BASH_VERSION-}}\" ]; then eval '__jianmu_exports() {{ command printf \"n\\000\"; \
          for __jianmu_v in{names}; do [[ ${{!__jianmu_v@a}} == *x* ]] && \
-         builtin printf '%s=%s\\0' \"$__jianmu_v\" \"${{!__jianmu_v}}\"; done; \
-         builtin printf '\\0'; }}\n\
-         __jianmu_call() {{ builtin . \"$1\" < /dev/null; builtin printf 'd %s\\n' \"$?\" >&0; }}\n\
-         __jianmu_end() {{ builtin printf '\\n%s\\n' \"$1\"; builtin printf '\\n%s\\n' \"$1\" >&2; \
+         command printf \"%s=%s\\000\" \"$__jianmu_v\" \"${{!__jianmu_v}}\"; done; }}'; \
+         else __jianmu_exports() {{ command printf 'p\\000'; export -p; command printf '#\\000'; }}; fi\n\
+         __jianmu_state() {{ command printf '%s\\000' \"$PWD\"; __jianmu_exports; command printf '\\000'; }}\n\
+         __jianmu_call() {{ . \"$1\" < /dev/null; command printf 'd %s\\n' \"$?\" >&0; }}\n\
+         __jianmu_end() {{ command printf '\\n%s\\n' \"$1\"; command printf '\\n%s\\n' \"$1\" >&2; \
          __jianmu_state >&0; }}\n\
-         __jianmu_exit() {{ local __jianmu_f; for __jianmu_f in /proc/$$/fd/*; do \
-         __jianmu_f=${{__jianmu_f##*/}}; if [[ ( $__jianmu_f == 0 || $__jianmu_f -ge 10 ) \
-         && -S /proc/$$/fd/$__jianmu_f ]]; then {{ builtin printf 'x\\n'; __jianmu_state; }} \
-         >&\"$__jianmu_f\"; return; fi; done; }}\n\
+         __jianmu_exit() {{ for __jianmu_f in /proc/$$/fd/*; do __jianmu_f=${{__jianmu_f##*/}}; \
+         case $__jianmu_f in 0|1[0-9]*|[2-9][0-9]*) if [ -S \"/proc/$$/fd/$__jianmu_f\" ]; then \
+         {{ command printf 'x\\n'; __jianmu_state; }} >&\"$__jianmu_f\"; return; fi;; esac; done; }}\n\
          trap '__jianmu_exit 2>/dev/null' EXIT\n"
     )
 }
@@ -524,28 +525,37 @@ async fn read_state(control: &mut UnixStream, held: &mut Vec<u8>) -> Option<Stat
     parse_state(&raw)
 }
 
-/// The directory and exports from the shell's report: NUL-separated fields, the
-/// directory first, then `NAME=VALUE`. Names that are not variable names are left out.
+/// The directory and exports from the shell's report (see [`prelude`]): NUL-separated
+/// fields, the directory first, then `n` and `NAME=VALUE` fields, or `p` and the text
+/// of `export -p`. Names that are not variable names are left out.
 fn parse_state(raw: &[u8]) -> Option<State> {
-    let mut fields = raw.split(|b| *b == 0);
+    let mut fields = raw.splitn(3, |b| *b == 0);
     let cwd = fields
         .next()
         .filter(|c| !c.is_empty() && c.len() <= MAX_CWD)?;
+    let kind = fields.next()?;
+    let rest = fields.next().unwrap_or_default();
+    let pairs: Vec<(Vec<u8>, Vec<u8>)> = match kind {
+        b"n" => rest
+            .split(|b| *b == 0)
+            .filter_map(|f| {
+                let eq = memchr::memchr(b'=', f)?;
+                Some((f[..eq].to_vec(), f[eq + 1..].to_vec()))
+            })
+            .collect(),
+        b"p" => exports_p(rest.strip_suffix(b"#")?),
+        _ => return None,
+    };
     let mut env = Vec::new();
     let mut size = 0;
-    for field in fields {
-        let eq = memchr::memchr(b'=', field)?;
-        let (name, value) = (&field[..eq], &field[eq + 1..]);
+    for (name, value) in pairs {
         let valid = matches!(name.first(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))
             && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_');
         if !valid {
             continue;
         }
-        size += field.len() + 1;
-        env.push((
-            OsString::from_vec(name.to_vec()),
-            OsString::from_vec(value.to_vec()),
-        ));
+        size += name.len() + value.len() + 2;
+        env.push((OsString::from_vec(name), OsString::from_vec(value)));
     }
     if size > MAX_ENV {
         return None;
@@ -554,6 +564,73 @@ fn parse_state(raw: &[u8]) -> Option<State> {
         cwd: PathBuf::from(OsString::from_vec(cwd.to_vec())),
         env,
     })
+}
+
+/// The `NAME=VALUE` words of `export -p` output, read as the shell quotes them (single
+/// quotes, double quotes with backslash escapes, backslashes); never run.
+fn exports_p(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    let mut words: Vec<Vec<u8>> = Vec::new();
+    let mut word: Option<Vec<u8>> = None;
+    let mut i = 0;
+    let end_command = |words: &mut Vec<Vec<u8>>, out: &mut Vec<(Vec<u8>, Vec<u8>)>| {
+        if words.first().is_some_and(|w| w == b"export") {
+            for w in words.iter().skip(1) {
+                if let Some(eq) = memchr::memchr(b'=', w) {
+                    out.push((w[..eq].to_vec(), w[eq + 1..].to_vec()));
+                }
+            }
+        }
+        words.clear();
+    };
+    while i < text.len() {
+        let c = text[i];
+        match c {
+            b' ' | b'\t' | b'\n' => {
+                if let Some(w) = word.take() {
+                    words.push(w);
+                }
+                if c == b'\n' {
+                    end_command(&mut words, &mut out);
+                }
+                i += 1;
+            }
+            b'\'' => {
+                let w = word.get_or_insert_with(Vec::new);
+                let close = memchr::memchr(b'\'', &text[i + 1..]).map_or(text.len(), |n| i + 1 + n);
+                w.extend_from_slice(&text[i + 1..close]);
+                i = close + 1;
+            }
+            b'"' => {
+                let w = word.get_or_insert_with(Vec::new);
+                i += 1;
+                while i < text.len() && text[i] != b'"' {
+                    if text[i] == b'\\'
+                        && i + 1 < text.len()
+                        && matches!(text[i + 1], b'$' | b'`' | b'"' | b'\\' | b'\n')
+                    {
+                        i += 1;
+                    }
+                    w.push(text[i]);
+                    i += 1;
+                }
+                i += 1;
+            }
+            b'\\' if i + 1 < text.len() => {
+                word.get_or_insert_with(Vec::new).push(text[i + 1]);
+                i += 2;
+            }
+            _ => {
+                word.get_or_insert_with(Vec::new).push(c);
+                i += 1;
+            }
+        }
+    }
+    if let Some(w) = word.take() {
+        words.push(w);
+    }
+    end_command(&mut words, &mut out);
+    out
 }
 
 /// A file removed when the call is over, however it ends.
@@ -607,5 +684,35 @@ async fn read_until<R: AsyncRead + Unpin>(
                 return false;
             }
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// `export -p` as dash and busybox `ash` print it is read as data.
+    #[test]
+    fn posix_exports_are_parsed_not_run() {
+        let text = b"export A='1'\nexport B='it'\"'\"'s $(x)\nline'\nexport C\nexport D=\"q\\\"\\$v\"\nexport E=plain\\ x\n#";
+        let mut raw = b"/w\0p\0".to_vec();
+        raw.extend_from_slice(text);
+        let state = parse_state(&raw).unwrap();
+        let env: Vec<(String, String)> = state
+            .env
+            .iter()
+            .map(|(k, v)| (k.to_string_lossy().into(), v.to_string_lossy().into()))
+            .collect();
+        let want = [
+            ("A", "1"),
+            ("B", "it's $(x)\nline"),
+            ("D", "q\"$v"),
+            ("E", "plain x"),
+        ];
+        assert_eq!(
+            env,
+            want.map(|(k, v)| (k.to_owned(), v.to_owned())).to_vec()
+        );
+        assert_eq!(state.cwd, PathBuf::from("/w"));
     }
 }

@@ -713,6 +713,22 @@ async fn a_timeout_kills_the_work_and_the_container_stays_usable() {
         .await
         .unwrap();
     assert!(out.text.ends_with("/d\n7\n"), "{}", out.text);
+    // A call past its limit ends the session's shell (`ash` here); the next starts
+    // from the state it reported (`export -p`, read as data).
+    f.call(
+        "bash",
+        json!({"command": "export R='it'\\''s $(x)'; sleep 30", "session": "s", "timeout": 0.5}),
+    )
+    .await
+    .unwrap_err();
+    let out = f
+        .call(
+            "bash",
+            json!({"command": "pwd; echo \"$Q|$R\"", "session": "s"}),
+        )
+        .await
+        .unwrap();
+    assert!(out.text.ends_with("/d\n7|\n"), "{}", out.text);
     // bash's own limit inside the container answers with the output so far.
     let err = f
         .call(
