@@ -178,7 +178,7 @@ impl Closing {
             }
             if pulled.dropped() > 0 {
                 return Err(format!(
-                    "{} changes made in the sandbox were not brought back (listed above)",
+                    "{} of the sandbox's changes did not come back here (listed above)",
                     pulled.dropped()
                 ));
             }

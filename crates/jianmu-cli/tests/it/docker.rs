@@ -965,6 +965,44 @@ fn the_command_runs_calls_in_docker_when_asked() {
     assert_eq!(String::from_utf8_lossy(&out.stdout), format!("{me}\n"));
 }
 
+/// `jianmu call` with a copied workspace: a change that cannot come back (over
+/// `copy_limit_mib`) is named on stderr and the command exits 3 after printing the
+/// call's answer; the rest comes back; a file the sandbox's user could not read here is
+/// not copied in, and is named.
+#[test]
+fn a_call_names_what_did_not_come_back_and_exits_3() {
+    let (dir, ws) = docker_project();
+    let toml = dir.path().join("jianmu.toml");
+    let mut text = std::fs::read_to_string(&toml).unwrap();
+    text.push_str("workspace_mode = \"copy\"\ncopy_limit_mib = 1\n");
+    std::fs::write(&toml, text).unwrap();
+    std::fs::write(ws.join("secret"), "root only").unwrap();
+    std::fs::set_permissions(
+        ws.join("secret"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o600),
+    )
+    .unwrap();
+    let out = crate::jianmu(
+        &[
+            "call",
+            "bash",
+            r#"{"command": "test -e secret || echo no-secret; head -c 1100000 /dev/zero > big.bin; echo ok > small.txt; echo done"}"#,
+        ],
+        dir.path(),
+    );
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "no-secret\ndone\n");
+    assert!(
+        stderr.contains("big.bin: 1100000 bytes would pass copy_limit_mib (1 MiB)")
+            && stderr.contains("secret: the sandbox's user cannot read it here")
+            && stderr.contains("1 of the sandbox's changes did not come back here"),
+        "{stderr}"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("small.txt")).unwrap(), "ok\n");
+    assert!(!ws.join("big.bin").exists());
+}
+
 #[test]
 fn a_signal_mid_call_removes_the_container() {
     let (dir, _ws) = docker_project();
