@@ -238,3 +238,13 @@ fn ci_runs_the_command_the_readme_documents() {
             .any(|l| l.trim_start().starts_with("cargo xtask test-all"))
     );
 }
+
+#[test]
+fn the_tests_helpers_are_never_a_normal_dependency() {
+    for (path, text) in manifests() {
+        assert!(
+            !normal_dependencies(&text).contains("jianmu-test-support"),
+            "{path}: jianmu-test-support is for [dev-dependencies] only"
+        );
+    }
+}

@@ -21,7 +21,6 @@
 //! sockets outside the call), and without `network`, no TCP by Landlock and no sockets
 //! other than Unix ones by a seccomp filter.
 
-use std::ffi::{CString, OsString};
 use std::io;
 use std::os::fd::OwnedFd;
 use std::path::{Path, PathBuf};
@@ -32,6 +31,8 @@ use tokio::net::unix::pipe;
 
 use serde::{Deserialize, Serialize};
 
+use crate::plan::Plan;
+use crate::spec::{Spec, Stdio};
 use crate::sys;
 
 /// How strictly a tool's commands are isolated (`[tools.NAME.isolation]`).
@@ -87,9 +88,9 @@ impl Isolation {
     pub fn probe() -> Self {
         static PROBED: std::sync::OnceLock<Isolation> = std::sync::OnceLock::new();
         *PROBED.get_or_init(|| Isolation {
-            landlock_abi: sys::landlock_abi(),
-            seccomp: sys::seccomp_available(),
-            namespaces: sys::namespaces_work(),
+            landlock_abi: crate::landlock::landlock_abi(),
+            seccomp: crate::seccomp::seccomp_available(),
+            namespaces: crate::userns::namespaces_work(),
         })
     }
 }
@@ -111,28 +112,6 @@ pub enum JailError {
         #[source]
         source: io::Error,
     },
-}
-
-/// What a jailed command's setup needs after `fork`, prepared before it: nothing here
-/// allocates or locks in the child.
-#[derive(Debug)]
-pub(crate) struct Plan {
-    /// Whether commands start as the init of their own user and PID namespace.
-    pub(crate) namespaces: bool,
-    /// The identity maps such a command writes for itself.
-    pub(crate) maps: sys::Maps,
-    /// Whether it mounts its own `/proc` (isolated, in namespaces).
-    pub(crate) fresh_proc: bool,
-    /// Set when entering the namespaces failed although the probe said they work
-    /// (a policy that refuses them to this process): commands then go through the
-    /// supervisor.
-    pub(crate) namespaces_failed: std::sync::atomic::AtomicBool,
-    /// The Landlock ruleset to enforce.
-    pub(crate) landlock: Option<OwnedFd>,
-    /// The seccomp program to install.
-    pub(crate) seccomp: Option<Vec<libc::sock_filter>>,
-    /// `/proc/thread-self/children`, `/proc`, `proc`, `/`.
-    pub(crate) paths: sys::Paths,
 }
 
 /// A prepared isolation for one tool's commands. Cheap to share; dropping it removes its
@@ -201,15 +180,19 @@ impl Jail {
             let mut writable = vec![workspace.to_owned()];
             writable.extend(tmp.iter().map(|t| t.path().to_owned()));
             writable.extend(settings.writable.iter().cloned());
-            let fd = sys::landlock_ruleset(offered.landlock_abi, &writable, settings.network)
-                .map_err(setup("Landlock ruleset"))?;
+            let fd = crate::landlock::landlock_ruleset(
+                offered.landlock_abi,
+                &writable,
+                settings.network,
+            )
+            .map_err(setup("Landlock ruleset"))?;
             parts.push(format!("landlock v{}", offered.landlock_abi));
             Some(fd)
         } else {
             None
         };
         let seccomp = (isolate && offered.seccomp && !settings.network)
-            .then(sys::no_network_filter)
+            .then(crate::seccomp::no_network_filter)
             .flatten();
         if seccomp.is_some() || (landlock.is_some() && offered.landlock_abi >= 4) {
             parts.push("no network".into());
@@ -222,12 +205,12 @@ impl Jail {
         Ok(Self {
             plan: Arc::new(Plan {
                 namespaces,
-                maps: sys::Maps::current(),
+                maps: crate::userns::Maps::current(),
                 fresh_proc,
                 namespaces_failed: std::sync::atomic::AtomicBool::new(false),
                 landlock,
                 seccomp,
-                paths: sys::Paths::new(),
+                paths: crate::userns::Paths::new(),
             }),
             tmp,
             summary: summary.into(),
@@ -240,7 +223,7 @@ impl Jail {
     pub(crate) fn with_refused_namespaces(settings: &IsolationSettings, workspace: &Path) -> Self {
         let mut jail = Self::new(settings, workspace).unwrap();
         if let Some(plan) = Arc::get_mut(&mut jail.plan) {
-            plan.maps = sys::Maps::refused();
+            plan.maps = crate::userns::Maps::refused();
         }
         jail
     }
@@ -315,12 +298,12 @@ impl Jail {
         }
         let plan = Arc::clone(&self.plan);
         let parent = sys::getpid();
-        // SAFETY: `sys::enter` runs between fork and exec; it only makes system calls
+        // SAFETY: `supervisor::enter` runs between fork and exec; it only makes system calls
         // on data prepared before the fork (see `Plan`), and never returns in the
         // supervisor (it exits there).
         #[allow(unsafe_code)]
         unsafe {
-            cmd.pre_exec(move || sys::enter(&plan, parent));
+            cmd.pre_exec(move || crate::supervisor::enter(&plan, parent));
         }
         let mut child = cmd.spawn()?;
         // `cmd` holds the child's end of a socket: gone with it, so that the caller
@@ -333,96 +316,6 @@ impl Jail {
         let stdout = child.stdout.take().map(|s| s.into_owned_fd()).transpose()?;
         let stderr = child.stderr.take().map(|s| s.into_owned_fd()).transpose()?;
         Supervised::new(Inner::Supervisor(child), spec.stdin, stdin, stdout, stderr)
-    }
-}
-
-/// Where a standard stream of a jailed command goes.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub enum Stdio {
-    /// `/dev/null`.
-    #[default]
-    Null,
-    /// A pipe to the caller.
-    Piped,
-    /// Standard input only: one end of a Unix socket pair, the other end the caller's
-    /// ([`Supervised::socket`], which reads and writes). Unlike a pipe, it cannot be
-    /// opened again through `/proc/PID/fd`, so a process the command starts cannot
-    /// reach it unless it inherits it.
-    Socket,
-}
-
-impl Stdio {
-    fn std(self) -> std::process::Stdio {
-        match self {
-            Stdio::Null => std::process::Stdio::null(),
-            Stdio::Piped | Stdio::Socket => std::process::Stdio::piped(),
-        }
-    }
-}
-
-/// A command to start in a [`Jail`]: its environment is exactly what is set here.
-#[derive(Debug, Clone, Default)]
-pub struct Spec {
-    pub(crate) program: OsString,
-    pub(crate) args: Vec<OsString>,
-    pub(crate) env: Vec<(OsString, OsString)>,
-    pub(crate) cwd: Option<PathBuf>,
-    pub(crate) stdin: Stdio,
-    pub(crate) stdout: Stdio,
-    pub(crate) stderr: Stdio,
-}
-
-impl Spec {
-    /// Runs `program` (a path, or a name looked up on the command's `PATH`).
-    pub fn new(program: impl Into<OsString>) -> Self {
-        Self {
-            program: program.into(),
-            ..Self::default()
-        }
-    }
-
-    /// Adds an argument.
-    pub fn arg(&mut self, arg: impl Into<OsString>) -> &mut Self {
-        self.args.push(arg.into());
-        self
-    }
-
-    /// Sets an environment variable (nothing is inherited).
-    pub fn env(&mut self, key: impl Into<OsString>, value: impl Into<OsString>) -> &mut Self {
-        let key = key.into();
-        self.env.retain(|(k, _)| *k != key);
-        self.env.push((key, value.into()));
-        self
-    }
-
-    /// Removes every environment variable set so far.
-    pub fn clear_env(&mut self) -> &mut Self {
-        self.env.clear();
-        self
-    }
-
-    /// The working directory.
-    pub fn current_dir(&mut self, dir: impl Into<PathBuf>) -> &mut Self {
-        self.cwd = Some(dir.into());
-        self
-    }
-
-    /// Where standard input comes from.
-    pub fn stdin(&mut self, how: Stdio) -> &mut Self {
-        self.stdin = how;
-        self
-    }
-
-    /// Where standard output goes.
-    pub fn stdout(&mut self, how: Stdio) -> &mut Self {
-        self.stdout = how;
-        self
-    }
-
-    /// Where standard error goes.
-    pub fn stderr(&mut self, how: Stdio) -> &mut Self {
-        self.stderr = how;
-        self
     }
 }
 
@@ -566,9 +459,4 @@ impl Drop for Supervised {
             self.stop();
         }
     }
-}
-
-/// A private path to a C string, for `Plan`.
-pub(crate) fn c(path: &str) -> CString {
-    CString::new(path).unwrap_or_default()
 }

@@ -19,7 +19,8 @@ use std::process::ExitStatus;
 
 use tokio::io::unix::AsyncFd;
 
-use crate::jail::{Plan, Spec, Stdio};
+use crate::plan::Plan;
+use crate::spec::{Spec, Stdio};
 
 /// What the child needs, all prepared before the clone.
 struct Prepared<'a> {
@@ -371,9 +372,9 @@ unsafe fn setup_and_exec(p: &Prepared<'_>) -> (Stage, i32) {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
             return fail();
         }
-        let namespaces = crate::sys::write_own_maps(&p.plan.maps).and_then(|()| {
+        let namespaces = crate::userns::write_own_maps(&p.plan.maps).and_then(|()| {
             if p.plan.fresh_proc {
-                crate::sys::own_proc(&p.plan.paths)
+                crate::userns::own_proc(&p.plan.paths)
             } else {
                 Ok(())
             }
@@ -381,7 +382,7 @@ unsafe fn setup_and_exec(p: &Prepared<'_>) -> (Stage, i32) {
         if let Err(e) = namespaces {
             return (Stage::Namespaces, e.raw_os_error().unwrap_or(libc::EPERM));
         }
-        if let Err(e) = crate::sys::isolate(p.plan, false) {
+        if let Err(e) = crate::isolate::isolate(p.plan, false) {
             return (Stage::Command, e.raw_os_error().unwrap_or(libc::EPERM));
         }
         for (target, &fd) in p.stdio.iter().enumerate() {

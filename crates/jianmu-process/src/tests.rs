@@ -31,7 +31,7 @@ async fn dropping_an_async_child_kills_it() {
     panic!("the dropped child {pid} is still running");
 }
 
-use crate::running_with;
+use jianmu_test_support::running_with;
 
 /// A sleep duration nobody else uses, to find the test's processes by.
 fn unique_sleep() -> String {

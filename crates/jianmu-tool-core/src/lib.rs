@@ -62,7 +62,7 @@ pub use registry::{BuildFn, Scope, ToolConfig, ToolRegistration, registrations};
 pub use runner::{BoxFuture, DynRunner, LocalSandbox, PreparedCall, Runner};
 pub use set::{ToolCall, ToolProvider, ToolSet};
 pub use spec::{ToolSpec, schema_for};
-pub use text::{ECHO_CHARS, echo, escape_controls, shorten};
+pub use text::{ECHO_CHARS, echo, escape_controls, random_hex, shorten};
 pub use tool::{CallContext, DynTool, ExecuteOptions, Tool, ToolHandle};
 
 #[doc(hidden)]

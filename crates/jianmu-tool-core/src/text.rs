@@ -45,6 +45,22 @@ pub fn shorten(text: &str, max: usize) -> Cow<'_, str> {
     }
 }
 
+/// 128 random bits from the kernel, as 32 hex digits: names and markers nothing else
+/// can guess (a shell session's end marker, a session folder). Should the kernel not
+/// answer, the time and a stack address stand in.
+#[must_use]
+pub fn random_hex() -> String {
+    let mut bytes = [0u8; 16];
+    if getrandom::fill(&mut bytes).is_err() {
+        let t = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+            ^ (&raw const bytes as u128);
+        bytes = t.to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::{echo, escape_controls};

@@ -286,7 +286,7 @@ impl Session {
         // process of the call can read.
         let script = Removed(
             self.dir
-                .join(format!("cmd-{}", jianmu_process::random_hex())),
+                .join(format!("cmd-{}", jianmu_tool_core::random_hex())),
         );
         std::fs::write(&script.0, text).map_err(|e| {
             ToolError::failed(format!(
@@ -649,7 +649,7 @@ fn quote(path: &Path) -> String {
 
 /// A random marker no command can guess.
 fn nonce() -> String {
-    format!("__jianmu_end_{}", jianmu_process::random_hex())
+    format!("__jianmu_end_{}", jianmu_tool_core::random_hex())
 }
 
 /// Reads `stream` until `marker`, handing what comes before it to `sink`: true when

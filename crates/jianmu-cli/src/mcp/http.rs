@@ -156,7 +156,7 @@ impl Sessions {
         metrics.sessions_total.inc();
         let mut tools = self.tools.clone().with_new_scope();
         if let Some(root) = &self.per_session {
-            let dir = root.join(jianmu_process::random_hex());
+            let dir = root.join(jianmu_tool_core::random_hex());
             std::fs::create_dir(&dir)?;
             // The folder belongs to whoever owns DIR (the Docker sandbox runs as the
             // workspace's owner).

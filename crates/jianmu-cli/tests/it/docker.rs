@@ -779,7 +779,7 @@ async fn background_jobs_and_progress_live_in_the_container() {
         ))
         .await;
     assert_eq!(fetched, "200\n");
-    let on_host = jianmu_process::running_with(&format!("http.server {marker}"));
+    let on_host = jianmu_test_support::running_with(&format!("http.server {marker}"));
     assert_eq!(on_host.len(), 1, "{on_host:?}");
     let listed = f.call("bash_jobs", json!({})).await.unwrap();
     assert!(listed.text.contains("http.server"), "{}", listed.text);
@@ -999,7 +999,10 @@ fn a_call_names_what_did_not_come_back_and_exits_3() {
             && stderr.contains("1 of the sandbox's changes did not come back here"),
         "{stderr}"
     );
-    assert_eq!(std::fs::read_to_string(ws.join("small.txt")).unwrap(), "ok\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("small.txt")).unwrap(),
+        "ok\n"
+    );
     assert!(!ws.join("big.bin").exists());
 }
 

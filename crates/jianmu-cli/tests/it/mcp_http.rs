@@ -338,7 +338,7 @@ fn sigterm_cancels_a_running_call_after_the_grace_period_and_exits_cleanly() {
     );
     let _ = client.child.wait();
     // Nothing the call started is left anywhere.
-    let left = jianmu_process::running_with("jianmu-slow-marker");
+    let left = jianmu_test_support::running_with("jianmu-slow-marker");
     assert!(left.is_empty(), "left running: {left:?}");
 }
 

@@ -164,28 +164,34 @@ fn stopped_mid_call(tag: &str, stop: impl FnOnce(&mut Server) -> std::process::E
         "params": {"name": "python_repl", "arguments": {"code": format!(
             "import subprocess, time\nsubprocess.Popen(['sleep', '{b}'], start_new_session=True)\ntime.sleep(300)")}}}));
     let deadline = Instant::now() + Duration::from_secs(20);
-    while (jianmu_process::running_with(&format!("sleep {a}")).len() < 3
-        || jianmu_process::running_with(&format!("sleep {b}")).is_empty())
+    while (jianmu_test_support::running_with(&format!("sleep {a}")).len() < 3
+        || jianmu_test_support::running_with(&format!("sleep {b}")).is_empty())
         && Instant::now() < deadline
     {
         std::thread::sleep(Duration::from_millis(50));
     }
     // The shell and its two sleeps.
-    assert_eq!(jianmu_process::running_with(&format!("sleep {a}")).len(), 3);
-    assert_eq!(jianmu_process::running_with(&format!("sleep {b}")).len(), 1);
+    assert_eq!(
+        jianmu_test_support::running_with(&format!("sleep {a}")).len(),
+        3
+    );
+    assert_eq!(
+        jianmu_test_support::running_with(&format!("sleep {b}")).len(),
+        1
+    );
     let exited = stop(&mut s);
     assert_eq!(exited.code(), Some(0), "a stopped MCP server exits cleanly");
     let deadline = Instant::now() + Duration::from_secs(10);
     let left = || {
-        jianmu_process::running_with(&format!("sleep {a}")).len()
-            + jianmu_process::running_with(&format!("sleep {b}")).len()
+        jianmu_test_support::running_with(&format!("sleep {a}")).len()
+            + jianmu_test_support::running_with(&format!("sleep {b}")).len()
     };
     while left() > 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(25));
     }
     let report = || {
-        let mut found = jianmu_process::running_with(&format!("sleep {a}"));
-        found.extend(jianmu_process::running_with(&format!("sleep {b}")));
+        let mut found = jianmu_test_support::running_with(&format!("sleep {a}"));
+        found.extend(jianmu_test_support::running_with(&format!("sleep {b}")));
         found
             .iter()
             .map(|p| std::fs::read_to_string(format!("/proc/{p}/stat")).unwrap_or_default())

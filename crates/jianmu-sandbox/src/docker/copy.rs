@@ -387,7 +387,7 @@ pub(crate) fn unpack(
         open: Vec::new(),
         staged: Vec::new(),
         folders_opened: 0,
-        prefix: jianmu_process::random_hex()[..8].to_owned(),
+        prefix: jianmu_tool_core::random_hex()[..8].to_owned(),
         serial: 0,
         pulled: Pulled::default(),
     };

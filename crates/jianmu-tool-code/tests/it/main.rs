@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
 use jianmu_tool_code::{FileInfo, GlobSearch, GrepSearch, ReplaceSettings, StrReplace};
-use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_core::ToolHandle;
 use jianmu_workspace::Workspace;
 use serde_json::{Value, json};
 
@@ -101,12 +101,7 @@ fn tree() -> Fx {
     fx
 }
 
-pub(crate) async fn call(tool: &ToolHandle, args: Value) -> String {
-    match tool.execute(args, ExecuteOptions::default()).await {
-        Ok(out) => out.text,
-        Err(e) => format!("error: {e}"),
-    }
-}
+pub(crate) use jianmu_test_support::call;
 
 fn sorted(text: &str) -> Vec<String> {
     let mut lines: Vec<String> = text.lines().map(str::to_owned).collect();

@@ -9,7 +9,7 @@ use jianmu_tool_fs::{
     Extensions, ListDir, ListSettings, ReadFile, ReadSettings, WriteFile, WriteSettings,
 };
 use jianmu_workspace::Workspace;
-use serde_json::{Value, json};
+use serde_json::json;
 
 struct Fx {
     _tmp: tempfile::TempDir,
@@ -51,12 +51,7 @@ impl Fx {
     }
 }
 
-async fn call(tool: &ToolHandle, args: Value) -> String {
-    match tool.execute(args, ExecuteOptions::default()).await {
-        Ok(out) => out.text,
-        Err(e) => format!("error: {e}"),
-    }
-}
+use jianmu_test_support::call;
 
 #[track_caller]
 fn check(got: String, expect: &str) {

@@ -6,9 +6,9 @@ mod server;
 use std::sync::Arc;
 
 use jianmu_net::{Lookup, NetSettings, build_client, system_lookup};
-use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_core::ToolHandle;
 use jianmu_tool_http::{HttpRequest, HttpSettings};
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn tool(allow: &[&str], lookup: Lookup) -> ToolHandle {
     let settings = HttpSettings {
@@ -24,12 +24,7 @@ fn tool(allow: &[&str], lookup: Lookup) -> ToolHandle {
     ToolHandle::new(HttpRequest::new(client, settings)).unwrap()
 }
 
-async fn call(tool: &ToolHandle, args: Value) -> String {
-    match tool.execute(args, ExecuteOptions::default()).await {
-        Ok(out) => out.text,
-        Err(e) => format!("error: {e}"),
-    }
-}
+use jianmu_test_support::call;
 
 #[tokio::test]
 async fn methods_bodies_and_formatting() {

@@ -3,16 +3,11 @@
 
 use std::time::{Duration, Instant};
 
-use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_core::ToolHandle;
 use jianmu_tool_script::{PythonRepl, PythonSettings, RhaiRepl, RhaiSettings};
-use serde_json::{Value, json};
+use serde_json::json;
 
-async fn call(tool: &ToolHandle, args: Value) -> String {
-    match tool.execute(args, ExecuteOptions::default()).await {
-        Ok(out) => out.text,
-        Err(e) => format!("error: {e}"),
-    }
-}
+use jianmu_test_support::call;
 
 fn rhai(settings: RhaiSettings) -> ToolHandle {
     ToolHandle::new(RhaiRepl::new(settings)).unwrap()
@@ -243,7 +238,7 @@ async fn python_shows_the_last_expression_like_a_notebook() {
 }
 
 fn running_with(needle: &str) -> usize {
-    jianmu_process::running_with(needle).len()
+    jianmu_test_support::running_with(needle).len()
 }
 
 /// Starts `sleep {arg}` forked and in its own session, the way code escapes a process

@@ -11,9 +11,9 @@ use hyper::body::Incoming;
 use hyper::{Request, Response};
 use hyper_util::rt::TokioIo;
 use jianmu_net::{NetSettings, build_client, system_lookup};
-use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_core::ToolHandle;
 use jianmu_tool_search::{DuckDuckGoSearch, Hit, Page, SearchSettings, parse};
-use serde_json::{Value, json};
+use serde_json::json;
 
 const RESULTS: &str = include_str!("fixtures/results.html");
 const NO_RESULTS: &str = include_str!("fixtures/noresults.html");
@@ -90,12 +90,7 @@ fn tool(port: u16, path: &str) -> ToolHandle {
     ToolHandle::new(DuckDuckGoSearch::new(client, settings)).unwrap()
 }
 
-async fn call(tool: &ToolHandle, args: Value) -> String {
-    match tool.execute(args, ExecuteOptions::default()).await {
-        Ok(out) => out.text,
-        Err(e) => format!("error: {e}"),
-    }
-}
+use jianmu_test_support::call;
 
 #[tokio::test]
 async fn results_are_parsed_decoded_and_formatted_like_the_python_tool() {

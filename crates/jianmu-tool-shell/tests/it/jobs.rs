@@ -87,7 +87,7 @@ async fn a_server_job_is_reachable_and_bash_kill_leaves_no_process() {
         .and_then(|rest| rest.split_whitespace().next())
         .and_then(|p| p.parse().ok())
         .unwrap_or_else(|| panic!("no port in {said:?}"));
-    let pids = jianmu_process::running_with(&marker.display().to_string());
+    let pids = jianmu_test_support::running_with(&marker.display().to_string());
     assert!(!pids.is_empty(), "the server is not running");
 
     // A later, separate call reaches it.
@@ -258,7 +258,7 @@ async fn input_time_limits_and_the_end_of_a_job() {
         "{}",
         out.text
     );
-    assert!(jianmu_process::running_with("sleep 1234.5").is_empty());
+    assert!(jianmu_test_support::running_with("sleep 1234.5").is_empty());
 
     let missing = run(&set, "bash_output", json!({"job": 99}))
         .await
@@ -317,10 +317,10 @@ async fn jobs_are_capped_and_end_with_their_tools() {
         "no background jobs (bash with `background: true` starts one)"
     );
     // Dropping the tools ends their jobs.
-    assert_eq!(jianmu_process::running_with("sleep 777.").len(), 3);
+    assert_eq!(jianmu_test_support::running_with("sleep 777.").len(), 3);
     drop(set);
     for _ in 0..200 {
-        if jianmu_process::running_with("sleep 777.").is_empty() {
+        if jianmu_test_support::running_with("sleep 777.").is_empty() {
             return;
         }
         tokio::time::sleep(Duration::from_millis(25)).await;

@@ -3,22 +3,17 @@
 
 use std::time::{Duration, Instant};
 
-use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_core::ToolHandle;
 use jianmu_tool_shell::{Bash, BashSettings};
 
 mod jobs;
-use serde_json::{Value, json};
+use serde_json::json;
 
 fn bash(dir: &std::path::Path, settings: BashSettings) -> ToolHandle {
     ToolHandle::new(Bash::new(settings, dir.to_owned()).unwrap()).unwrap()
 }
 
-async fn call(tool: &ToolHandle, args: Value) -> String {
-    match tool.execute(args, ExecuteOptions::default()).await {
-        Ok(out) => out.text,
-        Err(e) => format!("error: {e}"),
-    }
-}
+use jianmu_test_support::call;
 
 #[tokio::test]
 async fn the_python_tools_contract() {
@@ -257,7 +252,7 @@ async fn sessions_are_capped_and_their_ids_checked() {
 }
 
 fn running_with(needle: &str) -> usize {
-    jianmu_process::running_with(needle).len()
+    jianmu_test_support::running_with(needle).len()
 }
 
 #[tokio::test]

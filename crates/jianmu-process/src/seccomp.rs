@@ -1,0 +1,58 @@
+//! seccomp: the filter that keeps a jailed command off the network.
+#![allow(unsafe_code)]
+
+/// Whether this kernel takes seccomp filters.
+pub(crate) fn seccomp_available() -> bool {
+    // SAFETY: a query without memory.
+    unsafe { libc::prctl(libc::PR_GET_SECCOMP, 0, 0, 0, 0) >= 0 }
+}
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xc000_003e;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xc000_00b7;
+
+/// A filter that refuses sockets other than Unix ones (and io_uring, which could open
+/// them) with `EACCES`, and system calls of a foreign ABI with `ENOSYS`. `None` on
+/// architectures it is not written for.
+pub(crate) fn no_network_filter() -> Option<Vec<libc::sock_filter>> {
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    {
+        let stmt = |code: u32, k: u32| libc::sock_filter {
+            code: code as u16,
+            jt: 0,
+            jf: 0,
+            k,
+        };
+        let jump = |code: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+            code: code as u16,
+            jt,
+            jf,
+            k,
+        };
+        let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+        let ret = libc::BPF_RET | libc::BPF_K;
+        let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+        let jge = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
+        let errno = |e: i32| libc::SECCOMP_RET_ERRNO | (e as u32 & 0xffff);
+        Some(vec![
+            stmt(ld, 4), // arch
+            jump(jeq, AUDIT_ARCH, 1, 0),
+            stmt(ret, errno(libc::ENOSYS)),
+            stmt(ld, 0),                  // syscall number
+            jump(jge, 0x4000_0000, 0, 1), // the x32 ABI
+            stmt(ret, errno(libc::ENOSYS)),
+            jump(jeq, libc::SYS_socket as u32, 2, 0),
+            jump(jeq, libc::SYS_io_uring_setup as u32, 3, 0),
+            stmt(ret, libc::SECCOMP_RET_ALLOW),
+            stmt(ld, 16), // args[0], the address family (low half)
+            jump(jeq, libc::AF_UNIX as u32, 1, 0),
+            stmt(ret, errno(libc::EACCES)),
+            stmt(ret, libc::SECCOMP_RET_ALLOW),
+        ])
+    }
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        None
+    }
+}
