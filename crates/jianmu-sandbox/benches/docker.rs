@@ -278,7 +278,7 @@ async fn copies(docker: &bollard::Docker, settings: &DockerSettings, n: usize) {
     assert!(packed.status.success());
     // Every file changed in the sandbox.
     let bash = ToolHandle::new(FunctionTool::from_sync(
-        ToolSpec::new("bash", "Runs."),
+        ToolSpec::new("bash", "Runs.").with_input_schema(json!({"type": "object"})),
         |_| Ok("unused".into()),
     ))
     .unwrap();

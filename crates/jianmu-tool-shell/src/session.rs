@@ -44,6 +44,10 @@ use crate::capture::{Captured, Counter};
 /// the call before it.
 const MAX_ENV: usize = 1024 * 1024;
 
+/// The longest `NAME=VALUE` a session restores (the kernel's limit for one string of a
+/// new program's environment).
+const MAX_VAR: usize = 128 * 1024;
+
 /// The longest working directory a session keeps.
 const MAX_CWD: usize = 64 * 1024;
 
@@ -551,7 +555,9 @@ fn parse_state(raw: &[u8]) -> Option<State> {
     for (name, value) in pairs {
         let valid = matches!(name.first(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))
             && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_');
-        if !valid {
+        // The kernel refuses to start a program with one variable this long (every
+        // program the shell ran had failed already): kept, it would stop the next shell.
+        if !valid || name.len() + value.len() + 2 > MAX_VAR {
             continue;
         }
         size += name.len() + value.len() + 2;
@@ -694,9 +700,11 @@ mod tests {
     /// `export -p` as dash and busybox `ash` print it is read as data.
     #[test]
     fn posix_exports_are_parsed_not_run() {
-        let text = b"export A='1'\nexport B='it'\"'\"'s $(x)\nline'\nexport C\nexport D=\"q\\\"\\$v\"\nexport E=plain\\ x\n#";
+        let text = b"export A='1'\nexport B='it'\"'\"'s $(x)\nline'\nexport C\nexport D=\"q\\\"\\$v\"\nexport E=plain\\ x\n";
         let mut raw = b"/w\0p\0".to_vec();
         raw.extend_from_slice(text);
+        // One variable too long to hand to a new program is left out.
+        raw.extend_from_slice(format!("export HUGE='{}'\n#", "h".repeat(MAX_VAR)).as_bytes());
         let state = parse_state(&raw).unwrap();
         let env: Vec<(String, String)> = state
             .env

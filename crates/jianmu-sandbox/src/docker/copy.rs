@@ -36,8 +36,10 @@ use crate::SandboxError;
 /// The most skipped entries named one by one; the rest are counted.
 const MAX_LISTED: usize = 1000;
 
-/// Files written before their batch is flushed and renamed into place.
-const BATCH_FILES: usize = 8192;
+/// Files written before their batch is flushed and renamed into place. Large: every
+/// temporary file is made before any old file is replaced, since on some file systems
+/// (ext4 without a journal) making a file right after others were deleted is slow.
+const BATCH_FILES: usize = 1 << 18;
 
 /// Folders opened before the batch is flushed (each staged file holds its folder open).
 const BATCH_FOLDERS: usize = 256;

@@ -488,3 +488,25 @@ async fn exports_are_restored_as_data() {
 fn shell_words(value: &str) -> String {
     format!("'{}'", value.replace('\'', "'\\''"))
 }
+
+/// A variable too long for a new program's environment (with it, every program the
+/// shell runs fails) is not restored: the session's next shell starts, with the rest.
+#[tokio::test]
+async fn a_huge_export_does_not_stop_the_next_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = bash(dir.path(), BashSettings::default());
+    let run = |command: &str, timeout: f64| json!({"command": command, "session": "h", "timeout": timeout});
+    let set = "export KEEP=1; export HUGE=$(printf '%0200000d' 0)";
+    assert_eq!(call(&b, run(set, 10.0)).await, "");
+    // Builtins only: with HUGE exported no program can start here.
+    let spin = call(&b, run("while :; do :; done", 0.5)).await;
+    assert!(spin.contains("timed out"), "{spin}");
+    assert_eq!(
+        call(
+            &b,
+            run("echo \"$KEEP ${#HUGE}\"; ls >/dev/null && echo ran", 10.0)
+        )
+        .await,
+        "1 0\nran\n"
+    );
+}
