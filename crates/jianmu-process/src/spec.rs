@@ -12,9 +12,9 @@ pub enum Stdio {
     /// A pipe to the caller.
     Piped,
     /// Standard input only: one end of a Unix socket pair, the other end the caller's
-    /// ([`Supervised::socket`], which reads and writes). Unlike a pipe, it cannot be
-    /// opened again through `/proc/PID/fd`, so a process the command starts cannot
-    /// reach it unless it inherits it.
+    /// ([`Supervised::socket`](crate::Supervised::socket), which reads and writes).
+    /// Unlike a pipe, it cannot be opened again through `/proc/PID/fd`, so a process the
+    /// command starts cannot reach it unless it inherits it.
     Socket,
 }
 
@@ -27,7 +27,8 @@ impl Stdio {
     }
 }
 
-/// A command to start in a [`Jail`]: its environment is exactly what is set here.
+/// A command to start in a [`Jail`](crate::Jail): its environment is exactly what is set
+/// here.
 #[derive(Debug, Clone, Default)]
 pub struct Spec {
     pub(crate) program: OsString,
