@@ -510,3 +510,33 @@ async fn a_huge_export_does_not_stop_the_next_shell() {
         "1 0\nran\n"
     );
 }
+
+/// Sessions with a POSIX shell (dash, Debian's `sh`): the state comes back through
+/// `export -p`, read as data, after a time limit and after `exit`.
+#[tokio::test]
+async fn sessions_work_with_a_posix_shell() {
+    let dir = tempfile::tempdir().unwrap();
+    let b = bash(
+        dir.path(),
+        BashSettings {
+            shell: "dash".into(),
+            ..BashSettings::default()
+        },
+    );
+    let run = |command: &str, timeout: f64| json!({"command": command, "session": "d", "timeout": timeout});
+    assert_eq!(
+        call(&b, run("export K='a b'\"'\"'c'; cd /tmp", 10.0)).await,
+        ""
+    );
+    let slow = call(&b, run("sleep 5", 0.3)).await;
+    assert!(slow.contains("timed out"), "{slow}");
+    assert_eq!(
+        call(&b, run("echo \"$K\"; pwd", 10.0)).await,
+        "a b'c\n/tmp\n"
+    );
+    assert_eq!(
+        call(&b, run("export Z=9; exit 4", 10.0)).await,
+        "error: Error (4):\n"
+    );
+    assert_eq!(call(&b, run("echo $Z", 10.0)).await, "9\n");
+}
