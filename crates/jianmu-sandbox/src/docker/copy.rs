@@ -87,7 +87,13 @@ impl Pulled {
         self.skipped.len() + self.unlisted
     }
 
-    fn skip(&mut self, path: &Path, why: impl Into<String>) {
+    /// Whether everything came back and everything was copied in: nothing to report.
+    #[must_use]
+    pub fn is_complete(&self) -> bool {
+        self.dropped() == 0 && self.left_out.is_empty()
+    }
+
+    pub(crate) fn skip(&mut self, path: &Path, why: impl Into<String>) {
         if self.skipped.len() < MAX_LISTED {
             self.skipped.push(Skipped {
                 path: path.to_owned(),
@@ -391,6 +397,7 @@ pub(crate) fn unpack(
         folders_opened: 0,
         prefix: jianmu_tool_core::random_hex()[..8].to_owned(),
         serial: 0,
+        taken: 0,
         pulled: Pulled::default(),
     };
     let mut archive = tar::Archive::new(tar);
@@ -437,7 +444,7 @@ pub(crate) fn unpack(
             }
             tar::EntryType::Regular | tar::EntryType::Continuous => {
                 let size = entry.header().size().unwrap_or(u64::MAX);
-                if w.pulled.bytes.saturating_add(size) > limits.bytes {
+                if w.taken.saturating_add(size) > limits.bytes {
                     w.pulled.skip(
                         &rel,
                         format!(
@@ -479,6 +486,8 @@ struct Writer {
     folders_opened: usize,
     prefix: String,
     serial: u64,
+    /// Content bytes taken so far, staged or in place: what `copy_limit_mib` counts.
+    taken: u64,
     pulled: Pulled,
 }
 
@@ -583,6 +592,7 @@ impl Writer {
                 Err(e) => return Err(format!("cannot write it: {e}")),
             }
         };
+        self.taken += data.len() as u64;
         self.staged
             .push((dir, tmp, name.to_owned(), rel.to_owned(), data.len() as u64));
         if self.staged.len() >= BATCH_FILES || self.folders_opened >= BATCH_FOLDERS {
@@ -813,6 +823,43 @@ mod tests {
             "ok"
         );
         assert!(!ws.path().parent().unwrap().join("escape.txt").exists());
+    }
+
+    /// The content limit counts every file taken, also those not yet renamed into
+    /// place: two files that fit alone but not together bring back only the first.
+    #[test]
+    fn the_content_limit_counts_files_still_staged() {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, kind, data) in [
+            ("ws", tar::EntryType::Directory, &b""[..]),
+            ("ws/a.bin", tar::EntryType::Regular, &[1u8; 1500][..]),
+            ("ws/b.bin", tar::EntryType::Regular, &[2u8; 1500][..]),
+        ] {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_size(data.len() as u64);
+            h.set_mode(0o644);
+            b.append_data(&mut h, path, data).unwrap();
+        }
+        let tar = b.into_inner().unwrap();
+        let ws = tempfile::tempdir().unwrap();
+        let limits = Limits {
+            bytes: 2048,
+            entries: 10,
+        };
+        let pulled = unpack(tar.as_slice(), ws.path(), limits).unwrap();
+        assert_eq!(
+            (pulled.files, pulled.bytes, pulled.dropped()),
+            (1, 1500, 1),
+            "{pulled}"
+        );
+        assert!(
+            pulled
+                .to_string()
+                .contains("b.bin: 1500 bytes would pass copy_limit_mib"),
+            "{pulled}"
+        );
+        assert!(!ws.path().join("b.bin").exists());
     }
 
     /// One bad entry never stops the others: a name too long for a temporary name
