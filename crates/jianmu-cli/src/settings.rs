@@ -165,15 +165,15 @@ pub(crate) struct Closing {
 }
 
 impl Closing {
-    /// Shuts the runner down. With a copied Docker workspace, what came back is
-    /// brought here first: anything that did not (or was not copied in) is written to
-    /// stderr, and when a change was dropped the message is returned.
+    /// Shuts the runner down. With the Docker sandbox (the runner's innermost part,
+    /// so shutting it down is the runner's shutdown), a copied workspace comes back
+    /// first: anything that did not (or was not copied in) is written to stderr, and
+    /// when a change was dropped the message is returned.
     pub(crate) async fn close(self) -> Result<(), String> {
         #[cfg(feature = "docker")]
         if let Some(docker) = self.docker {
             let pulled = docker.shutdown().await;
-            self.runner.shutdown().await;
-            if pulled.dropped() > 0 || !pulled.left_out.is_empty() {
+            if !pulled.is_complete() {
                 eprintln!("jianmu: {pulled}");
             }
             if pulled.dropped() > 0 {

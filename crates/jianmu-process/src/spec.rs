@@ -63,9 +63,16 @@ impl Spec {
         self
     }
 
-    /// Removes every environment variable set so far.
-    pub fn clear_env(&mut self) -> &mut Self {
+    /// Replaces the whole environment with `vars` (a name given twice keeps its last
+    /// value).
+    pub fn env_exactly(
+        &mut self,
+        vars: impl IntoIterator<Item = (OsString, OsString)>,
+    ) -> &mut Self {
         self.env.clear();
+        for (k, v) in vars {
+            self.env(k, v);
+        }
         self
     }
 

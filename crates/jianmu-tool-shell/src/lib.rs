@@ -190,19 +190,9 @@ impl Bash {
         if args.background {
             // A background job starts where the session is but does not change it.
             let mut spec = self.base_spec();
-            let (cwd, env) = match &session {
-                Some(s) => s.job_start().await,
-                None => (None, None),
-            };
             spec.arg("-c").arg(command);
-            if let Some(env) = env {
-                spec.clear_env();
-                for (k, v) in env {
-                    spec.env(k, v);
-                }
-            }
-            if let Some(cwd) = cwd {
-                spec.current_dir(cwd);
+            if let Some(s) = &session {
+                s.job_start(&mut spec).await;
             }
             return self.start_job(command, spec, args).await;
         }

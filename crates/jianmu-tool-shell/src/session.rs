@@ -371,15 +371,7 @@ impl Session {
             .stdin(Stream::Socket)
             .stdout(Stream::Piped)
             .stderr(Stream::Piped);
-        if let Some(state) = self.saved() {
-            spec.clear_env();
-            for (k, v) in state.env {
-                spec.env(k, v);
-            }
-        }
-        if let Some(cwd) = self.saved_cwd() {
-            spec.current_dir(cwd);
-        }
+        self.restore(&mut spec);
         let mut child = launch
             .jail
             .spawn(&spec)
@@ -403,24 +395,28 @@ impl Session {
         })
     }
 
-    fn saved(&self) -> Option<State> {
-        self.state
+    /// Gives `spec` the state the last finished call left, if any: its directory (when
+    /// it still exists) and its exports as the whole environment.
+    fn restore(&self, spec: &mut Spec) {
+        let saved = self
+            .state
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
-            .clone()
+            .clone();
+        if let Some(State { cwd, env }) = saved {
+            spec.env_exactly(env);
+            if cwd.is_dir() {
+                spec.current_dir(cwd);
+            }
+        }
     }
 
-    fn saved_cwd(&self) -> Option<PathBuf> {
-        self.saved().map(|s| s.cwd).filter(|d| d.is_dir())
-    }
-
-    /// Where a background job started from this session begins: the session's
-    /// working directory, and its exports as the job's whole environment.
-    pub(crate) async fn job_start(&self) -> (Option<PathBuf>, Option<Vec<(OsString, OsString)>>) {
+    /// Starts a background job of this session where the session is (see
+    /// [`Session::restore`]), once no call is running in it.
+    pub(crate) async fn job_start(&self, spec: &mut Spec) {
         let _calls = self.live.lock().await;
         self.touch();
-        let env = self.saved().map(|s| s.env);
-        (self.saved_cwd(), env)
+        self.restore(spec);
     }
 }
 
@@ -471,12 +467,7 @@ async fn converse(
 ) -> (Option<i32>, bool, Option<State>) {
     let mut held = Vec::new();
     let mut line = Vec::new();
-    let got = read_until(control, b"\n", &mut held, |d| {
-        if line.len() < 32 {
-            line.extend_from_slice(&d[..d.len().min(32)]);
-        }
-    })
-    .await;
+    let got = read_until(control, b"\n", &mut held, |d| keep(&mut line, 32, d)).await;
     let line = if got { line } else { Vec::new() };
     match line.as_slice() {
         [b'd', b' ', code @ ..] => {
@@ -517,12 +508,7 @@ async fn converse(
 async fn read_state(control: &mut UnixStream, held: &mut Vec<u8>) -> Option<State> {
     let max = MAX_ENV + MAX_CWD;
     let mut raw = Vec::new();
-    let complete = read_until(control, b"\0\0", held, |d| {
-        if raw.len() <= max {
-            raw.extend_from_slice(&d[..d.len().min(max + 1 - raw.len())]);
-        }
-    })
-    .await;
+    let complete = read_until(control, b"\0\0", held, |d| keep(&mut raw, max, d)).await;
     if !complete || raw.len() > max {
         return None;
     }
@@ -540,13 +526,7 @@ fn parse_state(raw: &[u8]) -> Option<State> {
     let kind = fields.next()?;
     let rest = fields.next().unwrap_or_default();
     let pairs: Vec<(Vec<u8>, Vec<u8>)> = match kind {
-        b"n" => rest
-            .split(|b| *b == 0)
-            .filter_map(|f| {
-                let eq = memchr::memchr(b'=', f)?;
-                Some((f[..eq].to_vec(), f[eq + 1..].to_vec()))
-            })
-            .collect(),
+        b"n" => rest.split(|b| *b == 0).filter_map(name_value).collect(),
         b"p" => exports_p(rest.strip_suffix(b"#")?),
         _ => return None,
     };
@@ -572,6 +552,20 @@ fn parse_state(raw: &[u8]) -> Option<State> {
     })
 }
 
+/// `NAME=VALUE` split at its first `=`.
+fn name_value(field: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let eq = memchr::memchr(b'=', field)?;
+    Some((field[..eq].to_vec(), field[eq + 1..].to_vec()))
+}
+
+/// Appends `data` to `into` while `into` holds at most `max` bytes, so that one byte
+/// past `max` says it was cut.
+fn keep(into: &mut Vec<u8>, max: usize, data: &[u8]) {
+    if into.len() <= max {
+        into.extend_from_slice(&data[..data.len().min(max + 1 - into.len())]);
+    }
+}
+
 /// The `NAME=VALUE` words of `export -p` output, read as the shell quotes them (single
 /// quotes, double quotes with backslash escapes, backslashes); never run.
 fn exports_p(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
@@ -581,11 +575,7 @@ fn exports_p(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut i = 0;
     let end_command = |words: &mut Vec<Vec<u8>>, out: &mut Vec<(Vec<u8>, Vec<u8>)>| {
         if words.first().is_some_and(|w| w == b"export") {
-            for w in words.iter().skip(1) {
-                if let Some(eq) = memchr::memchr(b'=', w) {
-                    out.push((w[..eq].to_vec(), w[eq + 1..].to_vec()));
-                }
-            }
+            out.extend(words.iter().skip(1).filter_map(|w| name_value(w)));
         }
         words.clear();
     };

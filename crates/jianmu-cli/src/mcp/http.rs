@@ -260,7 +260,7 @@ impl jianmu_tool_core::Runner for DockerSession {
 
     async fn shutdown(&self) {
         let pulled = self.0.close_session().await;
-        if pulled.dropped() > 0 || !pulled.left_out.is_empty() {
+        if !pulled.is_complete() {
             tracing::warn!("a session's sandbox closed: {pulled}");
         }
     }

@@ -168,10 +168,10 @@ impl DockerSandbox {
         let mut pulled = self.pull().await.unwrap_or_else(|e| {
             tracing::warn!("the sandbox's workspace was not brought back: {e}");
             let mut failed = Pulled::default();
-            failed.skipped.push(Skipped {
-                path: PathBuf::from("."),
-                why: format!("the workspace was not brought back: {e}"),
-            });
+            failed.skip(
+                Path::new("."),
+                format!("the workspace was not brought back: {e}"),
+            );
             failed
         });
         pulled.left_out = std::mem::take(&mut *crate::lock(&self.left_out));
