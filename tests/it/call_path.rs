@@ -4,7 +4,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_sandbox::ToolRunner;
+use jianmu_runtime::ToolRunner;
 use jianmu_tool_core::{ExecuteOptions, ToolConfig, ToolError, ToolSet};
 use serde_json::json;
 

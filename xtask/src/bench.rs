@@ -35,7 +35,7 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let mut c = cargo();
     c.args(["bench", "--locked"]);
     for krate in [
-        "jianmu-sandbox",
+        "jianmu-runtime",
         "jianmu-tool-calc",
         "jianmu-tool-fs",
         "jianmu-tool-script",

@@ -2,7 +2,7 @@
 //!
 //! `test-all` is the one entry point CI calls; it runs every check a change must pass.
 // xtask drives cargo and python as a build tool; it is not shipped, and the ban on
-// spawning outside jianmu-sandbox is about the tools.
+// spawning outside jianmu-runtime is about the tools.
 #![allow(clippy::disallowed_methods)]
 
 use std::path::{Path, PathBuf};

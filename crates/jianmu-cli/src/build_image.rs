@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 
 use anyhow::Context;
-use jianmu_sandbox::docker::image;
+use jianmu_runtime::docker::image;
 
 use crate::settings::Settings;
 
@@ -41,7 +41,7 @@ pub(crate) fn run(settings: &Settings, request: Request) -> anyhow::Result<Strin
             let docker = image::connect_with(host.as_deref(), tls.as_ref()).await?;
             image::build_image(&docker, &tag, &context).await?;
         }
-        Ok::<_, jianmu_sandbox::SandboxError>(())
+        Ok::<_, jianmu_runtime::SandboxError>(())
     })?;
     Ok(format!(
         "built {tag} ({} MB of files, digest {})\n",

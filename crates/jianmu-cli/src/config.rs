@@ -98,7 +98,7 @@ pub(crate) struct Execution {
     /// `[execution.docker]`: the Docker sandbox's settings.
     #[cfg(feature = "docker")]
     #[serde(default)]
-    pub(crate) docker: jianmu_sandbox::DockerSettings,
+    pub(crate) docker: jianmu_runtime::DockerSettings,
     /// Without the `docker` feature the table is accepted and ignored.
     #[cfg(not(feature = "docker"))]
     #[serde(default, rename = "docker")]

@@ -109,7 +109,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         #[cfg(feature = "docker")]
         Command::Serve => {
-            jianmu_sandbox::docker::serve_stdio().context("the sandbox runner failed")?;
+            jianmu_runtime::docker::serve_stdio().context("the sandbox runner failed")?;
             Ok(())
         }
         &Command::Tools {

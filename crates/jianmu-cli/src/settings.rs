@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_sandbox::{AuditLog, LocalSandbox, Policy, ToolRunner};
+use jianmu_runtime::{AuditLog, LocalSandbox, Policy, ToolRunner};
 use jianmu_tool_core::ToolConfig;
 
 use crate::args::Cli;
@@ -27,7 +27,7 @@ pub(crate) struct Settings {
     audit_log: Option<PathBuf>,
     /// `[execution.docker]`.
     #[cfg(feature = "docker")]
-    pub(crate) docker: jianmu_sandbox::DockerSettings,
+    pub(crate) docker: jianmu_runtime::DockerSettings,
     /// `[mcp.http]`.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) mcp_http: crate::config::HttpLimits,
@@ -107,7 +107,7 @@ impl Settings {
             SandboxKind::Local => ToolRunner::dynamic(LocalSandbox),
             #[cfg(feature = "docker")]
             SandboxKind::Docker => {
-                let sandbox = jianmu_sandbox::DockerSandbox::new(
+                let sandbox = jianmu_runtime::DockerSandbox::new(
                     self.tools.workspace(),
                     self.docker.clone(),
                 )?
@@ -161,7 +161,7 @@ impl Settings {
 pub(crate) struct Closing {
     pub(crate) runner: ToolRunner,
     #[cfg(feature = "docker")]
-    docker: Option<jianmu_sandbox::DockerSandbox>,
+    docker: Option<jianmu_runtime::DockerSandbox>,
 }
 
 impl Closing {

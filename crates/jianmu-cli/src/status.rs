@@ -66,7 +66,7 @@ pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> 
 
 #[cfg(feature = "docker")]
 fn docker(settings: &Settings) -> Value {
-    use jianmu_sandbox::docker::image;
+    use jianmu_runtime::docker::image;
     let tag = settings.docker.image.clone();
     let engines = settings.docker.engines();
     let checked = crate::runtime().map(|rt| {

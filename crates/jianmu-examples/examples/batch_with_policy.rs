@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_sandbox::{LocalSandbox, Policy, RunnerExt as _};
+use jianmu_runtime::{LocalSandbox, Policy, RunnerExt as _};
 use jianmu_tool_core::{ToolCall, ToolConfig, ToolError, ToolSet};
 use serde_json::json;
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
+use jianmu_runtime::{DockerSandbox, DockerSettings, ToolRunner};
 use jianmu_tool_core::{ToolConfig, ToolSet};
 use serde_json::json;
 

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_sandbox::ToolRunner;
+use jianmu_runtime::ToolRunner;
 use jianmu_tool_core::{ToolConfig, ToolError, ToolSet};
 use serde_json::json;
 

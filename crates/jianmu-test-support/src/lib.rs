@@ -1,7 +1,7 @@
 //! Helpers the workspace's tests share (a dev-dependency only; never linked into a
 //! library or the `jianmu` binary).
 
-use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolError, ToolHandle, ToolSet, ToolSpec};
 use serde_json::Value;
 
 /// Calls `tool` with `args` through the real call path (merge, validation, the default
@@ -38,4 +38,32 @@ pub fn running_with(needle: &str) -> Vec<u32> {
             })
         })
         .collect()
+}
+
+/// Probe tools for runner tests: `echo` (returns its string), `fail` (fails with
+/// "no luck"), `slow` (sleeps an hour), `boom` (panics), `shell` (effect
+/// `process:exec`, echoes).
+///
+/// # Panics
+/// Never: the specs are valid.
+#[must_use]
+pub fn probes() -> ToolSet {
+    let echo = FunctionTool::from_sync(ToolSpec::new("echo", "Echoes."), |v| {
+        Ok(v.as_str().unwrap_or_default().into())
+    });
+    let fail = FunctionTool::from_sync(ToolSpec::new("fail", "Fails."), |_| {
+        Err(ToolError::failed("no luck"))
+    });
+    let slow = FunctionTool::new(ToolSpec::new("slow", "Sleeps."), |_| async {
+        tokio::time::sleep(std::time::Duration::from_secs(3600)).await;
+        Ok("woke".into())
+    });
+    let boom = FunctionTool::from_sync(ToolSpec::new("boom", "Panics."), |_| panic!("kaboom"));
+    let shell = FunctionTool::from_sync(
+        ToolSpec::new("shell", "Runs.").with_effect_tags(["process:exec"]),
+        |v| Ok(v.as_str().unwrap_or_default().into()),
+    );
+    ToolSet::from_tools(
+        [echo, fail, slow, boom, shell].map(|t| ToolHandle::new(t).expect("a valid probe")),
+    )
 }

@@ -1,7 +1,7 @@
 //! The calculator: parse and evaluate a 10-operator expression, alone and as a tool call.
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use jianmu_sandbox::ToolRunner;
+use jianmu_runtime::ToolRunner;
 use jianmu_tool_calc::{Calculator, evaluate};
 use jianmu_tool_core::{ToolHandle, ToolSet};
 use serde_json::Value;

@@ -4,7 +4,7 @@
 //!
 //! Sandboxes (in-process, in a container) implement [`Runner`] directly. Policy,
 //! events, timeouts and tracing spans are layers: runners that hold another runner
-//! and add one concern each (see `jianmu-sandbox`). Layers are generic over the
+//! and add one concern each (see `jianmu-runtime`). Layers are generic over the
 //! runner they wrap, so a stack of them costs no allocation per layer; the one boxed
 //! future of a call is where it crosses [`DynRunner`].
 

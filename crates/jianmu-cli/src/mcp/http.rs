@@ -28,7 +28,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_sandbox::ToolRunner;
+use jianmu_runtime::ToolRunner;
 use jianmu_tool_core::{ToolConfig, ToolSet};
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
@@ -131,7 +131,7 @@ enum Base {
     Local(ToolRunner),
     #[cfg(feature = "docker")]
     Docker {
-        sandbox: jianmu_sandbox::DockerSandbox,
+        sandbox: jianmu_runtime::DockerSandbox,
         events: jianmu_tool_core::EventBus,
     },
 }
@@ -178,11 +178,11 @@ impl Sessions {
                     // A folder of its own is a mount of its own: a sandbox (and
                     // container) of its own, outside the shared pool, with no pool.
                     Some(dir) => {
-                        let settings = jianmu_sandbox::DockerSettings {
+                        let settings = jianmu_runtime::DockerSettings {
                             pool_size: 0,
                             ..self.settings.docker.clone()
                         };
-                        jianmu_sandbox::DockerSandbox::new(dir, settings)
+                        jianmu_runtime::DockerSandbox::new(dir, settings)
                             .map_err(std::io::Error::other)?
                             .with_tools(tools)
                     }
@@ -242,7 +242,7 @@ impl Drop for Held {
 /// A Docker sandbox session as a runner whose shutdown removes only its own
 /// container (the engine's pool serves the other sessions).
 #[cfg(feature = "docker")]
-struct DockerSession(jianmu_sandbox::DockerSandbox);
+struct DockerSession(jianmu_runtime::DockerSandbox);
 
 #[cfg(feature = "docker")]
 impl jianmu_tool_core::Runner for DockerSession {
@@ -525,7 +525,7 @@ fn base(settings: &Settings) -> anyhow::Result<(Base, ToolRunner)> {
         }
         #[cfg(feature = "docker")]
         SandboxKind::Docker => {
-            let sandbox = jianmu_sandbox::DockerSandbox::new(
+            let sandbox = jianmu_runtime::DockerSandbox::new(
                 settings.tools.workspace(),
                 settings.docker.clone(),
             )?

@@ -6,9 +6,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_sandbox::docker::image::{self, ImageSources};
-use jianmu_sandbox::docker::{EngineAddress, TlsEngine, WorkspaceMode};
-use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
+use jianmu_runtime::docker::image::{self, ImageSources};
+use jianmu_runtime::docker::{EngineAddress, TlsEngine, WorkspaceMode};
+use jianmu_runtime::{DockerSandbox, DockerSettings, ToolRunner};
 use jianmu_tool_core::{ExecuteOptions, ToolConfig, ToolError, ToolOutput};
 use serde_json::{Value, json};
 
@@ -887,7 +887,7 @@ async fn containers_of_a_dead_owner_are_swept_at_start() {
                 image: Some(test_image().to_owned()),
                 labels: Some(
                     [(
-                        jianmu_sandbox::docker::LABEL.to_owned(),
+                        jianmu_runtime::docker::LABEL.to_owned(),
                         format!("{}:4294967295:1", host.trim()),
                     )]
                     .into(),
@@ -1037,7 +1037,7 @@ fn a_signal_mid_call_removes_the_container() {
                 .filter(|c| {
                     c.labels
                         .as_ref()
-                        .and_then(|l| l.get(jianmu_sandbox::docker::LABEL))
+                        .and_then(|l| l.get(jianmu_runtime::docker::LABEL))
                         .is_some_and(|v| v.contains(&owner))
                 })
                 .count()

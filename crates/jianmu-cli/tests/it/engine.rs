@@ -17,9 +17,9 @@ pub(crate) struct Engine {
     /// `tcp://127.0.0.1:PORT`, mutual TLS only.
     pub(crate) tcp: String,
     /// A client certificate the engine accepts.
-    pub(crate) tls: jianmu_sandbox::TlsFiles,
+    pub(crate) tls: jianmu_runtime::TlsFiles,
     /// A client certificate from another CA, which it refuses.
-    pub(crate) stranger: jianmu_sandbox::TlsFiles,
+    pub(crate) stranger: jianmu_runtime::TlsFiles,
     _dir: tempfile::TempDir,
 }
 
@@ -62,8 +62,8 @@ fn certificates(dir: &Path, name: &str, who: &[(&str, &str)]) {
     }
 }
 
-fn files(dir: &Path, ca: &str, leaf: &str) -> jianmu_sandbox::TlsFiles {
-    jianmu_sandbox::TlsFiles {
+fn files(dir: &Path, ca: &str, leaf: &str) -> jianmu_runtime::TlsFiles {
+    jianmu_runtime::TlsFiles {
         ca: dir.join(format!("{ca}-ca.pem")),
         cert: dir.join(format!("{leaf}.pem")),
         key: dir.join(format!("{leaf}-key.pem")),

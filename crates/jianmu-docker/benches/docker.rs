@@ -18,9 +18,9 @@ use bollard::exec::StartExecResults;
 use bollard::models::ExecConfig;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
 use futures::StreamExt as _;
-use jianmu_sandbox::docker::image::{self, ImageSources};
-use jianmu_sandbox::docker::{EngineAddress, WorkspaceMode};
-use jianmu_sandbox::{DockerSandbox, DockerSettings, ToolRunner};
+use jianmu_docker::image::{self, ImageSources};
+use jianmu_docker::{DockerSandbox, DockerSettings};
+use jianmu_docker::{EngineAddress, WorkspaceMode};
 use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolHandle, ToolSpec};
 use serde_json::json;
 
@@ -67,7 +67,7 @@ async fn bench(runner: String) {
 
     // Warm: one long-lived container.
     let sandbox = DockerSandbox::new(ws.path(), settings.clone()).unwrap();
-    let tools = ToolRunner::new(sandbox.clone());
+    let tools = sandbox.clone();
     let mut warm = Vec::new();
     for i in 0..2000 {
         let start = Instant::now();
@@ -185,7 +185,7 @@ async fn bench(runner: String) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
         let session = pooled.new_session();
-        let runner = ToolRunner::new(session.clone());
+        let runner = session.clone();
         let start = Instant::now();
         let out = calculator
             .execute(args.clone(), ExecuteOptions::default().runner(&runner))
@@ -282,7 +282,7 @@ async fn copies(docker: &bollard::Docker, settings: &DockerSettings, n: usize) {
         |_| Ok("unused".into()),
     ))
     .unwrap();
-    let runner = ToolRunner::new(sandbox.clone());
+    let runner = sandbox.clone();
     bash.execute(
         json!({"command": "cd d && for f in *; do echo y > $f; done", "timeout": 900}),
         ExecuteOptions::default().runner(&runner),
@@ -340,7 +340,7 @@ async fn many_sessions(
     let start = Instant::now();
     futures::stream::iter(&sessions)
         .for_each_concurrent(10, |session| {
-            let runner = ToolRunner::new(session.clone());
+            let runner = session.clone();
             let args = args.clone();
             async move {
                 let out = calculator
@@ -353,7 +353,7 @@ async fn many_sessions(
         .await;
     let rate = SESSIONS as f64 / start.elapsed().as_secs_f64();
     let mut memory = Vec::new();
-    let filters = std::collections::HashMap::from([("label", vec![jianmu_sandbox::docker::LABEL])]);
+    let filters = std::collections::HashMap::from([("label", vec![jianmu_docker::LABEL])]);
     for engine in engines {
         let listed = engine
             .list_containers(Some(

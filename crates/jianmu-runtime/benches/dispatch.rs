@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use criterion::{Criterion, criterion_group, criterion_main};
-use jianmu_sandbox::ToolRunner;
+use jianmu_runtime::ToolRunner;
 use jianmu_tool_core::{FunctionTool, ToolCall, ToolHandle, ToolOutput, ToolSet, ToolSpec};
 use serde_json::{Value, json};
 

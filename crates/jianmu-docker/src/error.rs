@@ -62,7 +62,6 @@ pub enum SandboxError {
 
 impl SandboxError {
     /// An engine failure while doing `what`.
-    #[cfg(feature = "docker")]
     pub(crate) fn engine(what: impl Into<String>, source: impl Into<BoxError>) -> Self {
         Self::Engine {
             what: what.into(),

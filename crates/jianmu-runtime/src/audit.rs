@@ -53,7 +53,9 @@ impl AuditLog {
             });
             let mut text = line.to_string();
             text.push('\n');
-            let mut file = crate::lock(&file);
+            let mut file = file
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
             if let Err(err) = file.write_all(text.as_bytes()).and_then(|()| file.flush()) {
                 tracing::error!(%err, "cannot write the audit log");
             }

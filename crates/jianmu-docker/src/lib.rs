@@ -1,4 +1,5 @@
-//! `DockerSandbox`: runs any tool inside a long-lived, hardened container.
+//! `DockerSandbox`: runs any tool inside a long-lived, hardened container. Sessions
+//! of `jianmu-runtime` use it as their sandbox with its feature `docker`.
 //!
 //! The container runs `jianmu serve` ([`serve_stdio`]) from an image built
 //! locally by [`image::build_image`] (`jianmu sandbox build-image`); the host keeps
@@ -26,10 +27,14 @@
 //! containers are kept started and ready; a session's first call takes one, so it
 //! costs a warm call, and a replacement starts in the background.
 
+#![deny(missing_docs)]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
 mod backend;
 mod conn;
 mod container;
 mod copy;
+mod error;
 pub mod image;
 mod serve;
 mod settings;
@@ -44,14 +49,20 @@ use bollard::models::ContainerCreateBody;
 use jianmu_tool_core::{PreparedCall, Runner, ToolConfig, ToolError, ToolOutput};
 use tokio::sync::{Mutex, OnceCell};
 
-use crate::SandboxError;
 use backend::{Backend, DockerBackend, Spec};
 use conn::{Conn, Outcome};
 pub use copy::{Pulled, Skipped};
+pub use error::SandboxError;
 pub use serve::serve_stdio;
 pub use settings::{
     DEFAULT_IMAGE, DockerSettings, ENGINE_RETRY, EngineAddress, TlsEngine, TlsFiles, WorkspaceMode,
 };
+
+/// Locks `m`, taking the data even if a panicking holder poisoned it: every mutex in
+/// this crate guards plain bookkeeping that stays consistent across a panic.
+pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
 
 /// The label on every sandbox container; its value names the owning process.
 pub const LABEL: &str = "io.jianmu.sandbox.owner";
@@ -151,7 +162,7 @@ impl DockerSandbox {
 
     /// The ids of the spare containers ready in the pool.
     pub fn pooled(&self) -> Vec<String> {
-        crate::lock(&self.inner.spares)
+        lock(&self.inner.spares)
             .iter()
             .filter(|c| !c.is_dead())
             .map(|c| c.id().to_owned())
@@ -174,7 +185,7 @@ impl DockerSandbox {
             );
             failed
         });
-        pulled.left_out = std::mem::take(&mut *crate::lock(&self.left_out));
+        pulled.left_out = std::mem::take(&mut *lock(&self.left_out));
         let conn = self.conn.lock().await.take();
         if let Some(conn) = conn {
             conn.close(Duration::from_secs(5)).await;
@@ -233,7 +244,7 @@ impl DockerSandbox {
     /// sandbox stays usable: the next call starts a new one. Returns what
     /// [`DockerSandbox::close_session`] does.
     pub async fn shutdown(&self) -> Pulled {
-        let spares = std::mem::take(&mut *crate::lock(&self.inner.spares));
+        let spares = std::mem::take(&mut *lock(&self.inner.spares));
         let closing = spares
             .iter()
             .map(|c| c.close(Duration::from_secs(5)))
@@ -258,7 +269,7 @@ impl DockerSandbox {
         }
         *slot = None;
         let spare = {
-            let mut spares = crate::lock(&self.inner.spares);
+            let mut spares = lock(&self.inner.spares);
             spares.retain(|c| !c.is_dead());
             spares.pop()
         };
@@ -284,7 +295,7 @@ impl DockerSandbox {
                             s.why
                         );
                     }
-                    *crate::lock(&self.left_out) = left_out;
+                    *lock(&self.left_out) = left_out;
                 }
                 Err(e) => {
                     conn.close(Duration::from_secs(5)).await;
@@ -360,13 +371,13 @@ impl Engine {
 
     /// How many of this sandbox's containers run there now.
     fn load(&self) -> usize {
-        let mut placed = crate::lock(&self.placed);
+        let mut placed = lock(&self.placed);
         placed.retain(|c| c.upgrade().is_some_and(|c| !c.is_dead()));
         placed.len()
     }
 
     fn is_up(&self) -> bool {
-        crate::lock(&self.down_until).is_none_or(|until| Instant::now() >= until)
+        lock(&self.down_until).is_none_or(|until| Instant::now() >= until)
     }
 
     /// Marks the engine down unless it answers a ping within 2 seconds.
@@ -381,7 +392,7 @@ impl Engine {
 
     fn mark_down(&self, why: &SandboxError) {
         tracing::warn!(engine = ?self.address, "sandbox engine marked down: {why}");
-        *crate::lock(&self.down_until) = Some(Instant::now() + ENGINE_RETRY);
+        *lock(&self.down_until) = Some(Instant::now() + ENGINE_RETRY);
     }
 }
 
@@ -432,7 +443,7 @@ impl Inner {
             };
             match started {
                 Ok(conn) => {
-                    crate::lock(&engine.placed).push(Arc::downgrade(&conn));
+                    lock(&engine.placed).push(Arc::downgrade(&conn));
                     return Ok(conn);
                 }
                 Err(e @ (SandboxError::Settings(_) | SandboxError::Io { .. })) => return Err(e),
@@ -454,7 +465,7 @@ impl Inner {
     fn refill(self: &Arc<Self>) {
         let want = self.settings.pool_size;
         loop {
-            let have = crate::lock(&self.spares).len() + self.filling.load(Ordering::Acquire);
+            let have = lock(&self.spares).len() + self.filling.load(Ordering::Acquire);
             if have >= want {
                 return;
             }
@@ -462,7 +473,7 @@ impl Inner {
             let inner = Arc::clone(self);
             tokio::spawn(async move {
                 match inner.place(true).await {
-                    Ok(conn) => crate::lock(&inner.spares).push(conn),
+                    Ok(conn) => lock(&inner.spares).push(conn),
                     Err(e) => tracing::warn!("a spare sandbox container did not start: {e}"),
                 }
                 inner.filling.fetch_sub(1, Ordering::AcqRel);

@@ -6,32 +6,13 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jianmu_tool_core::{
-    EventBus, FunctionTool, LocalSandbox, Policy, Runner, ToolError, ToolHandle, ToolSet, ToolSpec,
+    EventBus, FunctionTool, LocalSandbox, Policy, Runner, ToolHandle, ToolSet, ToolSpec,
 };
 use serde_json::json;
 
 use super::RunnerExt;
 
-/// `echo` (returns its string), `fail` (fails with "no luck"), `slow` (sleeps an
-/// hour), `boom` (panics), `shell` (effect `process:exec`, echoes).
-pub(crate) fn probes() -> ToolSet {
-    let echo = FunctionTool::from_sync(ToolSpec::new("echo", "Echoes."), |v| {
-        Ok(v.as_str().unwrap_or_default().into())
-    });
-    let fail = FunctionTool::from_sync(ToolSpec::new("fail", "Fails."), |_| {
-        Err(ToolError::failed("no luck"))
-    });
-    let slow = FunctionTool::new(ToolSpec::new("slow", "Sleeps."), |_| async {
-        tokio::time::sleep(Duration::from_secs(3600)).await;
-        Ok("woke".into())
-    });
-    let boom = FunctionTool::from_sync(ToolSpec::new("boom", "Panics."), |_| panic!("kaboom"));
-    let shell = FunctionTool::from_sync(
-        ToolSpec::new("shell", "Runs.").with_effect_tags(["process:exec"]),
-        |v| Ok(v.as_str().unwrap_or_default().into()),
-    );
-    ToolSet::from_tools([echo, fail, slow, boom, shell].map(|t| ToolHandle::new(t).unwrap()))
-}
+pub(crate) use jianmu_test_support::probes;
 
 /// A `slow` tool that counts how often its work was dropped before finishing.
 pub(crate) fn slow_calls() -> (ToolSet, Arc<AtomicU64>) {

@@ -10,8 +10,8 @@ use jianmu_tool_core::{
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
-use crate::docker::wire::{CallResult, Reply, Request, WireError, to_line};
-use crate::layer::tests::probes as tools;
+use crate::wire::{CallResult, Reply, Request, WireError, to_line};
+use jianmu_test_support::probes as tools;
 
 struct Host {
     lines: tokio::io::Lines<BufReader<tokio::io::ReadHalf<tokio::io::DuplexStream>>>,

@@ -11,7 +11,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use jianmu_sandbox::ToolRunner;
+//! use jianmu_runtime::ToolRunner;
 //! use jianmu_tool_core::{FunctionTool, ToolHandle, ToolSet, ToolSpec};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
@@ -29,15 +29,10 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod audit;
-#[cfg(feature = "docker")]
-#[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
-pub mod docker;
-mod error;
 pub mod layer;
 mod runner;
 
 pub use audit::AuditLog;
-pub use error::SandboxError;
 pub use jianmu_tool_core::{
     DynRunner, EventBus, EventKind, ExecutionEvent, LocalSandbox, Policy, Runner,
 };
@@ -46,13 +41,7 @@ pub use runner::ToolRunner;
 
 #[cfg(feature = "docker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
-pub use docker::{DockerSandbox, DockerSettings, TlsFiles};
-
-/// Locks `m`, taking the data even if a panicking holder poisoned it: every mutex in
-/// this crate guards plain bookkeeping that stays consistent across a panic.
-pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+pub use jianmu_docker::{self as docker, DockerSandbox, DockerSettings, SandboxError, TlsFiles};
 
 #[cfg(test)]
 mod tests;

@@ -12,7 +12,7 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use jianmu_sandbox::{LocalSandbox, RunnerExt};
+//! use jianmu_runtime::{LocalSandbox, RunnerExt};
 //! use jianmu_tool_core::{FunctionTool, Policy, ToolHandle, ToolSet, ToolSpec};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
