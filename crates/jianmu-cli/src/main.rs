@@ -15,7 +15,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{CommandFactory as _, FromArgMatches as _};
-use jianmu_tool_core::{ToolError, ToolHandle, ToolSet, ToolSpec};
+use jianmu_tool_core::{ToolError, ToolSpec};
 use serde_json::Value;
 
 mod args;
@@ -118,8 +118,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
             markdown,
         } => {
             let settings = load()?;
-            let tools = ToolSet::from_providers(&[&settings.provider()]).map_err(lookup)?;
-            let specs = tools.specs();
+            let specs = jianmu_runtime::tool_specs(&settings.tools).map_err(lookup)?;
+            let specs: Vec<&ToolSpec> = specs.iter().collect();
             let text = if json {
                 let exported: Vec<Value> = specs.iter().map(|s| s.export(format)).collect();
                 pretty(&exported)?
@@ -137,23 +137,21 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         Command::Schema { name, format } => {
             let settings = load()?;
-            let tools = ToolSet::lazy(settings.provider()).map_err(lookup)?;
-            let spec: &ToolSpec = tools.tool(name).map(ToolHandle::spec).map_err(lookup)?;
+            let spec = jianmu_runtime::tool_spec(&settings.tools, name).map_err(lookup)?;
             print(&pretty(&spec.export(*format))?)
         }
         Command::Call { name, args } => {
             let settings = load()?;
-            let tools = ToolSet::lazy(settings.provider()).map_err(lookup)?;
-            tools.tool(name).map_err(lookup)?;
+            jianmu_runtime::tool_spec(&settings.tools, name).map_err(lookup)?;
             let args = read_args(args)?;
             let rt = runtime()?;
             let (output, closed) = rt.block_on(async {
-                let closing = settings.runner()?;
+                let session = settings.open()?;
                 let out = tokio::select! {
-                    out = tools.execute(name, args, Some(&closing.runner)) => out.map_err(Failure::Call),
+                    out = session.call(name, args) => out.map_err(Failure::Call),
                     n = terminated() => Err(Failure::Signal(n)),
                 };
-                Ok::<_, Failure>((out, closing.close().await))
+                Ok::<_, Failure>((out, settings::close(&session).await))
             })?;
             let mut text = output?.text;
             if !text.ends_with('\n') {
@@ -189,18 +187,18 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 rt.shutdown_timeout(std::time::Duration::from_millis(200));
                 return Ok(served?);
             }
-            let tools = ToolSet::from_providers(&[&settings.provider()]).map_err(lookup)?;
+            let specs = jianmu_runtime::tool_specs(&settings.tools).map_err(lookup)?;
             let rt = runtime()?;
             let served = rt.block_on(async {
-                let closing = settings.runner()?;
-                let server = mcp::Server::new(tools, closing.runner.clone());
+                let session = std::sync::Arc::new(settings.open()?);
+                let server = mcp::Server::new(&specs, std::sync::Arc::clone(&session));
                 // A signal drops the server: its calls are cancelled, which stops them.
                 let served = tokio::select! {
                     served = server.serve_stdio() => served,
                     _ = terminated() => Ok(()),
                 };
                 // What did not come back is on stderr; the server still ends with 0.
-                let _ = closing.close().await;
+                let _ = settings::close(&session).await;
                 Ok(served?)
             });
             // The thread blocked reading stdin never returns by itself: do not wait

@@ -1,12 +1,11 @@
 //! `Settings`: the flags over `jianmu.toml`, lowered once into the finished values a
-//! command runs with: the tools' configuration and the runner's.
+//! command runs with, and into the settings its sessions are opened from.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, anyhow, bail};
-use jianmu_provider::BuiltinToolProvider;
-use jianmu_runtime::{AuditLog, LocalSandbox, Policy, ToolRunner};
+use jianmu_runtime::{Backend, Policy, Session, SessionSettings};
 use jianmu_tool_core::ToolConfig;
 
 use crate::args::Cli;
@@ -89,102 +88,51 @@ impl Settings {
         })
     }
 
-    /// The built-in tools, built from these settings.
-    pub(crate) fn provider(&self) -> BuiltinToolProvider {
-        BuiltinToolProvider::new(self.tools.clone())
-    }
-
-    /// The runner calls go through: the sandbox, with the time limit, the policy and
-    /// the audit log. Call it inside the runtime (the Docker sandbox spawns tasks).
+    /// What sessions are opened from: the tools' configuration, the sandbox, the
+    /// time limit, the policy and the audit log.
     ///
     /// # Errors
-    /// A sandbox that cannot be set up (bad settings, not compiled in), an audit log
-    /// that cannot be opened.
-    pub(crate) fn runner(&self) -> anyhow::Result<Closing> {
-        #[cfg(feature = "docker")]
-        let mut docker = None;
-        let runner = match self.sandbox {
-            SandboxKind::Local => ToolRunner::dynamic(LocalSandbox),
+    /// A sandbox that is not compiled into this build.
+    pub(crate) fn session(&self) -> anyhow::Result<SessionSettings> {
+        let mut session = SessionSettings::new(self.tools.clone());
+        session.backend = match self.sandbox {
+            SandboxKind::Local => Backend::Local,
             #[cfg(feature = "docker")]
-            SandboxKind::Docker => {
-                let sandbox = jianmu_runtime::DockerSandbox::new(
-                    self.tools.workspace(),
-                    self.docker.clone(),
-                )?
-                .with_tools(self.tools.clone());
-                docker = Some(sandbox.clone());
-                ToolRunner::dynamic(sandbox)
-            }
+            SandboxKind::Docker => Backend::Docker(Box::new(self.docker.clone())),
             #[cfg(not(feature = "docker"))]
             SandboxKind::Docker => {
                 bail!("sandbox `docker` is not compiled into this build of jianmu")
             }
         };
-        let runner = self.layers(runner);
-        self.audit(&runner)?;
-        Ok(Closing {
-            runner,
-            #[cfg(feature = "docker")]
-            docker,
-        })
+        session.timeout = Some(self.timeout);
+        session.policy = self.policy.clone();
+        session.audit_log = self.audit_log.clone();
+        Ok(session)
     }
 
-    /// Attaches the audit log, if one is set, to `runner`'s event bus.
+    /// The one session of a `jianmu call` or a `jianmu mcp` on stdio. Call it inside
+    /// the async runtime (the Docker sandbox starts tasks).
     ///
     /// # Errors
-    /// An audit log that cannot be opened.
-    pub(crate) fn audit(&self, runner: &ToolRunner) -> anyhow::Result<()> {
-        if let Some(path) = &self.audit_log {
-            AuditLog::open(path)
-                .with_context(|| format!("cannot open the audit log {}", path.display()))?
-                .attach(runner.events());
-        }
-        Ok(())
-    }
-
-    /// The time limit and policy laid over `runner` (the audit log is attached to
-    /// its event bus by [`Settings::runner`]).
-    pub(crate) fn layers(&self, runner: ToolRunner) -> ToolRunner {
-        runner
-            .with_timeout(self.timeout)
-            .with_policy(self.policy.clone())
-    }
-
-    /// Where calls run.
-    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
-    pub(crate) fn sandbox(&self) -> SandboxKind {
-        self.sandbox
+    /// A sandbox that cannot be set up (bad settings, not compiled in), an audit log
+    /// that cannot be opened.
+    pub(crate) fn open(&self) -> anyhow::Result<Session> {
+        Ok(Session::open(self.session()?)?)
     }
 }
 
-/// The runner of a `jianmu call` or a `jianmu mcp` on stdio, and what its end reports.
-pub(crate) struct Closing {
-    pub(crate) runner: ToolRunner,
-    #[cfg(feature = "docker")]
-    docker: Option<jianmu_runtime::DockerSandbox>,
-}
-
-impl Closing {
-    /// Shuts the runner down. With the Docker sandbox (the runner's innermost part,
-    /// so shutting it down is the runner's shutdown), a copied workspace comes back
-    /// first: anything that did not (or was not copied in) is written to stderr, and
-    /// when a change was dropped the message is returned.
-    pub(crate) async fn close(self) -> Result<(), String> {
-        #[cfg(feature = "docker")]
-        if let Some(docker) = self.docker {
-            let pulled = docker.shutdown().await;
-            if !pulled.is_complete() {
-                eprintln!("jianmu: {pulled}");
-            }
-            if pulled.dropped() > 0 {
-                return Err(format!(
-                    "{} of the sandbox's changes did not come back here (listed above)",
-                    pulled.dropped()
-                ));
-            }
-            return Ok(());
-        }
-        self.runner.shutdown().await;
-        Ok(())
+/// Closes `session`. What did not come back from a copied workspace (or was not
+/// copied in) is written to stderr; when a change was dropped, the message is
+/// returned.
+pub(crate) async fn close(session: &Session) -> Result<(), String> {
+    let closed = session.close().await;
+    if !closed.is_complete() {
+        eprintln!("jianmu: {closed}");
+    }
+    match closed.dropped() {
+        0 => Ok(()),
+        n => Err(format!(
+            "{n} of the sandbox's changes did not come back here (listed above)"
+        )),
     }
 }

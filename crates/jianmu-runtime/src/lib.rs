@@ -1,4 +1,27 @@
-//! Where Jianmu tools run: sandboxes, and the layers around them.
+//! Running Jianmu tool calls: sessions, the layers around every call, and the
+//! sandboxes calls run in.
+//!
+//! A [`Session`] is what one conversation owns: its tools and their state, the
+//! runner stack, its workspace and its sandbox's resources. It is opened from one
+//! [`SessionSettings`] and closed with one call; a [`Runtime`] holds what the
+//! sessions of one process share (the event bus and audit log, the session limit,
+//! the Docker engine and warm pool). Every front end (the `jianmu` command, the MCP
+//! servers, library users) runs calls through a session:
+//!
+//! ```
+//! use jianmu_runtime::{Session, SessionSettings};
+//! use jianmu_tool_core::ToolConfig;
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let dir = std::env::temp_dir();
+//! let session = Session::open(SessionSettings::new(ToolConfig::new(&dir)))?;
+//! // With the provider's tool features: session.call("calculator", "6*7".into()).await?
+//! let closed = session.close().await;
+//! assert!(closed.is_complete());
+//! # Ok(())
+//! # }
+//! ```
 //!
 //! Every sandbox implements the one runner contract, [`Runner`] from
 //! `jianmu-tool-core`:
@@ -6,8 +29,8 @@
 //! - `DockerSandbox` (feature `docker`) runs any tool in a hardened container.
 //!
 //! Layers ([`layer`]) wrap any runner with one concern each: policy, events (and so
-//! the [`AuditLog`]), timeout, tracing span. [`ToolRunner`] is the stack the command
-//! and the MCP server use.
+//! the [`AuditLog`]), timeout, tracing span. [`ToolRunner`] is the stack every
+//! session's calls go through.
 //!
 //! ```
 //! use std::time::Duration;
@@ -31,6 +54,7 @@
 mod audit;
 pub mod layer;
 mod runner;
+mod session;
 
 pub use audit::AuditLog;
 pub use jianmu_tool_core::{
@@ -38,10 +62,38 @@ pub use jianmu_tool_core::{
 };
 pub use layer::RunnerExt;
 pub use runner::ToolRunner;
+pub use session::{Backend, Closed, Runtime, Session, SessionError, SessionSettings};
 
 #[cfg(feature = "docker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
 pub use jianmu_docker::{self as docker, DockerSandbox, DockerSettings, SandboxError, TlsFiles};
+
+/// The spec of every tool linked into this binary, sorted by name, as `config` sets
+/// them up (descriptions can depend on settings).
+///
+/// # Errors
+/// A tool that refuses its settings.
+pub fn tool_specs(
+    config: &jianmu_tool_core::ToolConfig,
+) -> Result<Vec<jianmu_tool_core::ToolSpec>, jianmu_tool_core::ToolError> {
+    let provider = jianmu_provider::BuiltinToolProvider::new(config.clone().with_new_scope());
+    let set = jianmu_tool_core::ToolSet::from_providers(&[&provider])?;
+    Ok(set.specs().into_iter().cloned().collect())
+}
+
+/// The spec of the tool `name` (a name or alias), as `config` sets it up.
+///
+/// # Errors
+/// An unknown tool, one not compiled in (naming the feature that adds it), one that
+/// refuses its settings.
+pub fn tool_spec(
+    config: &jianmu_tool_core::ToolConfig,
+    name: &str,
+) -> Result<jianmu_tool_core::ToolSpec, jianmu_tool_core::ToolError> {
+    let provider = jianmu_provider::BuiltinToolProvider::new(config.clone().with_new_scope());
+    let set = jianmu_tool_core::ToolSet::lazy(provider)?;
+    Ok(set.tool(name)?.spec().clone())
+}
 
 #[cfg(test)]
 mod tests;

@@ -27,17 +27,14 @@ use http_body_util::{BodyExt as _, Full, combinators::BoxBody};
 use hyper::body::Incoming;
 use hyper::{Method, Request, Response, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
-use jianmu_provider::BuiltinToolProvider;
-use jianmu_runtime::ToolRunner;
-use jianmu_tool_core::{ToolConfig, ToolSet};
+use jianmu_runtime::Runtime;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use subtle::ConstantTimeEq as _;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::{Catalog, Server};
-use crate::config::{HttpLimits, SandboxKind};
+use crate::config::HttpLimits;
 use crate::settings::Settings;
 
 /// The shortest token accepted.
@@ -112,157 +109,35 @@ impl Options {
     }
 }
 
-/// Makes the state of each new client session.
+/// Opens each new client session.
 struct Sessions {
     catalog: Catalog,
-    tools: ToolConfig,
-    #[cfg(feature = "docker")]
-    settings: Arc<Settings>,
-    /// The runner sessions share (local), or whose engine and pool they share
-    /// (Docker).
-    base: Base,
-    per_session: Option<PathBuf>,
-    max: usize,
-    /// Releases still under way (containers being removed).
-    releases: TaskTracker,
-}
-
-enum Base {
-    Local(ToolRunner),
-    #[cfg(feature = "docker")]
-    Docker {
-        sandbox: jianmu_runtime::DockerSandbox,
-        events: jianmu_tool_core::EventBus,
-    },
+    runtime: Runtime,
 }
 
 impl Sessions {
-    /// A new session's server, or an error when `max` sessions are open.
+    /// A new session's server, or an error at the session limit.
     fn open(&self) -> std::io::Result<Server> {
+        let session = self.runtime.open().map_err(std::io::Error::other)?;
         let metrics = &self.catalog.metrics;
-        if metrics.sessions_open.get() >= i64::try_from(self.max).unwrap_or(i64::MAX) {
-            return Err(std::io::Error::other(format!(
-                "the server has its limit of {} open sessions; close one or retry later",
-                self.max
-            )));
-        }
-        let mut held = Held {
-            metrics: Arc::clone(metrics),
-            dir: None,
-            runner: None,
-            releases: self.releases.clone(),
-        };
         metrics.sessions_open.inc();
         metrics.sessions_total.inc();
-        let mut tools = self.tools.clone().with_new_scope();
-        if let Some(root) = &self.per_session {
-            let dir = root.join(jianmu_tool_core::random_hex());
-            std::fs::create_dir(&dir)?;
-            // The folder belongs to whoever owns DIR (the Docker sandbox runs as the
-            // workspace's owner).
-            use std::os::unix::fs::MetadataExt as _;
-            let owner = std::fs::metadata(root)?;
-            if std::fs::metadata(&dir)?.uid() != owner.uid() {
-                std::os::unix::fs::chown(&dir, Some(owner.uid()), Some(owner.gid()))?;
-            }
-            tools = tools.with_workspace(&dir);
-            held.dir = Some(dir);
-        }
-        let set = ToolSet::lazy(BuiltinToolProvider::new(tools.clone()))
-            .map_err(|e| std::io::Error::other(jianmu_tool_core::error_chain(&e)))?;
-        let runner = match &self.base {
-            Base::Local(runner) => runner.clone(),
-            #[cfg(feature = "docker")]
-            Base::Docker { sandbox, events } => {
-                let sandbox = match &held.dir {
-                    // A folder of its own is a mount of its own: a sandbox (and
-                    // container) of its own, outside the shared pool, with no pool.
-                    Some(dir) => {
-                        let settings = jianmu_runtime::DockerSettings {
-                            pool_size: 0,
-                            ..self.settings.docker.clone()
-                        };
-                        jianmu_runtime::DockerSandbox::new(dir, settings)
-                            .map_err(std::io::Error::other)?
-                            .with_tools(tools)
-                    }
-                    None => sandbox.new_session(),
-                };
-                let runner = self
-                    .settings
-                    .layers(ToolRunner::dynamic(DockerSession(sandbox)))
-                    .with_events(events.clone());
-                held.runner = Some(runner.clone());
-                runner
-            }
-        };
+        let counted = Counted(Arc::clone(metrics));
         Ok(Server::session(
             self.catalog.clone(),
-            set,
-            runner,
-            Some(Arc::new(held)),
+            Arc::new(session),
+            Some(Arc::new(counted)),
         ))
     }
 }
 
-/// What a session holds beyond its tools: released when it is dropped.
-struct Held {
-    metrics: Arc<super::metrics::Metrics>,
-    dir: Option<PathBuf>,
-    /// A runner with a container of the session's own.
-    runner: Option<ToolRunner>,
-    releases: TaskTracker,
-}
+/// A session's place in the open-sessions gauge, given back when its last server is
+/// dropped (its session then closes in the background).
+struct Counted(Arc<super::metrics::Metrics>);
 
-impl Drop for Held {
+impl Drop for Counted {
     fn drop(&mut self) {
-        self.metrics.sessions_open.dec();
-        let runner = self.runner.take();
-        let dir = self.dir.take();
-        if runner.is_none() && dir.is_none() {
-            return;
-        }
-        if tokio::runtime::Handle::try_current().is_err() {
-            if let Some(dir) = dir {
-                let _ = std::fs::remove_dir_all(dir);
-            }
-            return;
-        }
-        drop(self.releases.spawn(async move {
-            if let Some(runner) = runner {
-                runner.shutdown().await;
-            }
-            if let Some(dir) = dir {
-                let _ = tokio::fs::remove_dir_all(&dir).await;
-            }
-        }));
-    }
-}
-
-/// A Docker sandbox session as a runner whose shutdown removes only its own
-/// container (the engine's pool serves the other sessions).
-#[cfg(feature = "docker")]
-struct DockerSession(jianmu_runtime::DockerSandbox);
-
-#[cfg(feature = "docker")]
-impl jianmu_tool_core::Runner for DockerSession {
-    fn run(
-        &self,
-        call: jianmu_tool_core::PreparedCall<'_>,
-    ) -> impl Future<Output = Result<jianmu_tool_core::ToolOutput, jianmu_tool_core::ToolError>> + Send
-    {
-        self.0.run(call)
-    }
-
-    fn name(&self) -> &str {
-        "docker"
-    }
-
-    async fn shutdown(&self) {
-        let pulled = self.0.close_session().await;
-        if !pulled.is_complete() {
-            tracing::warn!("a session's sandbox closed: {pulled}");
-        }
+        self.0.sessions_open.dec();
     }
 }
 
@@ -284,6 +159,7 @@ struct App {
     token: Option<String>,
     origins: Vec<String>,
     catalog: Catalog,
+    runtime: Runtime,
     max_sessions: usize,
 }
 
@@ -340,7 +216,7 @@ impl App {
         // holds tools while it runs).
         if request.method() == Method::POST
             && !request.headers().contains_key("mcp-session-id")
-            && metrics.sessions_open.get() >= i64::try_from(self.max_sessions).unwrap_or(i64::MAX)
+            && self.runtime.is_full()
         {
             metrics.refused("sessions");
             let mut response = text(
@@ -400,22 +276,16 @@ pub(crate) async fn serve(
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let limits = options.limits.clone();
-    let settings = Arc::new(settings);
-    let eager = ToolSet::from_providers(&[&settings.provider()])
+    let specs = jianmu_runtime::tool_specs(&settings.tools)
         .map_err(|e| anyhow::anyhow!(jianmu_tool_core::error_chain(&e)))?;
-    let (base, base_runner) = base(&settings)?;
-    let catalog = Catalog::new(&eager, &base_runner);
-    drop(eager);
-    let releases = TaskTracker::new();
+    let mut session = settings.session()?;
+    session.max_sessions = limits.max_sessions;
+    session.own_folders = options.per_session.clone();
+    let runtime = Runtime::new(session)?;
+    let catalog = Catalog::new(&specs, runtime.policy());
     let sessions = Arc::new(Sessions {
         catalog: catalog.clone(),
-        tools: settings.tools.clone(),
-        #[cfg(feature = "docker")]
-        settings: Arc::clone(&settings),
-        base,
-        per_session: options.per_session.clone(),
-        max: limits.max_sessions,
-        releases: releases.clone(),
+        runtime: runtime.clone(),
     });
     let stop_sessions = CancellationToken::new();
     let mut manager = LocalSessionManager::default();
@@ -445,6 +315,7 @@ pub(crate) async fn serve(
         token: options.token.clone(),
         origins: limits.allowed_origins.clone(),
         catalog: catalog.clone(),
+        runtime: runtime.clone(),
         max_sessions: limits.max_sessions,
     });
 
@@ -504,38 +375,12 @@ pub(crate) async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     drop(app);
     drop(sessions);
-    // Sessions end as their workers notice the cancellation; each one's release
-    // starts when its server is dropped.
+    // Sessions end as their workers notice the cancellation; each one closes (its
+    // processes, container and folder released) when its last server is dropped.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while catalog.metrics.sessions_open.get() > 0 && tokio::time::Instant::now() < deadline {
+    while runtime.open_sessions() > 0 && tokio::time::Instant::now() < deadline {
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    releases.close();
-    let _ = tokio::time::timeout(Duration::from_secs(15), releases.wait()).await;
-    base_runner.shutdown().await;
+    runtime.shutdown(Duration::from_secs(15)).await;
     Ok(())
-}
-
-/// What sessions share, and the runner the policy and audit log hang on.
-fn base(settings: &Settings) -> anyhow::Result<(Base, ToolRunner)> {
-    match settings.sandbox() {
-        SandboxKind::Local => {
-            let runner = settings.runner()?.runner;
-            Ok((Base::Local(runner.clone()), runner))
-        }
-        #[cfg(feature = "docker")]
-        SandboxKind::Docker => {
-            let sandbox = jianmu_runtime::DockerSandbox::new(
-                settings.tools.workspace(),
-                settings.docker.clone(),
-            )?
-            .with_tools(settings.tools.clone());
-            let runner = settings.layers(ToolRunner::dynamic(sandbox.clone()));
-            settings.audit(&runner)?;
-            let events = runner.events().clone();
-            Ok((Base::Docker { sandbox, events }, runner))
-        }
-        #[cfg(not(feature = "docker"))]
-        SandboxKind::Docker => bail!("sandbox `docker` is not compiled into this build of jianmu"),
-    }
 }

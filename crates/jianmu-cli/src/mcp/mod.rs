@@ -16,8 +16,8 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use jianmu_runtime::ToolRunner;
-use jianmu_tool_core::{ExecuteOptions, SchemaFormat, ToolError, ToolOutput, ToolSet};
+use jianmu_runtime::{Policy, Session};
+use jianmu_tool_core::{ExecuteOptions, SchemaFormat, ToolError, ToolOutput, ToolSpec};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
     ListToolsResult, PaginatedRequestParams, ServerCapabilities, ServerConfig, Tool,
@@ -49,51 +49,48 @@ pub(crate) struct Catalog {
 }
 
 impl Catalog {
-    fn new(tools: &ToolSet, runner: &ToolRunner) -> Self {
+    fn new(specs: &[ToolSpec], policy: &Policy) -> Self {
         // Tools the policy denies are not offered at all.
-        let listed = tools
+        let listed = specs
             .iter()
-            .filter(|t| runner.policy().check(t.spec()).is_ok())
-            .map(|t| describe(t.spec()))
+            .filter(|spec| policy.check(spec).is_ok())
+            .map(describe)
             .collect();
         Self {
             listed: Arc::new(listed),
-            known: Arc::new(tools.names().into_iter().map(str::to_owned).collect()),
+            known: Arc::new(specs.iter().map(|spec| spec.name.clone()).collect()),
             metrics: Arc::new(metrics::Metrics::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
 }
 
-/// The MCP server of one client session: its tools (and so their state), and the
-/// runner calls go through.
+/// The MCP server of one client session: its session (tools and their state, the
+/// runner stack).
 #[derive(Clone)]
 pub(crate) struct Server {
     catalog: Catalog,
-    tools: Arc<ToolSet>,
-    runner: Arc<ToolRunner>,
-    /// What the session holds beyond its tools; released when the last clone is
-    /// dropped.
+    session: Arc<Session>,
+    /// What an HTTP session holds beyond its session (its place in the metrics);
+    /// released when the last clone is dropped.
     _held: Option<Arc<dyn Send + Sync>>,
 }
 
 impl Server {
-    /// The server of a stdio client.
-    pub(crate) fn new(tools: ToolSet, runner: ToolRunner) -> Self {
-        let catalog = Catalog::new(&tools, &runner);
-        Self::session(catalog, tools, runner, None)
+    /// The server of a stdio client, offering `specs` as the policy allows.
+    pub(crate) fn new(specs: &[ToolSpec], session: Arc<Session>) -> Self {
+        let catalog = Catalog::new(specs, session.runtime().policy());
+        Self::session(catalog, session, None)
     }
 
     fn session(
         catalog: Catalog,
-        tools: ToolSet,
-        runner: ToolRunner,
+        session: Arc<Session>,
         held: Option<Arc<dyn Send + Sync>>,
     ) -> Self {
         Self {
             catalog,
-            tools: Arc::new(tools),
-            runner: Arc::new(runner),
+            session,
             _held: held,
         }
     }
@@ -153,7 +150,7 @@ impl Server {
     }
 }
 
-fn describe(spec: &jianmu_tool_core::ToolSpec) -> Tool {
+fn describe(spec: &ToolSpec) -> Tool {
     let exported = spec.export(SchemaFormat::Mcp);
     let schema: Map<String, Value> = exported["inputSchema"]
         .as_object()
@@ -228,9 +225,7 @@ impl ServerHandler for Server {
             .arguments
             .map_or(Value::Object(Map::new()), Value::Object);
         let call_id = format!("mcp-{}", context.id);
-        let mut options = ExecuteOptions::default()
-            .runner(self.runner.as_ref())
-            .call_id(&call_id);
+        let mut options = ExecuteOptions::default().call_id(&call_id);
         // A client that sent a progress token gets the tool's reports as progress
         // notifications, no more often than `PROGRESS_THROTTLE`, and none after the
         // answer.
@@ -244,9 +239,9 @@ impl ServerHandler for Server {
         let metrics = &self.catalog.metrics;
         let counted = metrics.start();
         let started = Instant::now();
-        let canonical = self.tools.canonical_name(&request.name);
+        let canonical = jianmu_provider::canonical_tool_name(&request.name);
         let tool = self.catalog.known.contains(canonical).then_some(canonical);
-        let call = self.tools.execute_with(&request.name, args, options);
+        let call = self.session.execute(&request.name, args, options);
         let answer = tokio::select! {
             outcome = call => {
                 metrics.record(tool, started.elapsed(), outcome.as_ref().map(drop));

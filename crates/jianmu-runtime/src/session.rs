@@ -1,0 +1,551 @@
+//! `Session`: everything one conversation owns, opened from one settings value and
+//! closed with one call; `Runtime`: what the sessions of one process share.
+//!
+//! A session holds its tools (built on first use, with a state scope of their own:
+//! shell sessions, background jobs, interpreters), the standard runner stack around
+//! its sandbox, its workspace, and its sandbox's resources (with the Docker backend, a
+//! container of its own, and a copied workspace). Closing it ends every process, job
+//! and interpreter its calls started, removes its container, brings a copied
+//! workspace back and reports what did not come back ([`Closed`]). A session dropped
+//! without [`Session::close`] is closed in the background, and [`Runtime::shutdown`]
+//! waits for that.
+//!
+//! The runtime holds the settings, the event bus (and so the audit log), the session
+//! limit and, with the Docker backend, the engine and the warm pool that sessions
+//! share.
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use jianmu_provider::BuiltinToolProvider;
+use jianmu_tool_core::{
+    EventBus, ExecuteOptions, LocalSandbox, Policy, ToolConfig, ToolError, ToolOutput, ToolSet,
+};
+use serde_json::Value;
+use tokio_util::task::TaskTracker;
+
+use crate::{AuditLog, ToolRunner};
+
+/// Where a session's calls run.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub enum Backend {
+    /// On this machine: each tool runs in this process, and the tools that start
+    /// programs isolate them themselves (their `isolation` settings).
+    #[default]
+    Local,
+    /// In a hardened container of the session's own (feature `docker`).
+    #[cfg(feature = "docker")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
+    Docker(Box<crate::DockerSettings>),
+}
+
+/// Everything a runtime and its sessions are opened from.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct SessionSettings {
+    /// What tools are built from: workspace, allowed hosts, `[tools.NAME]`.
+    pub tools: ToolConfig,
+    /// Where calls run.
+    pub backend: Backend,
+    /// The per-call time limit (`None`: none).
+    pub timeout: Option<Duration>,
+    /// What calls are allowed; denied tools are refused before they run.
+    pub policy: Policy,
+    /// A JSON-lines audit log every call's events are appended to.
+    pub audit_log: Option<PathBuf>,
+    /// At most this many sessions are open at once.
+    pub max_sessions: usize,
+    /// Each session gets a new folder of its own beneath this one as its workspace
+    /// (removed when it closes) instead of the tools' workspace.
+    pub own_folders: Option<PathBuf>,
+}
+
+impl SessionSettings {
+    /// Local calls in `tools`' workspace, no time limit, an open policy, no audit log,
+    /// no session limit.
+    pub fn new(tools: ToolConfig) -> Self {
+        Self {
+            tools,
+            backend: Backend::Local,
+            timeout: None,
+            policy: Policy::default(),
+            audit_log: None,
+            max_sessions: usize::MAX,
+            own_folders: None,
+        }
+    }
+}
+
+/// Why a runtime or a session could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SessionError {
+    /// The audit log cannot be opened.
+    #[error("cannot open the audit log {}: {source}", path.display())]
+    AuditLog {
+        /// The log's path.
+        path: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The sandbox cannot be set up.
+    #[cfg(feature = "docker")]
+    #[error(transparent)]
+    Sandbox(#[from] crate::SandboxError),
+    /// The session limit is reached.
+    #[error("the limit of {0} open sessions is reached; close one or retry later")]
+    Full(usize),
+    /// The session's own folder cannot be made.
+    #[error("cannot make the session's folder in {}: {source}", root.display())]
+    Folder {
+        /// Where it was to be made.
+        root: PathBuf,
+        /// Why.
+        #[source]
+        source: std::io::Error,
+    },
+    /// The tools cannot be set up.
+    #[error(transparent)]
+    Tools(#[from] ToolError),
+}
+
+/// What the sessions of one process share; see the module docs. Clones share it.
+#[derive(Clone)]
+pub struct Runtime {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    settings: SessionSettings,
+    events: EventBus,
+    /// Sessions open now.
+    open: AtomicUsize,
+    /// Closes still under way.
+    closing: TaskTracker,
+    /// The engine and pool every session's sandbox shares.
+    #[cfg(feature = "docker")]
+    docker: Option<crate::DockerSandbox>,
+}
+
+impl std::fmt::Debug for Runtime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Runtime")
+            .field("settings", &self.shared.settings)
+            .field("open", &self.open_sessions())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Runtime {
+    /// A runtime for `settings`: opens the audit log and checks the sandbox's
+    /// settings; no tool is built and no container starts until a session's first
+    /// call. Call it inside a Tokio runtime (the Docker backend starts tasks).
+    ///
+    /// # Errors
+    /// An audit log that cannot be opened, sandbox settings that cannot be used.
+    pub fn new(settings: SessionSettings) -> Result<Self, SessionError> {
+        let events = EventBus::new();
+        if let Some(path) = &settings.audit_log {
+            AuditLog::open(path)
+                .map_err(|source| SessionError::AuditLog {
+                    path: path.clone(),
+                    source,
+                })?
+                .attach(&events);
+        }
+        #[cfg(feature = "docker")]
+        let docker = match &settings.backend {
+            Backend::Local => None,
+            Backend::Docker(docker) => Some(
+                crate::DockerSandbox::new(settings.tools.workspace(), (**docker).clone())?
+                    .with_tools(settings.tools.clone()),
+            ),
+        };
+        Ok(Self {
+            shared: Arc::new(Shared {
+                settings,
+                events,
+                open: AtomicUsize::new(0),
+                closing: TaskTracker::new(),
+                #[cfg(feature = "docker")]
+                docker,
+            }),
+        })
+    }
+
+    /// The settings sessions are opened from.
+    pub fn settings(&self) -> &SessionSettings {
+        &self.shared.settings
+    }
+
+    /// The policy every session's calls are checked against.
+    pub fn policy(&self) -> &Policy {
+        &self.shared.settings.policy
+    }
+
+    /// The bus every session's calls report on (the audit log listens here).
+    pub fn events(&self) -> &EventBus {
+        &self.shared.events
+    }
+
+    /// How many sessions are open.
+    pub fn open_sessions(&self) -> usize {
+        self.shared.open.load(Ordering::Acquire)
+    }
+
+    /// Whether the session limit is reached.
+    pub fn is_full(&self) -> bool {
+        self.open_sessions() >= self.shared.settings.max_sessions
+    }
+
+    /// Opens a session: tools with a state scope of their own, the runner stack over
+    /// a sandbox of its own, and with [`SessionSettings::own_folders`] a new folder.
+    ///
+    /// # Errors
+    /// [`SessionError::Full`] at the session limit; a folder or sandbox that cannot
+    /// be made.
+    pub fn open(&self) -> Result<Session, SessionError> {
+        let shared = &self.shared;
+        let max = shared.settings.max_sessions;
+        shared
+            .open
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| {
+                (n < max).then_some(n + 1)
+            })
+            .map_err(|_| SessionError::Full(max))?;
+        let folder = match &shared.settings.own_folders {
+            Some(root) => match own_folder(root) {
+                Ok(dir) => Some(dir),
+                Err(source) => {
+                    shared.open.fetch_sub(1, Ordering::AcqRel);
+                    return Err(SessionError::Folder {
+                        root: root.clone(),
+                        source,
+                    });
+                }
+            },
+            None => None,
+        };
+        Session::start(self, folder)
+    }
+
+    /// Waits (up to `limit`) for sessions being closed in the background, then stops
+    /// what sessions share (the warm pool's containers).
+    pub async fn shutdown(&self, limit: Duration) {
+        self.shared.closing.close();
+        let _ = tokio::time::timeout(limit, self.shared.closing.wait()).await;
+        #[cfg(feature = "docker")]
+        if let Some(docker) = &self.shared.docker {
+            docker.shutdown().await;
+        }
+    }
+}
+
+/// A new folder beneath `root`, owned by `root`'s owner (a Docker sandbox runs as
+/// the workspace's owner).
+fn own_folder(root: &Path) -> std::io::Result<PathBuf> {
+    use std::os::unix::fs::MetadataExt as _;
+    let dir = root.join(jianmu_tool_core::random_hex());
+    std::fs::create_dir(&dir)?;
+    let owner = std::fs::metadata(root)?;
+    if std::fs::metadata(&dir)?.uid() != owner.uid()
+        && let Err(e) = std::os::unix::fs::chown(&dir, Some(owner.uid()), Some(owner.gid()))
+    {
+        let _ = std::fs::remove_dir(&dir);
+        return Err(e);
+    }
+    Ok(dir)
+}
+
+/// One conversation's tools, runner stack, workspace and sandbox; see the module
+/// docs. Share it behind an `Arc`: calls and [`Session::close`] take `&self`.
+pub struct Session {
+    /// `None` once closed. Calls hold the parts while they run, so a call still
+    /// running when the session closes keeps its tools until it ends (a container's
+    /// removal ends it at once).
+    parts: std::sync::Mutex<Option<Arc<Parts>>>,
+    /// The session's own folder, if it has one.
+    folder: Option<PathBuf>,
+    runtime: Runtime,
+    /// Opened by [`Session::open`]: closing the session shuts the runtime down too.
+    owns_runtime: bool,
+}
+
+struct Parts {
+    tools: ToolSet,
+    runner: ToolRunner,
+    /// The session's own container (and copied workspace).
+    #[cfg(feature = "docker")]
+    docker: Option<crate::DockerSandbox>,
+}
+
+impl std::fmt::Debug for Session {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Session")
+            .field("workspace", &self.workspace())
+            .field("closed", &self.lock().is_none())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Session {
+    /// A runtime with this one session: what `jianmu call` and a stdio MCP server
+    /// use. Closing the session shuts the runtime down too.
+    ///
+    /// # Errors
+    /// As [`Runtime::new`] and [`Runtime::open`].
+    pub fn open(settings: SessionSettings) -> Result<Self, SessionError> {
+        let mut session = Runtime::new(settings)?.open()?;
+        session.owns_runtime = true;
+        Ok(session)
+    }
+
+    /// Opens a session of `runtime` whose count is already taken, in `folder` when
+    /// it has one of its own.
+    fn start(runtime: &Runtime, folder: Option<PathBuf>) -> Result<Self, SessionError> {
+        let mut session = Self {
+            parts: std::sync::Mutex::new(None),
+            folder,
+            runtime: runtime.clone(),
+            owns_runtime: false,
+        };
+        // From here a failure drops `session`, which gives the count back and
+        // removes the folder.
+        let parts = session.build()?;
+        *session
+            .parts
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(Arc::new(parts));
+        Ok(session)
+    }
+
+    /// The tool set (the session's own scope and workspace) and the runner.
+    fn build(&self) -> Result<Parts, SessionError> {
+        let shared = &self.runtime.shared;
+        let settings = &shared.settings;
+        let mut tools = settings.tools.clone().with_new_scope();
+        if let Some(dir) = &self.folder {
+            tools = tools.with_workspace(dir);
+        }
+        #[cfg(feature = "docker")]
+        let mut docker = None;
+        let runner = match &settings.backend {
+            Backend::Local => ToolRunner::dynamic(LocalSandbox),
+            #[cfg(feature = "docker")]
+            Backend::Docker(docker_settings) => {
+                let sandbox = match &self.folder {
+                    // A folder of its own is a mount of its own: a sandbox of its
+                    // own, outside the shared pool.
+                    Some(dir) => {
+                        let settings = crate::DockerSettings {
+                            pool_size: 0,
+                            ..(**docker_settings).clone()
+                        };
+                        crate::DockerSandbox::new(dir, settings)?.with_tools(tools.clone())
+                    }
+                    None => shared
+                        .docker
+                        .as_ref()
+                        .expect("a Docker runtime has its shared sandbox")
+                        .new_session(),
+                };
+                docker = Some(sandbox.clone());
+                ToolRunner::dynamic(sandbox)
+            }
+        };
+        let mut runner = runner
+            .with_policy(settings.policy.clone())
+            .with_events(shared.events.clone());
+        if let Some(limit) = settings.timeout {
+            runner = runner.with_timeout(limit);
+        }
+        Ok(Parts {
+            tools: ToolSet::lazy(BuiltinToolProvider::new(tools))?,
+            runner,
+            #[cfg(feature = "docker")]
+            docker,
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Arc<Parts>>> {
+        self.parts
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The runtime this session belongs to.
+    pub fn runtime(&self) -> &Runtime {
+        &self.runtime
+    }
+
+    /// The folder the session's tools work in.
+    pub fn workspace(&self) -> &Path {
+        self.folder
+            .as_deref()
+            .unwrap_or_else(|| self.runtime.shared.settings.tools.workspace())
+    }
+
+    /// Whether the session has been closed.
+    pub fn is_closed(&self) -> bool {
+        self.lock().is_none()
+    }
+
+    /// Calls `name` (a name or alias) with `args` through the session's runner.
+    ///
+    /// # Errors
+    /// Whatever the call fails with; [`ToolError::Runner`] once the session is
+    /// closed.
+    pub async fn call(&self, name: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        self.execute(name, args, ExecuteOptions::default()).await
+    }
+
+    /// Calls `name` with `options` (call id, progress, injected arguments); the
+    /// session's runner replaces any runner in `options`.
+    ///
+    /// # Errors
+    /// As [`Session::call`].
+    pub async fn execute(
+        &self,
+        name: &str,
+        args: Value,
+        options: ExecuteOptions<'_>,
+    ) -> Result<ToolOutput, ToolError> {
+        let parts = self
+            .lock()
+            .clone()
+            .ok_or_else(|| ToolError::runner(name, "this session is closed; open a new one"))?;
+        parts
+            .tools
+            .execute_with(name, args, options.runner(&parts.runner))
+            .await
+    }
+
+    /// Builds `name` now (it is built on first use otherwise), so that a tool that
+    /// cannot be built is found before a call.
+    ///
+    /// # Errors
+    /// An unknown tool, one not compiled in, or one that refuses its settings.
+    pub fn check(&self, name: &str) -> Result<(), ToolError> {
+        match self.lock().as_ref() {
+            Some(parts) => parts.tools.tool(name).map(drop),
+            None => Err(ToolError::runner(name, "this session is closed")),
+        }
+    }
+
+    /// Closes the session: ends every process, job and interpreter its calls started
+    /// (those of calls still running end with them), removes its container (after
+    /// bringing a copied workspace back) and its own folder; with [`Session::open`],
+    /// shuts the runtime down too. Returns what did not come back. Closing again
+    /// does nothing.
+    pub async fn close(&self) -> Closed {
+        let Some(parts) = self.lock().take() else {
+            return Closed::default();
+        };
+        let closed = close(parts, self.folder.clone(), &self.runtime).await;
+        if self.owns_runtime {
+            self.runtime.shutdown(Duration::from_secs(15)).await;
+        }
+        closed
+    }
+}
+
+/// Gives the session's count back, then ends what `parts` hold, in order: tools
+/// (their processes), container, folder.
+async fn close(parts: Arc<Parts>, folder: Option<PathBuf>, runtime: &Runtime) -> Closed {
+    // A closing session no longer counts against the limit: what it releases from
+    // here is not the client's to wait for.
+    runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
+    #[cfg(feature = "docker")]
+    let docker = parts.docker.clone();
+    // The tools' scope ends with the last tool: their processes, jobs and
+    // interpreters end with it (or with the last call still holding it).
+    drop(parts);
+    #[allow(unused_mut)]
+    let mut closed = Closed::default();
+    #[cfg(feature = "docker")]
+    if let Some(docker) = docker {
+        closed.pulled = docker.close_session().await;
+    }
+    if let Some(dir) = folder {
+        let _ = tokio::fs::remove_dir_all(&dir).await;
+    }
+    closed
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        let parts = self
+            .parts
+            .get_mut()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .take();
+        let folder = self.folder.take();
+        let Some(parts) = parts else {
+            return;
+        };
+        let runtime = self.runtime.clone();
+        if tokio::runtime::Handle::try_current().is_ok() {
+            let owns = self.owns_runtime;
+            drop(runtime.shared.closing.clone().spawn(async move {
+                let closed = close(parts, folder, &runtime).await;
+                if !closed.is_complete() {
+                    tracing::warn!("a session closed: {closed}");
+                }
+                if owns {
+                    runtime.shutdown(Duration::from_secs(15)).await;
+                }
+            }));
+        } else {
+            // No runtime to remove a container on: the tools end here, the folder
+            // goes, and the container is removed by the next sandbox's sweep of
+            // containers whose owner is gone.
+            drop(parts);
+            if let Some(dir) = folder {
+                let _ = std::fs::remove_dir_all(dir);
+            }
+            runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
+
+/// What a closed session reports: with a copied workspace, the changes that came
+/// back and those that did not.
+#[derive(Debug, Default)]
+#[non_exhaustive]
+pub struct Closed {
+    /// What came back from a copied workspace (empty when it was mounted).
+    #[cfg(feature = "docker")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
+    pub pulled: crate::docker::Pulled,
+}
+
+impl Closed {
+    /// Whether everything came back and nothing was left out.
+    pub fn is_complete(&self) -> bool {
+        #[cfg(feature = "docker")]
+        return self.pulled.is_complete();
+        #[cfg(not(feature = "docker"))]
+        true
+    }
+
+    /// How many changes made in the sandbox did not come back.
+    pub fn dropped(&self) -> usize {
+        #[cfg(feature = "docker")]
+        return self.pulled.dropped();
+        #[cfg(not(feature = "docker"))]
+        0
+    }
+}
+
+impl std::fmt::Display for Closed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        #[cfg(feature = "docker")]
+        return self.pulled.fmt(f);
+        #[cfg(not(feature = "docker"))]
+        f.write_str("the session closed")
+    }
+}

@@ -1,0 +1,176 @@
+//! `Session` and `Runtime` with real tools: state kept within a session and not
+//! across sessions, everything a session started gone when it closes, its own
+//! folder, the session limit, and the policy, time limit and audit log applied to
+//! every call.
+
+use std::time::Duration;
+
+use jianmu_runtime::{Runtime, Session, SessionError, SessionSettings};
+use jianmu_test_support::running_with;
+use jianmu_tool_core::{Policy, ToolConfig, ToolError};
+use serde_json::json;
+
+fn settings(dir: &std::path::Path) -> SessionSettings {
+    SessionSettings::new(ToolConfig::new(dir))
+}
+
+/// Polls until `done`, for up to 5 s.
+async fn eventually(mut done: impl FnMut() -> bool) -> bool {
+    for _ in 0..250 {
+        if done() {
+            return true;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    done()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_keeps_its_state_and_closing_ends_everything_it_started() {
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(settings(dir.path())).unwrap();
+    let a = runtime.open().unwrap();
+    let b = runtime.open().unwrap();
+    assert_eq!(runtime.open_sessions(), 2);
+    let marker = format!("jm-session-test-{}", std::process::id());
+    let started = a
+        .call(
+            "bash",
+            json!({"command": format!("exec -a {marker} sleep 300"), "background": true}),
+        )
+        .await
+        .unwrap();
+    assert!(started.text.contains("job"), "{}", started.text);
+    a.call("bash", json!({"command": "export WHO=a", "session": "s"}))
+        .await
+        .unwrap();
+    b.call("bash", json!({"command": "export WHO=b", "session": "s"}))
+        .await
+        .unwrap();
+    let who = a
+        .call("bash", json!({"command": "echo $WHO", "session": "s"}))
+        .await
+        .unwrap();
+    assert_eq!(who.text.trim(), "a");
+    // Another session sees neither the job nor the variable.
+    let jobs = b.call("bash_jobs", json!({})).await.unwrap();
+    assert!(!jobs.text.contains(&marker), "{}", jobs.text);
+    assert_eq!(running_with(&marker).len(), 1);
+
+    let closed = a.close().await;
+    assert!(closed.is_complete(), "{closed}");
+    assert_eq!(closed.dropped(), 0);
+    assert!(a.is_closed());
+    assert_eq!(runtime.open_sessions(), 1);
+    assert!(
+        eventually(|| running_with(&marker).is_empty()).await,
+        "the closed session's job is still running"
+    );
+    let after = a.call("calculator", json!("1+1")).await.unwrap_err();
+    assert!(matches!(after, ToolError::Runner { .. }), "{after}");
+    let why = jianmu_tool_core::error_chain(&after);
+    assert!(why.contains("session is closed"), "{why}");
+    // Closing twice does nothing; the other session goes on.
+    a.close().await;
+    let who = b
+        .call("bash", json!({"command": "echo $WHO", "session": "s"}))
+        .await
+        .unwrap();
+    assert_eq!(who.text.trim(), "b");
+    drop(b);
+    assert!(eventually(|| runtime.open_sessions() == 0).await);
+    runtime.shutdown(Duration::from_secs(5)).await;
+}
+
+#[tokio::test]
+async fn own_folders_are_made_per_session_and_removed_when_it_closes() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = settings(root.path());
+    s.own_folders = Some(root.path().to_owned());
+    let runtime = Runtime::new(s).unwrap();
+    let a = runtime.open().unwrap();
+    let b = runtime.open().unwrap();
+    assert_ne!(a.workspace(), b.workspace());
+    assert!(a.workspace().starts_with(root.path()));
+    a.call("write_file", json!({"path": "note.txt", "content": "mine"}))
+        .await
+        .unwrap();
+    assert!(a.workspace().join("note.txt").is_file());
+    let seen = b
+        .call("read_file", json!({"path": "note.txt"}))
+        .await
+        .unwrap_err();
+    assert!(seen.is_model_facing(), "{seen}");
+    let folder = a.workspace().to_owned();
+    a.close().await;
+    assert!(!folder.exists());
+    // A session dropped without closing is closed in the background.
+    let folder = b.workspace().to_owned();
+    drop(b);
+    runtime.shutdown(Duration::from_secs(5)).await;
+    assert!(!folder.exists());
+    assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn the_session_limit_counts_open_sessions_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(dir.path());
+    s.max_sessions = 1;
+    let runtime = Runtime::new(s).unwrap();
+    let first = runtime.open().unwrap();
+    assert!(runtime.is_full());
+    let refused = runtime.open().unwrap_err();
+    assert!(matches!(refused, SessionError::Full(1)), "{refused}");
+    assert!(refused.to_string().contains("limit of 1"), "{refused}");
+    first.close().await;
+    assert!(!runtime.is_full());
+    let second = runtime.open().unwrap();
+    assert_eq!(
+        second.call("calculator", json!("6*7")).await.unwrap().text,
+        "42"
+    );
+}
+
+#[tokio::test]
+async fn every_call_goes_through_the_policy_the_time_limit_and_the_audit_log() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("audit.jsonl");
+    let mut s = settings(dir.path());
+    s.policy = Policy {
+        deny: vec!["write_file".into()],
+        ..Policy::default()
+    };
+    s.timeout = Some(Duration::from_millis(300));
+    s.audit_log = Some(log.clone());
+    let session = Session::open(s).unwrap();
+    let denied = session
+        .call("write_file", json!({"path": "x", "content": "y"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(denied, ToolError::Denied { .. }), "{denied}");
+    assert!(!dir.path().join("x").exists());
+    let slow = session
+        .call("bash", json!({"command": "sleep 5"}))
+        .await
+        .unwrap_err();
+    assert!(matches!(slow, ToolError::Timeout { .. }), "{slow}");
+    session.call("calculator", json!("2**10")).await.unwrap();
+    session.close().await;
+    let audit = std::fs::read_to_string(&log).unwrap();
+    for tool in ["write_file", "bash", "calculator"] {
+        assert!(
+            audit.contains(&format!("\"{tool}\"")),
+            "{tool} not in {audit}"
+        );
+    }
+}
+
+#[test]
+fn a_bad_audit_log_is_refused_when_the_runtime_opens() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = settings(dir.path());
+    s.audit_log = Some(dir.path().join("no/such/folder/audit.jsonl"));
+    let e = Runtime::new(s).unwrap_err();
+    assert!(matches!(e, SessionError::AuditLog { .. }), "{e}");
+}
