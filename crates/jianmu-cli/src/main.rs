@@ -147,9 +147,12 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rt = runtime()?;
             let (output, closed) = rt.block_on(async {
                 let session = settings.open()?;
-                let out = tokio::select! {
-                    out = session.call(name, args) => out.map_err(Failure::Call),
-                    n = terminated() => Err(Failure::Signal(n)),
+                let out = match session.check(name) {
+                    Err(e) => Err(lookup(e)),
+                    Ok(()) => tokio::select! {
+                        out = session.call(name, args) => out.map_err(Failure::Call),
+                        n = terminated() => Err(Failure::Signal(n)),
+                    },
                 };
                 Ok::<_, Failure>((out, settings::close(&session).await))
             })?;

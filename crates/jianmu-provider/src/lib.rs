@@ -44,7 +44,7 @@ use std::collections::BTreeMap;
 use std::sync::OnceLock;
 
 use jianmu_tool_core::{
-    ToolConfig, ToolError, ToolHandle, ToolProvider, ToolRegistration, registrations,
+    ToolConfig, ToolError, ToolHandle, ToolProvider, ToolRegistration, ToolSpec, registrations,
 };
 
 // A crate enabled by a feature but never named is not linked, and its registrations
@@ -153,9 +153,35 @@ impl BuiltinToolProvider {
     /// is not linked, [`ToolError::UnknownTool`] listing the available names for any
     /// other name, [`ToolError::Config`] when the tool rejects its settings.
     pub fn build(&self, name: &str) -> Result<ToolHandle, ToolError> {
+        (self.registration(name)?.build)(&self.config)
+    }
+
+    /// The spec of one tool by name or alias, without building it.
+    ///
+    /// # Errors
+    /// As [`BuiltinToolProvider::build`], but settings are only checked when the tool
+    /// is built.
+    pub fn spec(&self, name: &str) -> Result<ToolSpec, ToolError> {
+        (self.registration(name)?.spec)(&self.config)
+    }
+
+    /// One tool by name or alias, known by its spec until its first call builds it
+    /// ([`ToolHandle::deferred`]).
+    ///
+    /// # Errors
+    /// As [`BuiltinToolProvider::spec`].
+    pub fn deferred(&self, name: &str) -> Result<ToolHandle, ToolError> {
+        let registration = self.registration(name)?;
+        let config = self.config.clone();
+        ToolHandle::deferred((registration.spec)(&config)?, move || {
+            (registration.build)(&config)
+        })
+    }
+
+    fn registration(&self, name: &str) -> Result<&'static ToolRegistration, ToolError> {
         let canonical = canonical_tool_name(name);
         match registry().get(canonical).map(Vec::as_slice) {
-            Some([registration]) => (registration.build)(&self.config),
+            Some([registration]) => Ok(registration),
             Some(_) => Err(ToolError::Config {
                 tool: canonical.to_owned(),
                 message: "more than one linked crate registers a tool of this name".into(),
@@ -182,6 +208,10 @@ impl BuiltinToolProvider {
     }
 }
 
+/// As a provider, tools are deferred: a [`ToolSet::lazy`](jianmu_tool_core::ToolSet::lazy)
+/// set of them lists specs and validates arguments without building any tool, and
+/// builds each on its first call. [`ToolProvider::resolve`] and
+/// [`ToolProvider::tools`] build at once.
 impl ToolProvider for BuiltinToolProvider {
     fn tools(&self) -> Result<Vec<ToolHandle>, ToolError> {
         self.resolve_named_tools(&available_tools())
@@ -200,7 +230,7 @@ impl ToolProvider for BuiltinToolProvider {
     }
 
     fn build(&self, name: &str) -> Result<ToolHandle, ToolError> {
-        BuiltinToolProvider::build(self, name)
+        self.deferred(name)
     }
 }
 

@@ -69,29 +69,30 @@ pub use session::{Backend, Closed, Runtime, Session, SessionError, SessionSettin
 pub use jianmu_docker::{self as docker, DockerSandbox, DockerSettings, SandboxError, TlsFiles};
 
 /// The spec of every tool linked into this binary, sorted by name, as `config` sets
-/// them up (descriptions can depend on settings).
+/// them up. No tool is built: nothing is opened, made or started.
 ///
 /// # Errors
-/// A tool that refuses its settings.
+/// A tool whose spec depends on settings it refuses.
 pub fn tool_specs(
     config: &jianmu_tool_core::ToolConfig,
 ) -> Result<Vec<jianmu_tool_core::ToolSpec>, jianmu_tool_core::ToolError> {
-    let provider = jianmu_provider::BuiltinToolProvider::new(config.clone().with_new_scope());
-    let set = jianmu_tool_core::ToolSet::from_providers(&[&provider])?;
+    let set =
+        jianmu_tool_core::ToolSet::lazy(jianmu_provider::BuiltinToolProvider::new(config.clone()))?;
     Ok(set.specs().into_iter().cloned().collect())
 }
 
-/// The spec of the tool `name` (a name or alias), as `config` sets it up.
+/// The spec of the tool `name` (a name or alias), as `config` sets it up, without
+/// building the tool.
 ///
 /// # Errors
-/// An unknown tool, one not compiled in (naming the feature that adds it), one that
-/// refuses its settings.
+/// An unknown tool (listing the known names and aliases), one not compiled in
+/// (naming the feature that adds it).
 pub fn tool_spec(
     config: &jianmu_tool_core::ToolConfig,
     name: &str,
 ) -> Result<jianmu_tool_core::ToolSpec, jianmu_tool_core::ToolError> {
-    let provider = jianmu_provider::BuiltinToolProvider::new(config.clone().with_new_scope());
-    let set = jianmu_tool_core::ToolSet::lazy(provider)?;
+    let set =
+        jianmu_tool_core::ToolSet::lazy(jianmu_provider::BuiltinToolProvider::new(config.clone()))?;
     Ok(set.tool(name)?.spec().clone())
 }
 

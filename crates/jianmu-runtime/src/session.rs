@@ -424,15 +424,21 @@ impl Session {
             .await
     }
 
-    /// Builds `name` now (it is built on first use otherwise), so that a tool that
-    /// cannot be built is found before a call.
+    /// Finds `name` and, when calls run here, builds it now (it is built on its
+    /// first call otherwise), so that a tool that refuses its settings is found
+    /// before a call. In a sandbox, the tool is built there.
     ///
     /// # Errors
     /// An unknown tool, one not compiled in, or one that refuses its settings.
     pub fn check(&self, name: &str) -> Result<(), ToolError> {
-        match self.lock().as_ref() {
-            Some(parts) => parts.tools.tool(name).map(drop),
-            None => Err(ToolError::runner(name, "this session is closed")),
+        let Some(parts) = self.lock().clone() else {
+            return Err(ToolError::runner(name, "this session is closed"));
+        };
+        let tool = parts.tools.tool(name)?;
+        match self.runtime.shared.settings.backend {
+            Backend::Local => tool.build_now(),
+            #[cfg(feature = "docker")]
+            Backend::Docker(_) => Ok(()),
         }
     }
 

@@ -216,18 +216,14 @@ impl Tool for Calculator {
     type Output = String;
     type Error = CalcError;
 
-    fn name(&self) -> &str {
-        "calculator"
-    }
+    const NAME: &'static str = "calculator";
 
-    fn description(&self) -> &str {
-        "Performs basic math calculations with Python's arithmetic, e.g. '2**100' or '(3+4)*5/2'.\n\
-         Accepts numbers, + - * / // % **, parentheses and unary signs. Integers are exact \
-         (up to about 9,800 digits); / is true division; // and % round toward negative \
-         infinity, as in Python."
-    }
+    const DESCRIPTION: &'static str = "Performs basic math calculations with Python's arithmetic, e.g. '2**100' or '(3+4)*5/2'.\n\
+     Accepts numbers, + - * / // % **, parentheses and unary signs. Integers are exact \
+     (up to about 9,800 digits); / is true division; // and % round toward negative \
+     infinity, as in Python.";
 
-    fn input_schema(&self) -> Value {
+    fn input_schema() -> Value {
         json!({
             "type": "string",
             "description": "Python math expression, e.g. '2+2'",
@@ -243,7 +239,7 @@ fn build(_: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(Calculator)
 }
 
-jianmu_tool_core::register_tool!("calculator", build);
+jianmu_tool_core::register_tool!(Calculator, build);
 
 #[cfg(test)]
 mod tests;

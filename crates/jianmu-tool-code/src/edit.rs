@@ -331,35 +331,27 @@ impl Tool for EditFile {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "edit_file"
-    }
+    const NAME: &'static str = "edit_file";
 
-    fn description(&self) -> &str {
-        "Edits one file of the workspace with exact replacements and answers with a unified \
-         diff of the change.\n\
-         `edits` apply in order, each to the result of the one before; all succeed or nothing \
-         is written. Without `replace_all`, `old` must occur exactly once (include surrounding \
-         lines to make it unique). When `old` is not found, the error shows the closest lines \
-         of the file with their numbers. LF in `old`/`new` matches a CRLF file, which stays \
-         CRLF. `dry_run` shows the diff without writing. The write is atomic and keeps the \
-         file's permissions."
-    }
+    const DESCRIPTION: &'static str = "Edits one file of the workspace with exact replacements and answers with a unified \
+     diff of the change.\n\
+     `edits` apply in order, each to the result of the one before; all succeed or nothing \
+     is written. Without `replace_all`, `old` must occur exactly once (include surrounding \
+     lines to make it unique). When `old` is not found, the error shows the closest lines \
+     of the file with their numbers. LF in `old`/`new` matches a CRLF file, which stays \
+     CRLF. `dry_run` shows the diff without writing. The write is atomic and keeps the \
+     file's permissions.";
 
-    fn parallel_safe(&self) -> bool {
-        false
-    }
+    const PARALLEL_SAFE: bool = false;
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<EditOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:write"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
     async fn call(&self, args: EditArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("edit_file", move || this.edit(&args)).await
+        blocking(Self::NAME, move || this.edit(&args)).await
     }
 }

@@ -111,28 +111,22 @@ impl Tool for GlobSearch {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "glob_search"
-    }
+    const NAME: &'static str = "glob_search";
 
-    fn description(&self) -> &str {
-        "Finds files and folders whose names match a glob, like `fd --glob`: one \
-         workspace-relative path per line, sorted, folders ending in `/`.\n\
-         Respects .gitignore (inside git repositories) and .ignore, skips hidden entries \
-         unless `include_hidden`, does not follow symbolic links. A pattern with `/` \
-         matches the path below `path` (`src/**/*.rs`); `**` crosses folders, `*` does not."
-    }
+    const DESCRIPTION: &'static str = "Finds files and folders whose names match a glob, like `fd --glob`: one \
+     workspace-relative path per line, sorted, folders ending in `/`.\n\
+     Respects .gitignore (inside git repositories) and .ignore, skips hidden entries \
+     unless `include_hidden`, does not follow symbolic links. A pattern with `/` \
+     matches the path below `path` (`src/**/*.rs`); `**` crosses folders, `*` does not.";
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<GlobOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:read"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
     async fn call(&self, args: GlobArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("glob_search", move || this.search(&args)).await
+        blocking(Self::NAME, move || this.search(&args)).await
     }
 }

@@ -195,28 +195,22 @@ impl Tool for GrepSearch {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "grep_search"
-    }
+    const NAME: &'static str = "grep_search";
 
-    fn description(&self) -> &str {
-        "Searches file contents for a text or regular expression, like `rg -n`: one \
-         `PATH:LINE:TEXT` line per matching line, workspace-relative, sorted.\n\
-         Respects .gitignore (inside git repositories) and .ignore, skips hidden and binary \
-         files, does not follow symbolic links; `glob` filters files as `rg -g`. Lines \
-         over 500 characters are cut with a marker."
-    }
+    const DESCRIPTION: &'static str = "Searches file contents for a text or regular expression, like `rg -n`: one \
+     `PATH:LINE:TEXT` line per matching line, workspace-relative, sorted.\n\
+     Respects .gitignore (inside git repositories) and .ignore, skips hidden and binary \
+     files, does not follow symbolic links; `glob` filters files as `rg -g`. Lines \
+     over 500 characters are cut with a marker.";
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<GrepOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:read"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
     async fn call(&self, args: GrepArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("grep_search", move || this.search(&args)).await
+        blocking(Self::NAME, move || this.search(&args)).await
     }
 }

@@ -143,27 +143,21 @@ impl Tool for FileInfo {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "file_info"
-    }
+    const NAME: &'static str = "file_info";
 
-    fn description(&self) -> &str {
-        "Describes a file or folder of the workspace: type (file, directory, symlink), size in \
-         bytes, last modification time (UTC, RFC 3339) and extension.\n\
-         A symbolic link is described itself, with its target."
-    }
+    const DESCRIPTION: &'static str = "Describes a file or folder of the workspace: type (file, directory, symlink), size in \
+     bytes, last modification time (UTC, RFC 3339) and extension.\n\
+     A symbolic link is described itself, with its target.";
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<InfoOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:read"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
     async fn call(&self, args: InfoArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("file_info", move || this.info(&args)).await
+        blocking(Self::NAME, move || this.info(&args)).await
     }
 }
 

@@ -13,6 +13,7 @@
 //! [`jianmu_workspace::Workspace`], so nothing outside it is read or written.
 #![deny(missing_docs)]
 
+use jianmu_tool_core::Tool as _;
 use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
 use serde::Deserialize;
 
@@ -63,48 +64,48 @@ fn dot() -> String {
 fn build_glob(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(GlobSearch::new(jianmu_workspace::for_tool(
         config,
-        "glob_search",
+        GlobSearch::NAME,
     )?))
 }
 
 fn build_grep(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(GrepSearch::new(jianmu_workspace::for_tool(
         config,
-        "grep_search",
+        GrepSearch::NAME,
     )?))
 }
 
 fn build_info(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(FileInfo::new(jianmu_workspace::for_tool(
         config,
-        "file_info",
+        FileInfo::NAME,
     )?))
 }
 
 fn build_edit(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(EditFile::new(
-        jianmu_workspace::for_tool(config, "edit_file")?,
-        config.settings("edit_file")?,
+        jianmu_workspace::for_tool(config, EditFile::NAME)?,
+        config.settings(EditFile::NAME)?,
     ))
 }
 
 fn build_patch(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(ApplyPatch::new(
-        jianmu_workspace::for_tool(config, "apply_patch")?,
-        config.settings("apply_patch")?,
+        jianmu_workspace::for_tool(config, ApplyPatch::NAME)?,
+        config.settings(ApplyPatch::NAME)?,
     ))
 }
 
 fn build_replace(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(StrReplace::new(
-        jianmu_workspace::for_tool(config, "str_replace")?,
-        config.settings("str_replace")?,
+        jianmu_workspace::for_tool(config, StrReplace::NAME)?,
+        config.settings(StrReplace::NAME)?,
     ))
 }
 
-jianmu_tool_core::register_tool!("glob_search", build_glob);
-jianmu_tool_core::register_tool!("grep_search", build_grep);
-jianmu_tool_core::register_tool!("file_info", build_info);
-jianmu_tool_core::register_tool!("str_replace", build_replace);
-jianmu_tool_core::register_tool!("edit_file", build_edit);
-jianmu_tool_core::register_tool!("apply_patch", build_patch);
+jianmu_tool_core::register_tool!(GlobSearch, build_glob);
+jianmu_tool_core::register_tool!(GrepSearch, build_grep);
+jianmu_tool_core::register_tool!(FileInfo, build_info);
+jianmu_tool_core::register_tool!(StrReplace, build_replace);
+jianmu_tool_core::register_tool!(EditFile, build_edit);
+jianmu_tool_core::register_tool!(ApplyPatch, build_patch);

@@ -192,32 +192,24 @@ impl Tool for StrReplace {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "str_replace"
-    }
+    const NAME: &'static str = "str_replace";
 
-    fn description(&self) -> &str {
-        "Replaces text in a file of the workspace and says how many replacements it made.\n\
-         `old` is plain text unless `regex` is true; `count` limits how many matches are \
-         replaced (0: all); `expected_count` makes the call fail unless the file has exactly \
-         that many matches. No match is an error, and a failed call writes nothing. The \
-         write is atomic and keeps the file's permissions."
-    }
+    const DESCRIPTION: &'static str = "Replaces text in a file of the workspace and says how many replacements it made.\n\
+     `old` is plain text unless `regex` is true; `count` limits how many matches are \
+     replaced (0: all); `expected_count` makes the call fail unless the file has exactly \
+     that many matches. No match is an error, and a failed call writes nothing. The \
+     write is atomic and keeps the file's permissions.";
 
-    fn parallel_safe(&self) -> bool {
-        false
-    }
+    const PARALLEL_SAFE: bool = false;
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<ReplaceOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:write"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
     async fn call(&self, args: ReplaceArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("str_replace", move || this.replace(&args)).await
+        blocking(Self::NAME, move || this.replace(&args)).await
     }
 }

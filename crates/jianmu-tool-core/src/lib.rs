@@ -58,12 +58,14 @@ pub use node::ToolNode;
 pub use output::{Image, IntoToolOutput, Json, ToolOutput, cut_chars};
 pub use policy::{Policy, WRITE_EFFECTS};
 pub use progress::{Progress, ProgressSink};
-pub use registry::{BuildFn, Scope, ToolConfig, ToolRegistration, registrations};
+pub use registry::{
+    BuildFn, Scope, SpecFn, ToolConfig, ToolRegistration, registrations, static_spec,
+};
 pub use runner::{BoxFuture, DynRunner, LocalSandbox, PreparedCall, Runner};
 pub use set::{ToolCall, ToolProvider, ToolSet};
 pub use spec::{ToolSpec, schema_for};
 pub use text::{ECHO_CHARS, echo, escape_controls, random_hex, shorten};
-pub use tool::{CallContext, DynTool, ExecuteOptions, Tool, ToolHandle};
+pub use tool::{CallContext, DynTool, ExecuteOptions, Tool, ToolHandle, spec_of};
 
 #[doc(hidden)]
 pub mod __private {

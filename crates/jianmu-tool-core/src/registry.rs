@@ -21,15 +21,30 @@ pub type BuildFn = fn(&ToolConfig) -> Result<ToolHandle, ToolError>;
 pub struct ToolRegistration {
     /// The tool's canonical name.
     pub name: &'static str,
+    /// The tool's spec, without building it.
+    pub spec: SpecFn,
     /// Builds an instance.
     pub build: BuildFn,
 }
 
 impl ToolRegistration {
     /// A registration.
-    pub const fn new(name: &'static str, build: BuildFn) -> Self {
-        Self { name, build }
+    pub const fn new(name: &'static str, spec: SpecFn, build: BuildFn) -> Self {
+        Self { name, spec, build }
     }
+}
+
+/// The spec of a registered tool, as a configuration sets it up, without building
+/// the tool.
+pub type SpecFn = fn(&ToolConfig) -> Result<crate::ToolSpec, ToolError>;
+
+/// The [`SpecFn`] of a [`crate::Tool`] type: its spec is the same for any
+/// configuration.
+///
+/// # Errors
+/// Never.
+pub fn static_spec<T: crate::Tool>(_: &ToolConfig) -> Result<crate::ToolSpec, ToolError> {
+    Ok(crate::spec_of::<T>())
 }
 
 inventory::collect!(ToolRegistration);
@@ -39,26 +54,38 @@ pub fn registrations() -> impl Iterator<Item = &'static ToolRegistration> {
     inventory::iter::<ToolRegistration>.into_iter()
 }
 
-/// Submits a tool factory to the registry.
+/// Submits a tool factory to the registry: a [`crate::Tool`] type and its build
+/// function (name and spec come from the type), or a name, a [`SpecFn`] and a build
+/// function.
 ///
 /// ```
 /// use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle, ToolSpec, FunctionTool};
 ///
-/// fn build(_: &ToolConfig) -> Result<ToolHandle, ToolError> {
-///     ToolHandle::new(FunctionTool::from_sync(ToolSpec::new("echo", "Echoes."), |v| {
-///         Ok(v.to_string().into())
-///     }))
+/// fn spec(_: &ToolConfig) -> Result<ToolSpec, ToolError> {
+///     Ok(ToolSpec::new("echo", "Echoes."))
 /// }
-/// jianmu_tool_core::register_tool!("echo", build);
+/// fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+///     ToolHandle::new(FunctionTool::from_sync(spec(config)?, |v| Ok(v.to_string().into())))
+/// }
+/// jianmu_tool_core::register_tool!("echo", spec, build);
 /// # fn main() {
 /// assert!(jianmu_tool_core::registrations().any(|r| r.name == "echo"));
 /// # }
 /// ```
 #[macro_export]
 macro_rules! register_tool {
-    ($name:expr, $build:expr) => {
+    ($tool:ty, $build:expr) => {
         $crate::__private::inventory::submit! {
-            $crate::ToolRegistration::new($name, $build)
+            $crate::ToolRegistration::new(
+                <$tool as $crate::Tool>::NAME,
+                $crate::static_spec::<$tool>,
+                $build,
+            )
+        }
+    };
+    ($name:expr, $spec:expr, $build:expr) => {
+        $crate::__private::inventory::submit! {
+            $crate::ToolRegistration::new($name, $spec, $build)
         }
     };
 }

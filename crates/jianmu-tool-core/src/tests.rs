@@ -192,15 +192,9 @@ impl Tool for Add {
     type Output = i64;
     type Error = Overflow;
 
-    fn name(&self) -> &str {
-        "add"
-    }
-    fn description(&self) -> &str {
-        "Adds two integers.\nSecond line."
-    }
-    fn effect_tags(&self) -> &[&str] {
-        &["pure"]
-    }
+    const NAME: &'static str = "add";
+    const DESCRIPTION: &'static str = "Adds two integers.\nSecond line.";
+    const EFFECTS: &'static [&'static str] = &["pure"];
     async fn call(&self, args: AddArgs, _cx: &CallContext) -> Result<i64, Overflow> {
         args.a.checked_add(args.b).ok_or(Overflow)
     }

@@ -36,12 +36,9 @@ use serde_json::{Map, Value};
 ///     type Output = String;
 ///     type Error = ToolError;
 ///
-///     fn name(&self) -> &str {
-///         "greet"
-///     }
-///     fn description(&self) -> &str {
-///         "Greets someone by name."
-///     }
+///     const NAME: &'static str = "greet";
+///     const DESCRIPTION: &'static str = "Greets someone by name.";
+///
 ///     async fn call(&self, args: Args, _cx: &CallContext) -> Result<String, ToolError> {
 ///         Ok(format!("hello, {}", args.name))
 ///     }
@@ -62,29 +59,31 @@ pub trait Tool: Send + Sync + 'static {
     type Error: Into<ToolError> + Send;
 
     /// The unique name a model calls the tool by.
-    fn name(&self) -> &str;
+    const NAME: &'static str;
 
     /// What the tool does, written for the model.
-    fn description(&self) -> &str;
+    const DESCRIPTION: &'static str;
+
+    /// Whether calls may run concurrently with other calls; by default true.
+    const PARALLEL_SAFE: bool = true;
+
+    /// Side effects, such as `filesystem:write`; by default none.
+    const EFFECTS: &'static [&'static str] = &[];
 
     /// JSON Schema of the arguments; by default derived from `Args`.
-    fn input_schema(&self) -> Value {
+    fn input_schema() -> Value
+    where
+        Self: Sized,
+    {
         crate::schema_for::<Self::Args>()
     }
 
     /// JSON Schema of the output; by default a string.
-    fn output_schema(&self) -> Value {
+    fn output_schema() -> Value
+    where
+        Self: Sized,
+    {
         ToolSpec::new("", "").output_schema
-    }
-
-    /// Whether calls may run concurrently with other calls; by default true.
-    fn parallel_safe(&self) -> bool {
-        true
-    }
-
-    /// Side effects, such as `filesystem:write`; by default none.
-    fn effect_tags(&self) -> &[&str] {
-        &[]
     }
 
     /// Runs the tool on validated arguments.
@@ -109,20 +108,26 @@ pub trait DynTool: Send + Sync + 'static {
     async fn call_json(&self, args: Value, cx: &CallContext) -> Result<ToolOutput, ToolError>;
 }
 
+/// The spec of the tool type `T`, made without an instance: listing tools, exporting
+/// schemas and validating arguments build no tool.
+pub fn spec_of<T: Tool>() -> ToolSpec {
+    ToolSpec::new(T::NAME, T::DESCRIPTION)
+        .with_input_schema(T::input_schema())
+        .with_output_schema(T::output_schema())
+        .with_parallel_safe(T::PARALLEL_SAFE)
+        .with_effect_tags(T::EFFECTS.iter().copied())
+}
+
 #[async_trait]
 impl<T: Tool> DynTool for T {
     fn spec(&self) -> ToolSpec {
-        ToolSpec::new(self.name(), self.description())
-            .with_input_schema(self.input_schema())
-            .with_output_schema(self.output_schema())
-            .with_parallel_safe(self.parallel_safe())
-            .with_effect_tags(self.effect_tags().iter().copied())
+        spec_of::<T>()
     }
 
     async fn call_json(&self, args: Value, cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let args: T::Args =
             serde_json::from_value(args).map_err(|e| ToolError::InvalidArguments {
-                tool: self.name().to_owned(),
+                tool: T::NAME.to_owned(),
                 violations: vec![Violation {
                     pointer: String::new(),
                     message: e.to_string(),
@@ -363,7 +368,17 @@ pub struct ToolHandle {
 struct Inner {
     spec: ToolSpec,
     validator: ArgsValidator,
-    tool: Box<dyn DynTool>,
+    tool: Body,
+}
+
+/// What runs the calls.
+enum Body {
+    Ready(Box<dyn DynTool>),
+    /// Built on the first call (once; a failed build is tried again next call).
+    Deferred {
+        build: Box<dyn Fn() -> Result<ToolHandle, ToolError> + Send + Sync>,
+        built: std::sync::OnceLock<ToolHandle>,
+    },
 }
 
 impl std::fmt::Debug for ToolHandle {
@@ -386,9 +401,69 @@ impl ToolHandle {
             inner: Arc::new(Inner {
                 spec,
                 validator,
-                tool: Box::new(tool),
+                tool: Body::Ready(Box::new(tool)),
             }),
         })
+    }
+
+    /// A tool known by its `spec` alone until its first call, which runs `build` (the
+    /// handle's spec stays `spec`). Listing it, exporting its schema and validating
+    /// arguments against it build nothing; a runner that sends the call elsewhere
+    /// (a sandbox container) never builds it here.
+    ///
+    /// # Errors
+    /// [`ToolError::Config`] when the input schema is not a valid JSON Schema.
+    pub fn deferred(
+        spec: ToolSpec,
+        build: impl Fn() -> Result<ToolHandle, ToolError> + Send + Sync + 'static,
+    ) -> Result<Self, ToolError> {
+        let validator = ArgsValidator::new(&spec)?;
+        Ok(Self {
+            inner: Arc::new(Inner {
+                spec,
+                validator,
+                tool: Body::Deferred {
+                    build: Box::new(build),
+                    built: std::sync::OnceLock::new(),
+                },
+            }),
+        })
+    }
+
+    /// Whether the tool itself exists yet (a deferred tool is built on its first
+    /// call).
+    pub fn is_built(&self) -> bool {
+        match &self.inner.tool {
+            Body::Ready(_) => true,
+            Body::Deferred { built, .. } => built.get().is_some_and(ToolHandle::is_built),
+        }
+    }
+
+    /// Builds a deferred tool now, so that one that refuses its settings is found
+    /// before a call.
+    ///
+    /// # Errors
+    /// The build's error.
+    pub fn build_now(&self) -> Result<(), ToolError> {
+        self.body().map(drop)
+    }
+
+    /// The tool that runs the calls, built first if it is deferred.
+    fn body(&self) -> Result<&dyn DynTool, ToolError> {
+        match &self.inner.tool {
+            Body::Ready(tool) => Ok(tool.as_ref()),
+            Body::Deferred { build, built } => {
+                let handle = match built.get() {
+                    Some(handle) => handle,
+                    None => {
+                        let handle = build()?;
+                        // Two callers may race to build; the first one stored wins.
+                        built.get_or_init(|| handle)
+                    }
+                };
+                handle.body()
+            }
+        }
     }
 
     /// The tool's spec.
@@ -461,7 +536,7 @@ impl ToolHandle {
         args: Value,
         cx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
-        let body = std::panic::AssertUnwindSafe(self.inner.tool.call_json(args, cx));
+        let body = std::panic::AssertUnwindSafe(async { self.body()?.call_json(args, cx).await });
         match body.catch_unwind().await {
             Ok(result) => result,
             Err(panic) => {

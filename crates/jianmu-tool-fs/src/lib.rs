@@ -21,6 +21,7 @@
 //! ```
 #![deny(missing_docs)]
 
+use jianmu_tool_core::Tool as _;
 use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
 use jianmu_workspace::show;
 use serde::Deserialize;
@@ -96,25 +97,25 @@ fn suffix(path: &Path) -> String {
 
 fn build_read(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(ReadFile::new(
-        jianmu_workspace::for_tool(config, "read_file")?,
-        config.settings("read_file")?,
+        jianmu_workspace::for_tool(config, ReadFile::NAME)?,
+        config.settings(ReadFile::NAME)?,
     ))
 }
 
 fn build_write(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(WriteFile::new(
-        jianmu_workspace::for_tool(config, "write_file")?,
-        config.settings("write_file")?,
+        jianmu_workspace::for_tool(config, WriteFile::NAME)?,
+        config.settings(WriteFile::NAME)?,
     ))
 }
 
 fn build_list(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(ListDir::new(
-        jianmu_workspace::for_tool(config, "list_dir")?,
-        config.settings("list_dir")?,
+        jianmu_workspace::for_tool(config, ListDir::NAME)?,
+        config.settings(ListDir::NAME)?,
     ))
 }
 
-jianmu_tool_core::register_tool!("read_file", build_read);
-jianmu_tool_core::register_tool!("write_file", build_write);
-jianmu_tool_core::register_tool!("list_dir", build_list);
+jianmu_tool_core::register_tool!(ReadFile, build_read);
+jianmu_tool_core::register_tool!(WriteFile, build_write);
+jianmu_tool_core::register_tool!(ListDir, build_list);

@@ -149,26 +149,20 @@ impl Tool for ListDir {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "list_dir"
-    }
+    const NAME: &'static str = "list_dir";
 
-    fn description(&self) -> &str {
-        "Lists a folder of the workspace: one line per entry with its type (FILE, DIR, LINK), \
-         size (B, KB, MB) and name, sorted by name.\n\
-         Symbolic links are listed, not followed."
-    }
+    const DESCRIPTION: &'static str = "Lists a folder of the workspace: one line per entry with its type (FILE, DIR, LINK), \
+     size (B, KB, MB) and name, sorted by name.\n\
+     Symbolic links are listed, not followed.";
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<ListOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:read"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
     async fn call(&self, args: ListArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("list_dir", move || this.list(&args)).await
+        blocking(Self::NAME, move || this.list(&args)).await
     }
 }

@@ -441,31 +441,25 @@ impl Tool for ReadFile {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "read_file"
-    }
+    const NAME: &'static str = "read_file";
 
-    fn description(&self) -> &str {
-        "Reads a text file in the workspace and returns its content; an image (PNG, JPEG, \
-         GIF, WebP) is returned as an image to look at.\n\
-         Files over the size limit (1 MiB by default) are read in windows of lines with \
-         `offset` (first line, from 1) and `limit` (number of lines); a window numbers its \
-         lines (`N<TAB>text`, as `cat -n`; `line_numbers` turns that on or off for any read) \
-         and ends with a line such as `(lines 10-20 of 500)`. Binary files are reported with \
-         their size, not shown."
-    }
+    const DESCRIPTION: &'static str = "Reads a text file in the workspace and returns its content; an image (PNG, JPEG, \
+     GIF, WebP) is returned as an image to look at.\n\
+     Files over the size limit (1 MiB by default) are read in windows of lines with \
+     `offset` (first line, from 1) and `limit` (number of lines); a window numbers its \
+     lines (`N<TAB>text`, as `cat -n`; `line_numbers` turns that on or off for any read) \
+     and ends with a line such as `(lines 10-20 of 500)`. Binary files are reported with \
+     their size, not shown.";
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<ReadOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:read"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
     async fn call(&self, args: ReadArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("read_file", move || this.read(&args)).await
+        blocking(Self::NAME, move || this.read(&args)).await
     }
 }
 

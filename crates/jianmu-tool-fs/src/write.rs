@@ -124,27 +124,21 @@ impl Tool for WriteFile {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "write_file"
-    }
+    const NAME: &'static str = "write_file";
 
-    fn description(&self) -> &str {
-        "Writes text to a file in the workspace, replacing it or (with `append`) adding to its end.\n\
-         Missing parent folders are created unless `create_dirs` is false. The write is \
-         atomic: readers see the old file or the new one, never a mix, and a failure \
-         leaves the old file intact. Answers `Wrote PATH (N bytes)`."
-    }
+    const DESCRIPTION: &'static str = "Writes text to a file in the workspace, replacing it or (with `append`) adding to its end.\n\
+     Missing parent folders are created unless `create_dirs` is false. The write is \
+     atomic: readers see the old file or the new one, never a mix, and a failure \
+     leaves the old file intact. Answers `Wrote PATH (N bytes)`.";
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<WriteOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:write"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
     async fn call(&self, args: WriteArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("write_file", move || this.write(&args)).await
+        blocking(Self::NAME, move || this.write(&args)).await
     }
 }

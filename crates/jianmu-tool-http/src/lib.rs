@@ -360,25 +360,19 @@ impl Tool for HttpRequest {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "http_request"
-    }
+    const NAME: &'static str = "http_request";
 
-    fn description(&self) -> &str {
-        "Sends an HTTP request (GET, POST, PUT, DELETE, HEAD, PATCH) and returns the status line, \
-         selected headers and the body (JSON pretty-printed, long bodies cut).\n\
-         Retries connection errors, timeouts and 429/502/503/504 with backoff (not POST or \
-         PATCH unless `retry_non_idempotent`). Private, loopback and cloud-metadata addresses \
-         are refused unless allow-listed."
-    }
+    const DESCRIPTION: &'static str = "Sends an HTTP request (GET, POST, PUT, DELETE, HEAD, PATCH) and returns the status line, \
+     selected headers and the body (JSON pretty-printed, long bodies cut).\n\
+     Retries connection errors, timeouts and 429/502/503/504 with backoff (not POST or \
+     PATCH unless `retry_non_idempotent`). Private, loopback and cloud-metadata addresses \
+     are refused unless allow-listed.";
 
-    fn output_schema(&self) -> Value {
+    fn output_schema() -> Value {
         jianmu_tool_core::schema_for::<HttpOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["network"]
-    }
+    const EFFECTS: &'static [&'static str] = &["network"];
 
     async fn call(&self, args: HttpArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         self.request(&args).await
@@ -386,13 +380,13 @@ impl Tool for HttpRequest {
 }
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    let mut settings: HttpSettings = config.settings("http_request")?;
+    let mut settings: HttpSettings = config.settings(HttpRequest::NAME)?;
     settings
         .net
         .allow_hosts
         .extend_from_slice(config.allow_hosts());
-    let client = jianmu_net::client_for("http_request", &settings.net)?;
+    let client = jianmu_net::client_for(HttpRequest::NAME, &settings.net)?;
     ToolHandle::new(HttpRequest::new(client, settings))
 }
 
-jianmu_tool_core::register_tool!("http_request", build);
+jianmu_tool_core::register_tool!(HttpRequest, build);

@@ -14,6 +14,7 @@
 //! [`RhaiSettings`] and [`PythonSettings`].
 #![deny(missing_docs)]
 
+use jianmu_tool_core::Tool as _;
 use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
 
 mod python_repl;
@@ -32,15 +33,15 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 }
 
 fn build_rhai(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(RhaiRepl::new(config.settings("rhai_repl")?))
+    ToolHandle::new(RhaiRepl::new(config.settings(RhaiRepl::NAME)?))
 }
 
 fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(PythonRepl::new(
-        config.settings("python_repl")?,
+        config.settings(PythonRepl::NAME)?,
         config.workspace().to_owned(),
     )?)
 }
 
-jianmu_tool_core::register_tool!("rhai_repl", build_rhai);
-jianmu_tool_core::register_tool!("python_repl", build_python);
+jianmu_tool_core::register_tool!(RhaiRepl, build_rhai);
+jianmu_tool_core::register_tool!(PythonRepl, build_python);

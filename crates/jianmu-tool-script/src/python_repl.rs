@@ -396,27 +396,19 @@ impl Tool for PythonRepl {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "python_repl"
-    }
+    const NAME: &'static str = "python_repl";
 
-    fn description(&self) -> &str {
-        "Runs Python code in a persistent CPython interpreter and returns what it printed, \
-         then the value of its last line when that is an expression, as a notebook cell \
-         shows it (stderr appended).\n\
-         Names and imports persist between calls (`reset` starts afresh). An exception comes back as the end of its \
-         traceback. A call past its time limit (30 s by default) stops the interpreter and \
-         loses its state. Processes the code starts end with its call. Where the host allows, \
-         the code can write only in the workspace and $TMPDIR and has no network access."
-    }
+    const DESCRIPTION: &'static str = "Runs Python code in a persistent CPython interpreter and returns what it printed, \
+     then the value of its last line when that is an expression, as a notebook cell \
+     shows it (stderr appended).\n\
+     Names and imports persist between calls (`reset` starts afresh). An exception comes back as the end of its \
+     traceback. A call past its time limit (30 s by default) stops the interpreter and \
+     loses its state. Processes the code starts end with its call. Where the host allows, \
+     the code can write only in the workspace and $TMPDIR and has no network access.";
 
-    fn parallel_safe(&self) -> bool {
-        false
-    }
+    const PARALLEL_SAFE: bool = false;
 
-    fn effect_tags(&self) -> &[&str] {
-        &["code:exec"]
-    }
+    const EFFECTS: &'static [&'static str] = &["code:exec"];
 
     async fn call(&self, args: PythonArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         self.run(&args).await

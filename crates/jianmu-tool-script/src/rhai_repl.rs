@@ -217,30 +217,22 @@ impl Tool for RhaiRepl {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "rhai_repl"
-    }
+    const NAME: &'static str = "rhai_repl";
 
-    fn description(&self) -> &str {
-        "Runs Rhai script code in an embedded, sandboxed engine and returns the value of the last \
-         expression, or what the code printed.\n\
-         Variables and functions persist between calls (`reset` clears them). No file, \
-         network or process access; operations, recursion, sizes and time are limited. \
-         Rhai computes 3-15x slower than CPython; use python_repl for heavy work."
-    }
+    const DESCRIPTION: &'static str = "Runs Rhai script code in an embedded, sandboxed engine and returns the value of the last \
+     expression, or what the code printed.\n\
+     Variables and functions persist between calls (`reset` clears them). No file, \
+     network or process access; operations, recursion, sizes and time are limited. \
+     Rhai computes 3-15x slower than CPython; use python_repl for heavy work.";
 
-    fn parallel_safe(&self) -> bool {
-        false
-    }
+    const PARALLEL_SAFE: bool = false;
 
-    fn effect_tags(&self) -> &[&str] {
-        &["code:exec"]
-    }
+    const EFFECTS: &'static [&'static str] = &["code:exec"];
 
     async fn call(&self, args: RhaiArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
         tokio::task::spawn_blocking(move || this.run(&args))
             .await
-            .map_err(|e| ToolError::runner("rhai_repl", e))?
+            .map_err(|e| ToolError::runner(Self::NAME, e))?
     }
 }

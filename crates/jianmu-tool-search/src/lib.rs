@@ -256,24 +256,18 @@ impl Tool for DuckDuckGoSearch {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "duckduckgo_search"
-    }
+    const NAME: &'static str = "duckduckgo_search";
 
-    fn description(&self) -> &str {
-        "Searches the web with DuckDuckGo (no API key) and returns numbered results: title, URL \
-         and snippet.\n\
-         Good for current information, news and general knowledge. Options: `max_results`, \
-         `region` (e.g. us-en), `safesearch` (on, moderate, off), `timelimit` (d, w, m, y)."
-    }
+    const DESCRIPTION: &'static str = "Searches the web with DuckDuckGo (no API key) and returns numbered results: title, URL \
+     and snippet.\n\
+     Good for current information, news and general knowledge. Options: `max_results`, \
+     `region` (e.g. us-en), `safesearch` (on, moderate, off), `timelimit` (d, w, m, y).";
 
-    fn output_schema(&self) -> Value {
+    fn output_schema() -> Value {
         jianmu_tool_core::schema_for::<SearchOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["network"]
-    }
+    const EFFECTS: &'static [&'static str] = &["network"];
 
     async fn call(&self, args: SearchArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         self.search(&args).await
@@ -281,13 +275,13 @@ impl Tool for DuckDuckGoSearch {
 }
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    let mut settings: SearchSettings = config.settings("duckduckgo_search")?;
+    let mut settings: SearchSettings = config.settings(DuckDuckGoSearch::NAME)?;
     settings
         .net
         .allow_hosts
         .extend_from_slice(config.allow_hosts());
-    let client = jianmu_net::client_for("duckduckgo_search", &settings.net)?;
+    let client = jianmu_net::client_for(DuckDuckGoSearch::NAME, &settings.net)?;
     ToolHandle::new(DuckDuckGoSearch::new(client, settings))
 }
 
-jianmu_tool_core::register_tool!("duckduckgo_search", build);
+jianmu_tool_core::register_tool!(DuckDuckGoSearch, build);

@@ -88,28 +88,20 @@ impl Tool for BashOutput {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "bash_output"
-    }
+    const NAME: &'static str = "bash_output";
 
-    fn description(&self) -> &str {
-        "Reads a background job started by bash with `background: true`: what it printed \
-         since the last read (stdout and stderr in order; start and end kept when long), \
-         and its exit code once it has ended. `input` is written to the job's stdin \
-         first; `wait_ms` waits for the job to end before answering."
-    }
+    const DESCRIPTION: &'static str = "Reads a background job started by bash with `background: true`: what it printed \
+     since the last read (stdout and stderr in order; start and end kept when long), \
+     and its exit code once it has ended. `input` is written to the job's stdin \
+     first; `wait_ms` waits for the job to end before answering.";
 
-    fn parallel_safe(&self) -> bool {
-        false
-    }
+    const PARALLEL_SAFE: bool = false;
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<JobStatus>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["process:exec"]
-    }
+    const EFFECTS: &'static [&'static str] = &["process:exec"];
 
     async fn call(&self, args: OutputArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let default = if args.input.is_some() { 500 } else { 0 };
@@ -127,26 +119,18 @@ impl Tool for BashKill {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "bash_kill"
-    }
+    const NAME: &'static str = "bash_kill";
 
-    fn description(&self) -> &str {
-        "Stops a background job started by bash with `background: true`, and everything \
-         it started, and returns what it printed since the last read."
-    }
+    const DESCRIPTION: &'static str = "Stops a background job started by bash with `background: true`, and everything \
+     it started, and returns what it printed since the last read.";
 
-    fn parallel_safe(&self) -> bool {
-        false
-    }
+    const PARALLEL_SAFE: bool = false;
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<JobStatus>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["process:exec"]
-    }
+    const EFFECTS: &'static [&'static str] = &["process:exec"];
 
     async fn call(&self, args: JobArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let (status, text, was_running) = self.jobs.kill(args.job).await?;
@@ -163,22 +147,16 @@ impl Tool for BashJobs {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "bash_jobs"
-    }
+    const NAME: &'static str = "bash_jobs";
 
-    fn description(&self) -> &str {
-        "Lists the background jobs started by bash with `background: true`: id, state, \
-         runtime, unread output and command."
-    }
+    const DESCRIPTION: &'static str = "Lists the background jobs started by bash with `background: true`: id, state, \
+     runtime, unread output and command.";
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<JobList>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["process:read"]
-    }
+    const EFFECTS: &'static [&'static str] = &["process:read"];
 
     async fn call(&self, _args: JobListArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let list = self.jobs.list();
@@ -212,6 +190,6 @@ fn build_jobs(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(BashJobs::new(config.scope().get::<Jobs>()))
 }
 
-jianmu_tool_core::register_tool!("bash_output", build_output);
-jianmu_tool_core::register_tool!("bash_kill", build_kill);
-jianmu_tool_core::register_tool!("bash_jobs", build_jobs);
+jianmu_tool_core::register_tool!(BashOutput, build_output);
+jianmu_tool_core::register_tool!(BashKill, build_kill);
+jianmu_tool_core::register_tool!(BashJobs, build_jobs);

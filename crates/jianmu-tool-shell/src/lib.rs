@@ -241,7 +241,7 @@ impl Bash {
                     partial.push_str(&stderr);
                 }
                 return Err(ToolError::Timeout {
-                    tool: "bash".into(),
+                    tool: Self::NAME.into(),
                     after: limit,
                     partial: Some(partial),
                 });
@@ -423,34 +423,26 @@ impl Tool for Bash {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "bash"
-    }
+    const NAME: &'static str = "bash";
 
-    fn description(&self) -> &str {
-        "Runs a shell command with bash in the workspace and returns its stdout; a non-zero \
-         exit returns `Error (CODE):` and stderr.\n\
-         stdin is empty; long output keeps its start and end; nothing the command starts \
-         outlives the call, and a time limit (120 s by default, `timeout` to change) ends it \
-         all, answering with what it printed until then. With `session`, calls share a \
-         shell's working directory and exported variables. For servers, watchers and long \
-         builds, `background: true` answers after `yield_ms` with a job id and keeps the \
-         command running (no time limit unless `timeout` is given): read it with \
-         bash_output, stop it with bash_kill. Where the host allows, commands can write only \
-         in the workspace and $TMPDIR and have no network access."
-    }
+    const DESCRIPTION: &'static str = "Runs a shell command with bash in the workspace and returns its stdout; a non-zero \
+     exit returns `Error (CODE):` and stderr.\n\
+     stdin is empty; long output keeps its start and end; nothing the command starts \
+     outlives the call, and a time limit (120 s by default, `timeout` to change) ends it \
+     all, answering with what it printed until then. With `session`, calls share a \
+     shell's working directory and exported variables. For servers, watchers and long \
+     builds, `background: true` answers after `yield_ms` with a job id and keeps the \
+     command running (no time limit unless `timeout` is given): read it with \
+     bash_output, stop it with bash_kill. Where the host allows, commands can write only \
+     in the workspace and $TMPDIR and have no network access.";
 
-    fn parallel_safe(&self) -> bool {
-        false
-    }
+    const PARALLEL_SAFE: bool = false;
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<BashResult>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["process:exec"]
-    }
+    const EFFECTS: &'static [&'static str] = &["process:exec"];
 
     async fn call(&self, args: BashArgs, cx: &CallContext) -> Result<ToolOutput, ToolError> {
         self.run(&args, cx).await
@@ -459,9 +451,9 @@ impl Tool for Bash {
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(
-        Bash::new(config.settings("bash")?, config.workspace().to_owned())?
+        Bash::new(config.settings(Bash::NAME)?, config.workspace().to_owned())?
             .with_jobs(config.scope().get::<Jobs>()),
     )
 }
 
-jianmu_tool_core::register_tool!("bash", build);
+jianmu_tool_core::register_tool!(Bash, build);

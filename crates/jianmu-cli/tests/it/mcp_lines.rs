@@ -17,7 +17,13 @@ struct Server {
 
 impl Server {
     fn start(ws: &Path) -> Self {
+        Self::start_with(ws, ws)
+    }
+
+    /// A server whose workspace is `ws` and whose temporary folder is `tmp`.
+    fn start_with(ws: &Path, tmp: &Path) -> Self {
         let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+            .env("TMPDIR", tmp)
             .args(["--workspace"])
             .arg(ws)
             .arg("mcp")
@@ -66,6 +72,57 @@ impl Server {
             .recv_timeout(Duration::from_secs(30))
             .expect("the server did not answer")
     }
+}
+
+/// The processes whose parent is `pid`.
+fn children_of(pid: u32) -> Vec<u32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse::<u32>().ok())
+        .filter(|child| {
+            std::fs::read_to_string(format!("/proc/{child}/stat")).is_ok_and(|stat| {
+                stat.rsplit_once(") ")
+                    .and_then(|(_, rest)| rest.split(' ').nth(1)?.parse::<u32>().ok())
+                    == Some(pid)
+            })
+        })
+        .collect()
+}
+
+#[test]
+fn listing_tools_starts_nothing_and_makes_nothing() {
+    let ws = tempfile::tempdir().unwrap();
+    let tmp = tempfile::tempdir().unwrap();
+    let empty = |dir: &Path| std::fs::read_dir(dir).unwrap().count() == 0;
+    for args in [
+        &["tools", "--json"][..],
+        &["schema", "bash"],
+        &["schema", "python_repl"],
+    ] {
+        let out = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+            .env("TMPDIR", tmp.path())
+            .arg("--workspace")
+            .arg(ws.path())
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    let mut server = Server::start_with(ws.path(), tmp.path());
+    server.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}));
+    let listed = server.next();
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    assert!(tools.iter().any(|t| t["name"] == "bash"), "{listed}");
+    // A call that fails validation builds nothing either.
+    server.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "python_repl", "arguments": {"code": 1}}}));
+    assert_eq!(server.next()["result"]["isError"], true);
+    let pid = server.child.id();
+    assert_eq!(children_of(pid), Vec::<u32>::new());
+    assert!(empty(ws.path()) && empty(tmp.path()));
+    drop(server.stdin);
+    assert!(server.child.wait().unwrap().success());
+    assert!(empty(ws.path()) && empty(tmp.path()));
 }
 
 #[test]

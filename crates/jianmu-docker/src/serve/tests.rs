@@ -171,12 +171,9 @@ impl jianmu_tool_core::Tool for WhoAmI {
     type Args = Value;
     type Output = String;
     type Error = ToolError;
-    fn name(&self) -> &str {
-        "whoami"
-    }
-    fn description(&self) -> &str {
-        "Says its call id and event context, and reports progress once."
-    }
+    const NAME: &'static str = "whoami";
+    const DESCRIPTION: &'static str =
+        "Says its call id and event context, and reports progress once.";
     async fn call(
         &self,
         _: Value,

@@ -174,3 +174,47 @@ fn a_bad_audit_log_is_refused_when_the_runtime_opens() {
     let e = Runtime::new(s).unwrap_err();
     assert!(matches!(e, SessionError::AuditLog { .. }), "{e}");
 }
+
+#[tokio::test]
+async fn listing_exporting_and_validating_build_no_tool() {
+    let dir = tempfile::tempdir().unwrap();
+    let config = ToolConfig::new(dir.path());
+    let specs = jianmu_runtime::tool_specs(&config).unwrap();
+    let names: Vec<&str> = specs.iter().map(|s| s.name.as_str()).collect();
+    for name in ["bash", "calculator", "read_file"] {
+        assert!(names.contains(&name), "{name} not in {names:?}");
+    }
+    let schema = jianmu_runtime::tool_spec(&config, "file_read").unwrap();
+    assert_eq!(schema.name, "read_file");
+
+    // A session's tools are known by their specs until a call runs them here.
+    let session = Session::open(settings(dir.path())).unwrap();
+    let bad = session
+        .call("bash", json!({"command": 42}))
+        .await
+        .unwrap_err();
+    assert!(matches!(bad, ToolError::InvalidArguments { .. }), "{bad}");
+    let set =
+        jianmu_tool_core::ToolSet::lazy(jianmu_provider::BuiltinToolProvider::new(config.clone()))
+            .unwrap();
+    let listed = set.specs().len();
+    assert_eq!(listed, specs.len());
+    let bash = set.tool("bash").unwrap();
+    bash.prepare_args(json!({"command": "true"}), None, false)
+        .unwrap();
+    assert!(
+        bash.prepare_args(json!({"command": 42}), None, false)
+            .is_err()
+    );
+    assert!(set.iter().all(|t| !t.is_built()), "a tool was built");
+    // The first call builds the one tool it runs, and only that one.
+    set.execute("calculator", json!("1+2"), None).await.unwrap();
+    let built: Vec<&str> = set
+        .iter()
+        .filter(|t| t.is_built())
+        .map(|t| t.name())
+        .collect();
+    assert_eq!(built, ["calculator"]);
+    session.close().await;
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+}

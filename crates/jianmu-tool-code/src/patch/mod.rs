@@ -413,48 +413,40 @@ impl Tool for ApplyPatch {
     type Output = ToolOutput;
     type Error = ToolError;
 
-    fn name(&self) -> &str {
-        "apply_patch"
-    }
+    const NAME: &'static str = "apply_patch";
 
-    fn description(&self) -> &str {
-        "Applies a patch to files of the workspace: adds, deletes, updates and moves files, \
-         every file or none. The patch (also accepted as a bare string):\n\
-         *** Begin Patch\n\
-         *** Add File: path/new.txt\n\
-         +each line of the new file, prefixed with +\n\
-         *** Delete File: path/old.txt\n\
-         *** Update File: path/file.py\n\
-         *** Move to: path/renamed.py   (optional)\n\
-         @@ def handler():   (optional: a line the hunk comes after, to place it)\n\
-         \u{20}unchanged context line (about 3 before and after each change)\n\
-         -removed line\n\
-         +added line\n\
-         *** End of File   (optional: the hunk ends at the end of the file)\n\
-         *** End Patch\n\
-         No line numbers. Hunks apply in order, each after the previous one; context must \
-         match the file exactly (a match ignoring whitespace is the fallback, and is \
-         reported). Lines that are only added go after their `@@` line, or at the end \
-         with `*** End of File`. Paths are relative to the workspace root. Answers with \
-         the files changed (A added, M modified, D deleted, R moved) and lines added and \
-         removed."
-    }
+    const DESCRIPTION: &'static str = "Applies a patch to files of the workspace: adds, deletes, updates and moves files, \
+     every file or none. The patch (also accepted as a bare string):\n\
+     *** Begin Patch\n\
+     *** Add File: path/new.txt\n\
+     +each line of the new file, prefixed with +\n\
+     *** Delete File: path/old.txt\n\
+     *** Update File: path/file.py\n\
+     *** Move to: path/renamed.py   (optional)\n\
+     @@ def handler():   (optional: a line the hunk comes after, to place it)\n\
+     \u{20}unchanged context line (about 3 before and after each change)\n\
+     -removed line\n\
+     +added line\n\
+     *** End of File   (optional: the hunk ends at the end of the file)\n\
+     *** End Patch\n\
+     No line numbers. Hunks apply in order, each after the previous one; context must \
+     match the file exactly (a match ignoring whitespace is the fallback, and is \
+     reported). Lines that are only added go after their `@@` line, or at the end \
+     with `*** End of File`. Paths are relative to the workspace root. Answers with \
+     the files changed (A added, M modified, D deleted, R moved) and lines added and \
+     removed.";
 
-    fn parallel_safe(&self) -> bool {
-        false
-    }
+    const PARALLEL_SAFE: bool = false;
 
-    fn output_schema(&self) -> serde_json::Value {
+    fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<PatchOutput>()
     }
 
-    fn effect_tags(&self) -> &[&str] {
-        &["filesystem:write"]
-    }
+    const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
     async fn call(&self, args: PatchArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking("apply_patch", move || this.apply(&args)).await
+        blocking(Self::NAME, move || this.apply(&args)).await
     }
 }
 
