@@ -1,4 +1,4 @@
-//! One call through every layer: provider → ToolSet → ToolRunner → LocalSandbox → tool.
+//! One call through every layer: provider → ToolSet → ToolRunner → InProcess → tool.
 
 use std::sync::{Arc, Mutex};
 use std::time::Duration;

@@ -1,7 +1,7 @@
 """The reference for the dispatch benchmark: the Python tools' call path in asyncio.
 
 Tool.execute merges injected arguments and delegates to a ToolRunner, which emits
-execution.started / execution.completed around LocalSandbox.run_tool, as the Python tools'
+execution.started / execution.completed around InProcess.run_tool, as the Python tools'
 base.py, runner.py and set.py describe. Prints seconds per call.
 """
 import asyncio
@@ -47,7 +47,7 @@ class Tool:
         return ""
 
 
-class LocalSandbox:
+class InProcess:
     async def run_tool(self, tool, args):
         return await tool._execute_local(args)
 
@@ -86,7 +86,7 @@ async def main(n):
     bus = EventBus()
     seen = [0]
     bus.subscribers.append(lambda name, payload: seen.__setitem__(0, seen[0] + 1))
-    runner = ToolRunner(LocalSandbox(), bus)
+    runner = ToolRunner(InProcess(), bus)
     for _ in range(2000):
         await tools.execute("noop", {}, runner)
     best = float("inf")

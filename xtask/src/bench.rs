@@ -26,6 +26,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--mcp-only") {
         return crate::mcp_bench::run();
     }
+    if args.iter().any(|a| a == "--session-only") {
+        return crate::session_bench::run(args);
+    }
     if args.iter().any(|a| a == "--docker-only") {
         let mut c = cargo();
         c.args(["build", "--release", "--locked", "-p", "jianmu-cli"]);

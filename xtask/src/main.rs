@@ -16,6 +16,7 @@ mod docker_bench;
 mod edit_bench;
 mod mcp_bench;
 mod search_bench;
+mod session_bench;
 mod setup;
 
 const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
@@ -27,6 +28,8 @@ const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
             [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree;
             [--edit-only] only edit_file and apply_patch against git apply;
             [--mcp-only] only the MCP round trips (stdio) and the HTTP load test;
+            [--session-only [--against REV]] listing tools, tools/list, idle HTTP
+            session memory and a no-op call, against REV's build in the same run;
             [--docker-only] only the Docker sandbox (one engine, then two)
   docs      regenerate docs/tools.md from the live tool specs
   docker-image  build a release jianmu and the Docker sandbox image from it

@@ -24,19 +24,38 @@ fn binary() -> anyhow::Result<std::path::PathBuf> {
     Ok(root().join("target/release/jianmu"))
 }
 
-pub(crate) fn run() -> anyhow::Result<()> {
-    let jianmu = binary()?;
-    let dir = std::env::temp_dir();
-    let mut child = Command::new(&jianmu)
+/// `jianmu mcp` on stdio in `dir` (with `TMPDIR` set to `tmp`, when given): the
+/// process, its stdin and its stdout.
+pub(crate) fn start_stdio(
+    jianmu: &std::path::Path,
+    dir: &std::path::Path,
+    tmp: Option<&std::path::Path>,
+) -> anyhow::Result<(
+    std::process::Child,
+    std::process::ChildStdin,
+    BufReader<std::process::ChildStdout>,
+)> {
+    let mut command = Command::new(jianmu);
+    if let Some(tmp) = tmp {
+        command.env("TMPDIR", tmp);
+    }
+    let mut child = command
         .args(["mcp", "--workspace"])
-        .arg(&dir)
+        .arg(dir)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
         .spawn()
         .context("cannot start jianmu mcp")?;
-    let mut input = child.stdin.take().context("no stdin")?;
-    let mut output = BufReader::new(child.stdout.take().context("no stdout")?);
+    let input = child.stdin.take().context("no stdin")?;
+    let output = BufReader::new(child.stdout.take().context("no stdout")?);
+    Ok((child, input, output))
+}
+
+pub(crate) fn run() -> anyhow::Result<()> {
+    let jianmu = binary()?;
+    let dir = std::env::temp_dir();
+    let (mut child, mut input, mut output) = start_stdio(&jianmu, &dir, None)?;
     let mut line = String::new();
     let mut request = |text: String, expect_reply: bool| -> anyhow::Result<String> {
         input.write_all(text.as_bytes())?;
@@ -91,11 +110,12 @@ const TOKEN: &str = "bench-token-0123456789abcdef";
 
 /// `jianmu mcp --http` on 127.0.0.1 under [`SESSIONS`] clients at once, each on its own
 /// keep-alive connection, each making [`CALLS`] calls in a row.
-fn http_load(
+/// `jianmu mcp --http 127.0.0.1:0` on `dir` with [`TOKEN`], and the address it
+/// serves on.
+pub(crate) fn start_http(
     jianmu: &std::path::Path,
     dir: &std::path::Path,
-    stdio_p50: Duration,
-) -> anyhow::Result<()> {
+) -> anyhow::Result<(std::process::Child, String)> {
     let mut child = Command::new(jianmu)
         .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
         .arg(dir)
@@ -115,6 +135,15 @@ fn http_load(
         .with_context(|| format!("no address in {line:?}"))?
         .to_owned();
     std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+    Ok((child, addr))
+}
+
+fn http_load(
+    jianmu: &std::path::Path,
+    dir: &std::path::Path,
+    stdio_p50: Duration,
+) -> anyhow::Result<()> {
+    let (mut child, addr) = start_http(jianmu, dir)?;
     let pid = child.id();
     let start = Instant::now();
     let clients: Vec<_> = (0..SESSIONS)
@@ -165,27 +194,7 @@ fn http_load(
 
 /// One client: opens a session, makes [`CALLS`] calls, closes it; the calls' times.
 fn session(addr: &str) -> anyhow::Result<Vec<Duration>> {
-    let stream = TcpStream::connect(addr)?;
-    stream.set_nodelay(true)?;
-    stream.set_read_timeout(Some(Duration::from_secs(30)))?;
-    let mut http = Http {
-        addr: addr.to_owned(),
-        writer: stream.try_clone()?,
-        reader: BufReader::new(stream),
-        session: None,
-    };
-    let (_, headers, _) = http.post(
-        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#,
-    )?;
-    http.session = headers.lines().find_map(|l| {
-        let (k, v) = l.split_once(':')?;
-        k.eq_ignore_ascii_case("mcp-session-id")
-            .then(|| v.trim().to_owned())
-    });
-    if http.session.is_none() {
-        bail!("no session id in {headers}");
-    }
-    http.post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
+    let mut http = Http::open(addr)?;
     let mut times = Vec::with_capacity(CALLS);
     for id in 1..=CALLS {
         let call = format!(
@@ -203,7 +212,7 @@ fn session(addr: &str) -> anyhow::Result<Vec<Duration>> {
 }
 
 /// A minimal HTTP/1.1 client on one keep-alive connection.
-struct Http {
+pub(crate) struct Http {
     addr: String,
     writer: TcpStream,
     reader: BufReader<TcpStream>,
@@ -211,12 +220,42 @@ struct Http {
 }
 
 impl Http {
-    fn post(&mut self, body: &str) -> anyhow::Result<(u16, String, String)> {
+    /// Connects to `addr` and opens an MCP session (handshake revision 2025-06-18).
+    pub(crate) fn open(addr: &str) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        let mut http = Http {
+            addr: addr.to_owned(),
+            writer: stream.try_clone()?,
+            reader: BufReader::new(stream),
+            session: None,
+        };
+        let (_, headers, _) = http.post(
+            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#,
+        )?;
+        http.session = headers.lines().find_map(|l| {
+            let (k, v) = l.split_once(':')?;
+            k.eq_ignore_ascii_case("mcp-session-id")
+                .then(|| v.trim().to_owned())
+        });
+        if http.session.is_none() {
+            bail!("no session id in {headers}");
+        }
+        http.post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
+        Ok(http)
+    }
+
+    pub(crate) fn post(&mut self, body: &str) -> anyhow::Result<(u16, String, String)> {
         self.request("POST", body)
     }
 
     /// Sends one request; the status, the header lines and the body.
-    fn request(&mut self, method: &str, body: &str) -> anyhow::Result<(u16, String, String)> {
+    pub(crate) fn request(
+        &mut self,
+        method: &str,
+        body: &str,
+    ) -> anyhow::Result<(u16, String, String)> {
         let mut head = format!(
             "{method} /mcp HTTP/1.1\r\nHost: {}\r\nAuthorization: Bearer {TOKEN}\r\nAccept: application/json, text/event-stream\r\nContent-Type: application/json\r\nContent-Length: {}\r\n",
             self.addr,

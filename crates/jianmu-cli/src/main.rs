@@ -1,6 +1,6 @@
 //! The `jianmu` command: list, describe and call the compiled-in tools, serve them
 //! over MCP. This file parses and dispatches; flags and `jianmu.toml` are lowered in
-//! `settings.rs`, and every call goes through a `ToolSet`.
+//! `settings.rs`, and every call goes through a `Session` of `jianmu-runtime`.
 //!
 //! Exit codes: 0 success; 1 the call failed in a way the model should read (bad
 //! arguments, refused input, a tool's error, timeout, denial); 2 a usage error (bad
@@ -10,7 +10,6 @@
 //! (everything the tools started ends with them) and remove their sandbox containers
 //! before exiting; `mcp` then exits 0.
 
-use std::io::{Read as _, Write as _};
 use std::process::ExitCode;
 
 use anyhow::Context;
@@ -27,9 +26,11 @@ mod mcp;
 mod render;
 mod settings;
 mod status;
+mod term;
 
 use args::{Cli, Command};
 use settings::Settings;
+use term::{pretty, print, read_args, runtime, terminated};
 
 /// Why the command failed, and so its exit code.
 enum Failure {
@@ -47,7 +48,7 @@ impl From<anyhow::Error> for Failure {
 }
 
 fn main() -> ExitCode {
-    init_tracing();
+    term::init_tracing();
     // Made once per process; clap keeps `&'static str`s.
     let version: &'static str = Box::leak(args::long_version().into_boxed_str());
     let matches = Cli::command()
@@ -72,34 +73,6 @@ fn main() -> ExitCode {
             eprintln!("jianmu: stopped by signal {n}; the call was cancelled");
             ExitCode::from(u8::try_from(128 + n).unwrap_or(1))
         }
-    }
-}
-
-/// The first of SIGTERM, SIGINT or SIGHUP, by number (never, if they cannot be
-/// watched).
-async fn terminated() -> i32 {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => 15,
-        _ = int.recv() => 2,
-        _ = hup.recv() => 1,
-    }
-}
-
-fn init_tracing() {
-    // Quiet unless asked: stdout belongs to tool output, logs go to stderr.
-    if let Ok(filter) = std::env::var("JIANMU_LOG") {
-        let _ = tracing_subscriber::fmt()
-            .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
-            .with_writer(std::io::stderr)
-            .try_init();
     }
 }
 
@@ -241,46 +214,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     }
 }
 
-fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
-    tokio::runtime::Builder::new_current_thread()
-        .enable_all()
-        .build()
-        .context("cannot start the async runtime")
-}
-
 /// A tool that cannot be found or built is the caller's mistake: a usage error.
 fn lookup(e: ToolError) -> Failure {
     Failure::Usage(anyhow::anyhow!(jianmu_tool_core::error_chain(&e)))
-}
-
-fn read_args(raw: &str) -> Result<Value, Failure> {
-    let text = if raw == "-" {
-        let mut buf = String::new();
-        std::io::stdin()
-            .read_to_string(&mut buf)
-            .context("cannot read the arguments from stdin")?;
-        buf
-    } else {
-        raw.to_owned()
-    };
-    serde_json::from_str(&text).map_err(|e| {
-        Failure::Call(ToolError::failed(format!(
-            "the arguments are not valid JSON ({e}); a bare-string tool takes a quoted string, e.g. '\"2+2\"'"
-        )))
-    })
-}
-
-fn pretty(value: &impl serde::Serialize) -> anyhow::Result<String> {
-    Ok(serde_json::to_string_pretty(value)? + "\n")
-}
-
-fn print(text: &str) -> Result<(), Failure> {
-    let mut out = std::io::stdout().lock();
-    match out.write_all(text.as_bytes()).and_then(|()| out.flush()) {
-        // A closed pipe (`jianmu tools | head -1`) is not an error worth a message.
-        Err(e) if e.kind() != std::io::ErrorKind::BrokenPipe => Err(anyhow::Error::from(e)
-            .context("cannot write to stdout")
-            .into()),
-        _ => Ok(()),
-    }
 }

@@ -184,7 +184,7 @@ async fn bench(runner: String) {
         while pooled.pooled().len() < 2 && filled.elapsed() < Duration::from_secs(60) {
             tokio::time::sleep(Duration::from_millis(5)).await;
         }
-        let session = pooled.new_session();
+        let session = pooled.sibling();
         let runner = session.clone();
         let start = Instant::now();
         let out = calculator
@@ -193,7 +193,7 @@ async fn bench(runner: String) {
             .unwrap();
         first.push(start.elapsed());
         assert_eq!(out.text, "222");
-        session.close_session().await;
+        session.close().await;
     }
     report("pool_first_call", first);
     pooled.shutdown().await;
@@ -336,7 +336,7 @@ async fn many_sessions(
     args: &serde_json::Value,
     engines: &[bollard::Docker],
 ) -> (f64, f64) {
-    let sessions: Vec<DockerSandbox> = (0..SESSIONS).map(|_| sandbox.new_session()).collect();
+    let sessions: Vec<DockerSandbox> = (0..SESSIONS).map(|_| sandbox.sibling()).collect();
     let start = Instant::now();
     futures::stream::iter(&sessions)
         .for_each_concurrent(10, |session| {
@@ -379,7 +379,7 @@ async fn many_sessions(
     memory.sort_unstable();
     let median = memory.get(memory.len() / 2).copied().unwrap_or(0);
     for session in &sessions {
-        session.close_session().await;
+        session.close().await;
     }
     (rate, median as f64 / (1024.0 * 1024.0))
 }

@@ -21,7 +21,7 @@
 //! label [`LABEL`]; those whose owning process is gone are removed when a sandbox
 //! first starts one.
 //!
-//! Sessions and the warm pool: [`DockerSandbox::new_session`] gives a sandbox that
+//! Sessions and the warm pool: [`DockerSandbox::sibling`] gives a sandbox that
 //! shares the settings and the engine but has a container (and so interpreter, shell
 //! sessions and jobs) of its own. With [`DockerSettings::pool_size`] N, N spare
 //! containers are kept started and ready; a session's first call takes one, so it
@@ -68,7 +68,7 @@ pub(crate) fn lock<T>(m: &std::sync::Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 pub const LABEL: &str = "io.jianmu.sandbox.owner";
 
 /// A [`Runner`] that runs tools in a hardened container; see the module docs. Clones
-/// share the container; [`DockerSandbox::new_session`] does not.
+/// share the container; [`DockerSandbox::sibling`] does not.
 #[derive(Clone)]
 pub struct DockerSandbox {
     inner: Arc<Inner>,
@@ -152,7 +152,7 @@ impl DockerSandbox {
     /// nothing one session's calls leave (interpreter state, shell sessions, jobs) is
     /// seen by another's. Its first call takes a spare from the pool when there is one.
     #[must_use]
-    pub fn new_session(&self) -> Self {
+    pub fn sibling(&self) -> Self {
         Self {
             inner: Arc::clone(&self.inner),
             conn: Arc::default(),
@@ -174,7 +174,7 @@ impl DockerSandbox {
     /// back, and names what did not (a failed pull is named too) and what was left out
     /// when the workspace was copied in.
     /// [`DockerSandbox::shutdown`] ends everything.
-    pub async fn close_session(&self) -> Pulled {
+    pub async fn close(&self) -> Pulled {
         // A copied workspace comes back first.
         let mut pulled = self.pull().await.unwrap_or_else(|e| {
             tracing::warn!("the sandbox's workspace was not brought back: {e}");
@@ -242,14 +242,14 @@ impl DockerSandbox {
 
     /// Stops and removes this session's container and every spare of the pool. The
     /// sandbox stays usable: the next call starts a new one. Returns what
-    /// [`DockerSandbox::close_session`] does.
+    /// [`DockerSandbox::close`] does.
     pub async fn shutdown(&self) -> Pulled {
         let spares = std::mem::take(&mut *lock(&self.inner.spares));
         let closing = spares
             .iter()
             .map(|c| c.close(Duration::from_secs(5)))
             .collect::<Vec<_>>();
-        tokio::join!(self.close_session(), futures::future::join_all(closing)).0
+        tokio::join!(self.close(), futures::future::join_all(closing)).0
     }
 
     /// The body this sandbox creates its containers with: image, user, labels, mounts

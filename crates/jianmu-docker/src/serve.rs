@@ -9,7 +9,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_tool_core::{ExecuteOptions, Progress, ProgressSink, ToolConfig, ToolError, ToolSet};
+use jianmu_tool_core::{CallContext, Progress, ProgressSink, ToolConfig, ToolError, ToolSet};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
@@ -163,13 +163,15 @@ where
                         armed: true,
                     };
                     let before = oom_kills();
-                    // The host validated the arguments: its own runner trusts them.
-                    let mut options = ExecuteOptions::default().prepared();
+                    // Calls come only from the host side of stdin, which validated
+                    // the arguments against the same spec: the tool runs them as they
+                    // are, under the host's call id.
+                    let mut cx = CallContext::new();
                     if !call_id.is_empty() {
-                        options = options.call_id(&call_id);
+                        cx = cx.with_call_id(call_id);
                     }
-                    if let Some(context) = &context {
-                        options = options.event_context(context);
+                    if let Some(context) = context {
+                        cx = cx.with_event_context(context);
                     }
                     // Reports go to the host as lines of their own, before the answer.
                     let sink: Option<ProgressSink> = progress.then(|| {
@@ -181,10 +183,13 @@ where
                             }));
                         }) as ProgressSink
                     });
-                    if let Some(sink) = &sink {
-                        options = options.progress(sink);
+                    if let Some(sink) = sink {
+                        cx = cx.with_progress(sink);
                     }
-                    let result = tools.execute_with(&tool, args, options).await;
+                    let result = match tools.tool(&tool) {
+                        Ok(handle) => handle.run_prepared(args, &cx).await,
+                        Err(e) => Err(e),
+                    };
                     let oom = oom_kills().saturating_sub(before);
                     // A call cancelled while it was finishing is confirmed as cancelled.
                     if lock(&done).remove(&id).is_some() {

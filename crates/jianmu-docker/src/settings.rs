@@ -42,7 +42,7 @@ pub struct DockerSettings {
     /// engine's (runc).
     pub runtime: Option<String>,
     /// Spare containers kept started and ready, so that a new session's first call
-    /// costs a warm call (see `DockerSandbox::new_session`); 0 keeps none.
+    /// costs a warm call (see `DockerSandbox::sibling`); 0 keeps none.
     pub pool_size: usize,
     /// Several engines to place sessions on (instead of `docker_host` and `tls`):
     /// each session's container starts on the healthy engine running the fewest of

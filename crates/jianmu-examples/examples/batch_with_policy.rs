@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
-use jianmu_runtime::{LocalSandbox, Policy, RunnerExt as _};
+use jianmu_runtime::{InProcess, Policy, RunnerExt as _};
 use jianmu_tool_core::{ToolCall, ToolConfig, ToolError, ToolSet};
 use serde_json::json;
 
@@ -23,7 +23,7 @@ async fn main() -> Result<(), ToolError> {
         read_only: true,
         ..Policy::default()
     };
-    let runner = LocalSandbox
+    let runner = InProcess
         .with_timeout(Duration::from_secs(10))
         .with_policy(read_only)
         .with_span();

@@ -25,7 +25,7 @@
 //!
 //! Every sandbox implements the one runner contract, [`Runner`] from
 //! `jianmu-tool-core`:
-//! - [`LocalSandbox`] runs tools in-process;
+//! - [`InProcess`] runs tools in-process;
 //! - `DockerSandbox` (feature `docker`) runs any tool in a hardened container.
 //!
 //! Layers ([`layer`]) wrap any runner with one concern each: policy, events (and so
@@ -58,7 +58,7 @@ mod session;
 
 pub use audit::AuditLog;
 pub use jianmu_tool_core::{
-    DynRunner, EventBus, EventKind, ExecutionEvent, LocalSandbox, Policy, Runner,
+    DynRunner, EventBus, EventKind, ExecutionEvent, InProcess, Policy, Runner,
 };
 pub use layer::RunnerExt;
 pub use runner::ToolRunner;

@@ -5,7 +5,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jianmu_tool_core::{
-    DynRunner, EventBus, LocalSandbox, Policy, PreparedCall, Runner, ToolError, ToolOutput,
+    DynRunner, EventBus, InProcess, Policy, PreparedCall, Runner, ToolError, ToolOutput,
 };
 
 use crate::layer::{WithEvents, WithPolicy, WithSpan, WithTimeout};
@@ -16,7 +16,7 @@ use crate::layer::{WithEvents, WithPolicy, WithSpan, WithTimeout};
 /// sandbox. It is only this composition: any other order or set of layers is built
 /// with [`crate::RunnerExt`] the same way.
 ///
-/// `S` is a concrete sandbox ([`LocalSandbox`], `DockerSandbox`) or, by default,
+/// `S` is a concrete sandbox ([`InProcess`], `DockerSandbox`) or, by default,
 /// `Arc<dyn DynRunner>`, for a sandbox chosen at run time.
 #[derive(Clone)]
 pub struct ToolRunner<S = Arc<dyn DynRunner>> {
@@ -33,10 +33,10 @@ impl<S> std::fmt::Debug for ToolRunner<S> {
     }
 }
 
-impl ToolRunner<LocalSandbox> {
-    /// The stack over [`LocalSandbox`].
+impl ToolRunner<InProcess> {
+    /// The stack over [`InProcess`].
     pub fn local() -> Self {
-        Self::new(LocalSandbox)
+        Self::new(InProcess)
     }
 }
 

@@ -21,7 +21,7 @@ use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
 use jianmu_tool_core::{
-    EventBus, ExecuteOptions, LocalSandbox, Policy, ToolConfig, ToolError, ToolOutput, ToolSet,
+    EventBus, ExecuteOptions, InProcess, Policy, ToolConfig, ToolError, ToolOutput, ToolSet,
 };
 use serde_json::Value;
 use tokio_util::task::TaskTracker;
@@ -334,7 +334,7 @@ impl Session {
         #[cfg(feature = "docker")]
         let mut docker = None;
         let runner = match &settings.backend {
-            Backend::Local => ToolRunner::dynamic(LocalSandbox),
+            Backend::Local => ToolRunner::dynamic(InProcess),
             #[cfg(feature = "docker")]
             Backend::Docker(docker_settings) => {
                 let sandbox = match &self.folder {
@@ -351,7 +351,7 @@ impl Session {
                         .docker
                         .as_ref()
                         .expect("a Docker runtime has its shared sandbox")
-                        .new_session(),
+                        .sibling(),
                 };
                 docker = Some(sandbox.clone());
                 ToolRunner::dynamic(sandbox)
@@ -474,7 +474,7 @@ async fn close(parts: Arc<Parts>, folder: Option<PathBuf>, runtime: &Runtime) ->
     let mut closed = Closed::default();
     #[cfg(feature = "docker")]
     if let Some(docker) = docker {
-        closed.pulled = docker.close_session().await;
+        closed.pulled = docker.close().await;
     }
     if let Some(dir) = folder {
         let _ = tokio::fs::remove_dir_all(&dir).await;

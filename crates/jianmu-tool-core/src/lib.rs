@@ -7,7 +7,7 @@
 //!   `parallel_safe`, `effect_tags`.
 //! - [`ToolHandle::execute`] is the call path: merge injected arguments, validate against
 //!   the input schema (every violation, with its JSON pointer), then run through a
-//!   [`Runner`] ([`LocalSandbox`] when none is given).
+//!   [`Runner`] ([`InProcess`] when none is given).
 //! - [`EventBus`] carries `execution.started` / `completed` / `failed` events.
 //! - [`ToolSet`] holds the tools an agent may call; [`ToolRegistration`] is what tool
 //!   crates submit to the `inventory` registry.
@@ -61,7 +61,7 @@ pub use progress::{Progress, ProgressSink};
 pub use registry::{
     BuildFn, Scope, SpecFn, ToolConfig, ToolRegistration, registrations, static_spec,
 };
-pub use runner::{BoxFuture, DynRunner, LocalSandbox, PreparedCall, Runner};
+pub use runner::{BoxFuture, DynRunner, InProcess, PreparedCall, Runner};
 pub use set::{ToolCall, ToolProvider, ToolSet};
 pub use spec::{ToolSpec, schema_for};
 pub use text::{ECHO_CHARS, echo, escape_controls, random_hex, shorten};

@@ -1,8 +1,8 @@
 //! The one runner contract: [`Runner`] runs a prepared call; [`DynRunner`] is its
-//! object-safe twin; [`LocalSandbox`] is the runner every call without one goes
+//! object-safe twin; [`InProcess`] is the runner every call without one goes
 //! through.
 //!
-//! Sandboxes (in-process, in a container) implement [`Runner`] directly. Policy,
+//! Where calls run ([`InProcess`], a sandbox container) implements [`Runner`] directly. Policy,
 //! events, timeouts and tracing spans are layers: runners that hold another runner
 //! and add one concern each (see `jianmu-runtime`). Layers are generic over the
 //! runner they wrap, so a stack of them costs no allocation per layer; the one boxed
@@ -20,8 +20,7 @@ use crate::{CallContext, ToolError, ToolHandle, ToolOutput};
 pub type BoxFuture<'a, T> = Pin<Box<dyn Future<Output = T> + Send + 'a>>;
 
 /// A call ready to run: the tool, its arguments already merged and validated by
-/// [`ToolHandle::execute`] (or by a trusted host, see
-/// [`crate::ExecuteOptions::prepared`]), and the call's context.
+/// [`ToolHandle::execute`], and the call's context.
 #[derive(Debug)]
 #[non_exhaustive]
 pub struct PreparedCall<'a> {
@@ -39,7 +38,7 @@ impl<'a> PreparedCall<'a> {
         Self { tool, args, cx }
     }
 
-    /// Runs the tool body here, on the calling task (what [`LocalSandbox`] does).
+    /// Runs the tool body here, on the calling task (what [`InProcess`] does).
     ///
     /// # Errors
     /// As [`ToolHandle::run_prepared`].
@@ -153,11 +152,12 @@ impl<R: Runner + ?Sized> Runner for Arc<R> {
 }
 
 /// Runs every call in this process, on the calling task: the runner of every call
-/// that names none.
+/// that names none. It isolates nothing itself: the tools that start programs
+/// (`bash`, `python_repl`) confine them with their own jail.
 #[derive(Debug, Clone, Copy, Default)]
-pub struct LocalSandbox;
+pub struct InProcess;
 
-impl Runner for LocalSandbox {
+impl Runner for InProcess {
     fn run(
         &self,
         call: PreparedCall<'_>,

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::args::ArgsValidator;
 use crate::{
-    DynRunner, IntoToolOutput, LocalSandbox, PreparedCall, Progress, ProgressSink, Runner,
-    ToolError, ToolNode, ToolOutput, ToolSpec, Violation,
+    DynRunner, InProcess, IntoToolOutput, PreparedCall, Progress, ProgressSink, Runner, ToolError,
+    ToolNode, ToolOutput, ToolSpec, Violation,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -267,15 +267,12 @@ pub struct ExecuteOptions<'a> {
     pub injected: Option<&'a Map<String, Value>>,
     /// When true (the default), injected values override the model's.
     pub prefer_injected: bool,
-    /// Run through this runner (layers around a sandbox); [`LocalSandbox`] when absent.
+    /// Run through this runner (layers around a sandbox); [`InProcess`] when absent.
     pub runner: Option<&'a dyn DynRunner>,
     /// The caller's context for events.
     pub event_context: Option<&'a Value>,
     /// The call id; a fresh one when absent.
     pub call_id: Option<&'a str>,
-    /// The arguments were already merged and validated by a trusted host (a sandbox
-    /// runner receiving a call from its own host): skip both.
-    pub prepared: bool,
     /// Where the call's progress reports go.
     pub progress: Option<&'a ProgressSink>,
 }
@@ -288,7 +285,6 @@ impl Default for ExecuteOptions<'_> {
             runner: None,
             event_context: None,
             call_id: None,
-            prepared: false,
             progress: None,
         }
     }
@@ -302,7 +298,6 @@ impl std::fmt::Debug for ExecuteOptions<'_> {
             .field("runner", &self.runner.map(|_| "dyn Runner"))
             .field("event_context", &self.event_context)
             .field("call_id", &self.call_id)
-            .field("prepared", &self.prepared)
             .field("progress", &self.progress.is_some())
             .finish()
     }
@@ -341,13 +336,6 @@ impl<'a> ExecuteOptions<'a> {
     #[must_use]
     pub fn call_id(mut self, id: &'a str) -> Self {
         self.call_id = Some(id);
-        self
-    }
-
-    /// Marks the arguments as prepared by a trusted host: no merge, no validation.
-    #[must_use]
-    pub fn prepared(mut self) -> Self {
-        self.prepared = true;
         self
     }
 
@@ -492,8 +480,8 @@ impl ToolHandle {
             .prepare(self.name(), args, injected, prefer_injected)
     }
 
-    /// The call path: merge injected arguments, validate them (unless
-    /// `options.prepared`), then run through `options.runner`, else [`LocalSandbox`].
+    /// The call path: merge injected arguments, validate them, then run through
+    /// `options.runner`, else [`InProcess`].
     ///
     /// # Errors
     /// Invalid arguments, the tool's own failures, and runner failures; see
@@ -503,11 +491,7 @@ impl ToolHandle {
         args: Value,
         options: ExecuteOptions<'_>,
     ) -> Result<ToolOutput, ToolError> {
-        let args = if options.prepared {
-            args
-        } else {
-            self.prepare_args(args, options.injected, options.prefer_injected)?
-        };
+        let args = self.prepare_args(args, options.injected, options.prefer_injected)?;
         let mut cx = CallContext::new();
         if let Some(id) = options.call_id {
             cx = cx.with_call_id(id);
@@ -520,7 +504,7 @@ impl ToolHandle {
         }
         match options.runner {
             Some(runner) => runner.run_dyn(PreparedCall::new(self, args, &cx)).await,
-            None => LocalSandbox.run(PreparedCall::new(self, args, &cx)).await,
+            None => InProcess.run(PreparedCall::new(self, args, &cx)).await,
         }
     }
 

@@ -1,6 +1,6 @@
 //! `python_repl`: a real CPython in a persistent child process.
 //!
-//! The child (`runner.py`) keeps one namespace across calls and answers one JSON line
+//! The child (`interpreter.py`) keeps one namespace across calls and answers one JSON line
 //! per request, carrying the request's id (a line user code writes to the protocol
 //! stream is skipped, never taken for the next answer). The interpreter runs under a
 //! [`jianmu_process::Jail`] (isolated where the kernel allows, `[tools.python_repl.isolation]`);
@@ -22,7 +22,7 @@ use tokio::sync::Mutex;
 
 use crate::truncate;
 
-const RUNNER: &str = include_str!("runner.py");
+const INTERPRETER: &str = include_str!("interpreter.py");
 
 /// Settings of `python_repl`.
 #[derive(Debug, Clone, Deserialize)]
@@ -165,7 +165,7 @@ impl PythonRepl {
         spec.arg("-u")
             .arg("-I")
             .arg("-c")
-            .arg(RUNNER)
+            .arg(INTERPRETER)
             .current_dir(&self.cwd)
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("LANG", "C.UTF-8")

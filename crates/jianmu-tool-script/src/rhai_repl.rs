@@ -64,7 +64,7 @@ struct CallState {
     deadline: Option<Instant>,
 }
 
-struct Session {
+struct State {
     scope: Scope<'static>,
     functions: AST,
 }
@@ -75,7 +75,7 @@ struct Session {
 pub struct RhaiRepl {
     engine: Arc<Engine>,
     state: Arc<Mutex<CallState>>,
-    session: Arc<Mutex<Session>>,
+    session: Arc<Mutex<State>>,
     settings: RhaiSettings,
 }
 
@@ -136,7 +136,7 @@ impl RhaiRepl {
         Self {
             engine: Arc::new(engine),
             state,
-            session: Arc::new(Mutex::new(Session {
+            session: Arc::new(Mutex::new(State {
                 scope: Scope::new(),
                 functions: AST::empty(),
             })),

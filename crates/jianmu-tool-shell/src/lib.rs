@@ -27,7 +27,7 @@ use serde::{Deserialize, Serialize};
 mod capture;
 mod job_tools;
 mod jobs;
-mod session;
+mod shells;
 
 pub use job_tools::{BashJobs, BashKill, BashOutput, JobArgs, JobListArgs, OutputArgs};
 pub use jobs::{JobInfo, JobList, JobStatus, Jobs};
@@ -127,7 +127,7 @@ pub struct Bash {
     settings: BashSettings,
     cwd: PathBuf,
     jail: Jail,
-    sessions: Arc<session::Sessions>,
+    sessions: Arc<shells::Shells>,
     jobs: Arc<Jobs>,
 }
 
@@ -201,7 +201,7 @@ impl Bash {
         let counter = cx.wants_progress().then(capture::Counter::default);
         let ended = match &session {
             Some(session) => {
-                let launch = session::Launch {
+                let launch = shells::Launch {
                     jail: &self.jail,
                     spec: self.base_spec(),
                     keep_head: self.settings.keep_head,
@@ -224,12 +224,12 @@ impl Bash {
             }
         };
         let (code, stdout, stderr) = match ended {
-            session::Ended::Finished {
+            shells::Ended::Finished {
                 code,
                 stdout,
                 stderr,
             } => (code, stdout.text(), stderr.text()),
-            session::Ended::TimedOut { stdout, stderr } => {
+            shells::Ended::TimedOut { stdout, stderr } => {
                 // What it printed until the limit goes back with the error.
                 let mut partial = stdout.text();
                 let stderr = stderr.text();
@@ -267,7 +267,7 @@ impl Bash {
         command: &str,
         limit: Duration,
         counter: Option<&capture::Counter>,
-    ) -> Result<session::Ended, ToolError> {
+    ) -> Result<shells::Ended, ToolError> {
         let mut spec = self.base_spec();
         spec.arg("-c")
             .arg(command)
@@ -308,13 +308,13 @@ impl Bash {
             Some(status) => {
                 let status = status
                     .map_err(|e| ToolError::failed(format!("waiting for the shell failed: {e}")))?;
-                Ok(session::Ended::Finished {
+                Ok(shells::Ended::Finished {
                     code: status.code(),
                     stdout,
                     stderr,
                 })
             }
-            None => Ok(session::Ended::TimedOut { stdout, stderr }),
+            None => Ok(shells::Ended::TimedOut { stdout, stderr }),
         }
     }
 

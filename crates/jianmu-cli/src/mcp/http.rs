@@ -110,12 +110,12 @@ impl Options {
 }
 
 /// Opens each new client session.
-struct Sessions {
+struct Opener {
     catalog: Catalog,
     runtime: Runtime,
 }
 
-impl Sessions {
+impl Opener {
     /// A new session's server, or an error at the session limit.
     fn open(&self) -> std::io::Result<Server> {
         let session = self.runtime.open().map_err(std::io::Error::other)?;
@@ -283,7 +283,7 @@ pub(crate) async fn serve(
     session.own_folders = options.per_session.clone();
     let runtime = Runtime::new(session)?;
     let catalog = Catalog::new(&specs, runtime.policy());
-    let sessions = Arc::new(Sessions {
+    let sessions = Arc::new(Opener {
         catalog: catalog.clone(),
         runtime: runtime.clone(),
     });
@@ -375,7 +375,7 @@ pub(crate) async fn serve(
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     drop(app);
     drop(sessions);
-    // Sessions end as their workers notice the cancellation; each one closes (its
+    // Opener end as their workers notice the cancellation; each one closes (its
     // processes, container and folder released) when its last server is dropped.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while runtime.open_sessions() > 0 && tokio::time::Instant::now() < deadline {

@@ -218,7 +218,7 @@ async fn sessions_spread_over_two_engines_and_avoid_one_that_stopped() {
             .map(|o| o.text.trim().to_owned())
             .map_err(|e| jianmu_tool_core::error_chain(&e))
     };
-    let (a, b) = (f.sandbox.new_session(), f.sandbox.new_session());
+    let (a, b) = (f.sandbox.sibling(), f.sandbox.sibling());
     let on_a = hostname(&a).await.unwrap();
     let on_b = hostname(&b).await.unwrap();
     let local_has = |id: String| {
@@ -251,11 +251,11 @@ async fn sessions_spread_over_two_engines_and_avoid_one_that_stopped() {
         hostname(on_here).await.unwrap(),
         if a_local { on_a.clone() } else { on_b.clone() }
     );
-    let c = f.sandbox.new_session();
+    let c = f.sandbox.sibling();
     let on_c = hostname(&c).await.unwrap();
     assert!(local_has(on_c).await);
     for s in [&a, &b, &c] {
-        s.close_session().await;
+        s.close().await;
     }
     f.sandbox.shutdown().await;
 }
@@ -304,7 +304,7 @@ async fn a_copied_workspace_goes_to_a_remote_engine_and_comes_back() {
         "echo last > last.txt; echo long > {long}; head -c 1100000 /dev/zero > over.bin"
     ))
     .await;
-    let closed = f.sandbox.close_session().await;
+    let closed = f.sandbox.close().await;
     assert_eq!((closed.files, closed.dropped()), (2, 1), "{closed}");
     assert!(
         closed
@@ -370,7 +370,7 @@ async fn a_warm_pool_hands_each_new_session_a_ready_container() {
     f.sandbox.warm_up().await.unwrap();
     eventually("the pool filling", async || f.sandbox.pooled().len() == 2).await;
     let spares = f.sandbox.pooled();
-    let session = f.sandbox.new_session();
+    let session = f.sandbox.sibling();
     let runner = ToolRunner::new(session.clone()).with_timeout(Duration::from_secs(60));
     f.call_with(&runner, "python_repl", json!({"code": "x = 'mine'"}))
         .await
@@ -386,7 +386,7 @@ async fn a_warm_pool_hands_each_new_session_a_ready_container() {
         "mine"
     );
     // Neither the first session nor a third one sees it.
-    for other in [f.runner.clone(), ToolRunner::new(f.sandbox.new_session())] {
+    for other in [f.runner.clone(), ToolRunner::new(f.sandbox.sibling())] {
         let seen = f
             .call_with(&other, "python_repl", json!({"code": "x"}))
             .await;
@@ -401,7 +401,7 @@ async fn a_warm_pool_hands_each_new_session_a_ready_container() {
     })
     .await;
     // Closing a session removes its container only.
-    session.close_session().await;
+    session.close().await;
     eventually("the session's container going", async || gone(&taken).await).await;
     assert_eq!(f.sandbox.pooled().len(), 2);
     let left = f.sandbox.pooled();

@@ -114,7 +114,7 @@ impl<R: Runner> Runner for WithEvents<R> {
 mod tests {
     use std::time::Duration;
 
-    use jianmu_tool_core::{EventBus, ExecuteOptions, LocalSandbox};
+    use jianmu_tool_core::{EventBus, ExecuteOptions, InProcess};
     use serde_json::json;
 
     use super::WithEvents;
@@ -124,7 +124,7 @@ mod tests {
     async fn events_surround_success_and_failure_with_id_context_and_error() {
         let bus = EventBus::new();
         let log = recorder(&bus);
-        let runner = WithEvents::new(LocalSandbox, bus);
+        let runner = WithEvents::new(InProcess, bus);
         let set = probes();
         let ctx = json!({"turn": 3});
         let options = ExecuteOptions::default()
@@ -153,7 +153,7 @@ mod tests {
     async fn a_dropped_call_is_reported_cancelled() {
         let bus = EventBus::new();
         let log = recorder(&bus);
-        let runner = WithEvents::new(LocalSandbox, bus);
+        let runner = WithEvents::new(InProcess, bus);
         let set = probes();
         let options = ExecuteOptions::default().runner(&runner).call_id("c4");
         let call = set.execute_with("slow", json!("x"), options);

@@ -12,12 +12,12 @@
 //!
 //! ```
 //! use std::time::Duration;
-//! use jianmu_runtime::{LocalSandbox, RunnerExt};
+//! use jianmu_runtime::{InProcess, RunnerExt};
 //! use jianmu_tool_core::{FunctionTool, Policy, ToolHandle, ToolSet, ToolSpec};
 //!
 //! # #[tokio::main(flavor = "current_thread")]
 //! # async fn main() -> Result<(), jianmu_tool_core::ToolError> {
-//! let runner = LocalSandbox
+//! let runner = InProcess
 //!     .with_timeout(Duration::from_secs(30))
 //!     .with_policy(Policy { deny: vec!["bash".into()], ..Policy::default() })
 //!     .with_span();

@@ -56,7 +56,7 @@ impl<R: Runner> Runner for WithPolicy<R> {
 mod tests {
     use std::sync::Arc;
 
-    use jianmu_tool_core::{LocalSandbox, Policy, ToolError};
+    use jianmu_tool_core::{InProcess, Policy, ToolError};
     use serde_json::json;
 
     use super::WithPolicy;
@@ -69,7 +69,7 @@ mod tests {
             deny: vec!["echo".into()],
             ..Policy::default()
         };
-        let runner = WithPolicy::new(LocalSandbox, Arc::new(policy));
+        let runner = WithPolicy::new(InProcess, Arc::new(policy));
         let err = set
             .execute("echo", json!("hi"), Some(&runner))
             .await
@@ -90,7 +90,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_open_policy_lets_everything_through() {
-        let runner = WithPolicy::new(LocalSandbox, Arc::new(Policy::default()));
+        let runner = WithPolicy::new(InProcess, Arc::new(Policy::default()));
         let out = probes()
             .execute("echo", json!("hi"), Some(&runner))
             .await

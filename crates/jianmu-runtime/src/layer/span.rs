@@ -47,7 +47,7 @@ impl<R: Runner> Runner for WithSpan<R> {
 mod tests {
     use std::sync::{Arc, Mutex};
 
-    use jianmu_tool_core::{ExecuteOptions, LocalSandbox};
+    use jianmu_tool_core::{ExecuteOptions, InProcess};
     use serde_json::json;
     use tracing::Subscriber;
     use tracing::span::{Attributes, Id};
@@ -90,7 +90,7 @@ mod tests {
     async fn each_call_runs_in_a_span_naming_tool_call_and_runner() {
         let spans = Spans::default();
         let _guard = tracing::subscriber::set_default(spans.clone());
-        let runner = WithSpan::new(LocalSandbox);
+        let runner = WithSpan::new(InProcess);
         let out = probes()
             .execute_with(
                 "echo",

@@ -6,7 +6,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jianmu_tool_core::{
-    EventBus, FunctionTool, LocalSandbox, Policy, Runner, ToolHandle, ToolSet, ToolSpec,
+    EventBus, FunctionTool, InProcess, Policy, Runner, ToolHandle, ToolSet, ToolSpec,
 };
 use serde_json::json;
 
@@ -96,7 +96,7 @@ async fn layers_compose_in_any_order_with_the_same_answers() {
     // Events outermost: every call is reported, the denied one too.
     let bus = EventBus::new();
     let log = recorder(&bus);
-    let a = LocalSandbox
+    let a = InProcess
         .with_timeout(limit)
         .with_policy(deny_exec())
         .with_span()
@@ -108,7 +108,7 @@ async fn layers_compose_in_any_order_with_the_same_answers() {
     // seen from inside, as cancelled.
     let bus = EventBus::new();
     let log = recorder(&bus);
-    let b = LocalSandbox
+    let b = InProcess
         .with_events(bus)
         .with_span()
         .with_policy(deny_exec())

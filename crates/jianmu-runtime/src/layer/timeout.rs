@@ -76,7 +76,7 @@ impl<R: Runner> Runner for WithTimeout<R> {
 mod tests {
     use std::time::Duration;
 
-    use jianmu_tool_core::{LocalSandbox, ToolError, ToolSet};
+    use jianmu_tool_core::{InProcess, ToolError, ToolSet};
     use serde_json::json;
 
     use super::WithTimeout;
@@ -85,7 +85,7 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn a_call_past_its_limit_is_a_timeout_and_its_work_is_dropped() {
         let (set, dropped) = slow_calls();
-        let runner = WithTimeout::new(LocalSandbox, Some(Duration::from_millis(1500)));
+        let runner = WithTimeout::new(InProcess, Some(Duration::from_millis(1500)));
         let err = set
             .execute("slow", json!("x"), Some(&runner))
             .await
@@ -100,7 +100,7 @@ mod tests {
     async fn a_call_within_its_limit_or_without_one_is_untouched() {
         let set: ToolSet = probes();
         for limit in [Some(Duration::from_secs(1)), None] {
-            let runner = WithTimeout::new(LocalSandbox, limit);
+            let runner = WithTimeout::new(InProcess, limit);
             let out = set
                 .execute("echo", json!("hi"), Some(&runner))
                 .await

@@ -21,7 +21,7 @@
 //! `EXIT` trap still reports the state); one that hits its time limit or is cancelled
 //! ends the shell and everything in it. The next call starts a new shell from the
 //! kept state: the directory and exports (not shell variables) of the last call that
-//! finished. Sessions beyond `max_sessions` are refused; sessions unused for
+//! finished. Shells beyond `max_sessions` are refused; sessions unused for
 //! `session_idle_secs` are ended (their shells too) by a task that looks every quarter
 //! of that time.
 
@@ -75,7 +75,7 @@ pub(crate) enum Ended {
 
 /// The sessions of one `bash` tool.
 #[derive(Debug, Default)]
-pub(crate) struct Sessions {
+pub(crate) struct Shells {
     inner: Mutex<Inner>,
     /// Set once a task ends idle sessions on its own.
     watched: std::sync::atomic::AtomicBool,
@@ -83,7 +83,7 @@ pub(crate) struct Sessions {
 
 #[derive(Debug, Default)]
 struct Inner {
-    map: HashMap<String, Arc<Session>>,
+    map: HashMap<String, Arc<Shell>>,
     /// Where state folders go when the jail has no private temporary folder.
     own: Option<tempfile::TempDir>,
     next: u64,
@@ -91,7 +91,7 @@ struct Inner {
 
 /// One session: its state folder and, between calls, its live shell.
 #[derive(Debug)]
-pub(crate) struct Session {
+pub(crate) struct Shell {
     dir: PathBuf,
     used: Mutex<Instant>,
     /// Held for the whole of a call: one call at a time per session.
@@ -118,13 +118,13 @@ struct Live {
     stderr: pipe::Receiver,
 }
 
-impl Drop for Session {
+impl Drop for Shell {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
     }
 }
 
-impl Sessions {
+impl Shells {
     /// Ends sessions unused for `idle` from now on, without waiting for a call: a task
     /// on the current runtime looks every quarter of `idle` (1 s to 60 s) for as long
     /// as the sessions exist.
@@ -167,7 +167,7 @@ impl Sessions {
         max: usize,
         idle: Duration,
         tmp: Option<&Path>,
-    ) -> Result<Arc<Session>, ToolError> {
+    ) -> Result<Arc<Shell>, ToolError> {
         // Idle sessions end here too (exactly at `idle`, where the watcher may be up to
         // a quarter late): dropping one ends its shell and removes its folder, once
         // the lock is released.
@@ -221,7 +221,7 @@ impl Sessions {
                 "cannot make a folder for shell session `{id}`: {e}"
             ))
         })?;
-        let session = Arc::new(Session {
+        let session = Arc::new(Shell {
             dir,
             used: Mutex::new(now),
             live: tokio::sync::Mutex::new(None),
@@ -234,7 +234,7 @@ impl Sessions {
 
 impl Inner {
     /// Removes and returns the sessions unused for `idle`.
-    fn take_idle(&mut self, idle: Duration) -> Vec<Arc<Session>> {
+    fn take_idle(&mut self, idle: Duration) -> Vec<Arc<Shell>> {
         let now = Instant::now();
         let ids: Vec<String> = self
             .map
@@ -246,7 +246,7 @@ impl Inner {
     }
 }
 
-impl Session {
+impl Shell {
     fn last_used(&self) -> Instant {
         *self.used.lock().unwrap_or_else(PoisonError::into_inner)
     }
