@@ -1,4 +1,4 @@
-//! The seam between a sandbox and where its runners run: a [`Backend`] starts a runner
+//! The seam between a sandbox and where its servers run: a [`Backend`] starts a server
 //! (`jianmu serve` from the sandbox image, with the workspace, user, limits and runtime
 //! asked for), hands back a duplex byte stream to it, says how it ended, and removes
 //! it. Everything above — the wire protocol (`conn.rs`, `wire.rs`), placement over
@@ -28,12 +28,12 @@ pub(crate) enum Chunk {
     Stderr(Vec<u8>),
 }
 
-/// What a runner writes; an `Err` when the stream broke (its words).
+/// What a server writes; an `Err` when the stream broke (its words).
 pub(crate) type Output = Pin<Box<dyn Stream<Item = Result<Chunk, String>> + Send>>;
-/// The runner's stdin.
+/// The server's stdin.
 pub(crate) type Input = Pin<Box<dyn AsyncWrite + Send>>;
 
-/// How a runner stands, once its stream ended.
+/// How a server stands, once its stream ended.
 pub(crate) enum Ended {
     /// Still running: only the stream broke.
     Running,
@@ -45,7 +45,7 @@ pub(crate) enum Ended {
     Unknown(String),
 }
 
-/// What a runner is created from.
+/// What a server is created from.
 pub(crate) struct Spec<'a> {
     pub(crate) settings: &'a DockerSettings,
     pub(crate) workspace: &'a Path,
@@ -56,26 +56,26 @@ pub(crate) struct Spec<'a> {
     pub(crate) copy: bool,
 }
 
-/// Where sandbox runners run. See the module docs.
+/// Where sandbox servers run. See the module docs.
 #[async_trait::async_trait]
 pub(crate) trait Backend: Send + Sync {
     /// Creates a runner, not started yet, with its stdin and output.
     async fn create(&self, spec: &Spec<'_>) -> Result<(String, Input, Output), SandboxError>;
     /// Starts a created runner.
     async fn start(&self, id: &str) -> Result<(), SandboxError>;
-    /// Kills a runner (its stream ends).
+    /// Kills a server (its stream ends).
     async fn kill(&self, id: &str);
-    /// Kills and removes a runner and what it holds (a copied workspace).
+    /// Kills and removes a server and what it holds (a copied workspace).
     async fn remove(&self, id: &str);
-    /// How a runner whose stream ended stands.
+    /// How a server whose stream ended stands.
     async fn ended(&self, id: &str) -> Ended;
-    /// Removes runners whose owning process is gone.
+    /// Removes servers whose owning process is gone.
     async fn sweep(&self);
     /// Whether the backend answers.
     async fn ping(&self) -> bool;
-    /// Unpacks `tar` into `dir` inside the runner.
+    /// Unpacks `tar` into `dir` inside the server.
     async fn upload(&self, id: &str, dir: &Path, tar: Vec<u8>) -> Result<(), SandboxError>;
-    /// `path` inside the runner as a tar, sent to `sink` as it arrives; stops when
+    /// `path` inside the server as a tar, sent to `sink` as it arrives; stops when
     /// the receiver is gone.
     async fn download(
         &self,

@@ -11,18 +11,21 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures::StreamExt as _;
-use jianmu_tool_core::{CallContext, ProgressSink, ToolConfig};
+use jianmu_tool_core::{CallContext, ProgressSink, ToolConfig, ToolError, ToolOutput};
 use serde_json::Value;
 use tokio::sync::{mpsc, oneshot};
 
 use super::backend::{Backend, Chunk, Ended, Input, Output};
-use super::wire::{CallResult, Reply, Request, to_line, write_lines};
+use super::wire::{Reply, Request, to_line, write_lines};
 use crate::lock;
 
 /// How a call ended, as far as the connection knows.
 pub(crate) enum Outcome {
-    /// The runner answered.
-    Done { result: CallResult, oom_kills: u64 },
+    /// The server answered.
+    Done {
+        result: Result<ToolOutput, ToolError>,
+        oom_kills: u64,
+    },
     /// The container or the stream went away first.
     Lost(String),
 }
@@ -88,7 +91,7 @@ impl Conn {
         &self.id
     }
 
-    /// Where the runner runs.
+    /// Where the server runs.
     pub(crate) fn backend(&self) -> &dyn Backend {
         self.backend.as_ref()
     }
@@ -123,7 +126,7 @@ impl Conn {
         rx
     }
 
-    /// Waits for the runner's `ready`.
+    /// Waits for the server's `ready`.
     pub(crate) async fn wait_ready(
         &self,
         ready: oneshot::Receiver<Result<(), String>>,
@@ -131,7 +134,7 @@ impl Conn {
         match tokio::time::timeout(Duration::from_secs(60), ready).await {
             Ok(Ok(result)) => result,
             Ok(Err(_)) => Err("the sandbox container stopped before it was ready".into()),
-            Err(_) => Err("the sandbox runner did not start within 60 s".into()),
+            Err(_) => Err("the sandbox server did not start within 60 s".into()),
         }
     }
 
@@ -205,7 +208,7 @@ impl Conn {
         self.backend.remove(&self.id).await;
     }
 
-    /// Closes the runner's stdin so it exits, and waits until the reader has removed
+    /// Closes the server's stdin so it exits, and waits until the reader has removed
     /// the stopped container; kills it if that takes longer than `patience`.
     pub(crate) async fn close(&self, patience: Duration) {
         self.shared.closing.store(true, Ordering::Release);
@@ -292,7 +295,7 @@ fn dispatch(shared: &Shared, line: &[u8]) {
     let reply = match serde_json::from_slice::<Reply>(line) {
         Ok(reply) => reply,
         Err(e) => {
-            tracing::warn!("unreadable line from the sandbox runner: {e}");
+            tracing::warn!("unreadable line from the sandbox server: {e}");
             return;
         }
     };
@@ -313,7 +316,7 @@ fn dispatch(shared: &Shared, line: &[u8]) {
         Reply::InitFailed { message } => {
             if let Some(tx) = lock(&shared.ready).take() {
                 let _ = tx.send(Err(format!(
-                    "the sandbox runner could not start its tools: {message}"
+                    "the sandbox server could not start its tools: {message}"
                 )));
             }
         }

@@ -482,7 +482,7 @@ impl Inner {
     }
 }
 
-/// Creates, attaches and starts a container, and waits until its runner is ready.
+/// Creates, attaches and starts a container, and waits until its server is ready.
 async fn start(
     inner: &Inner,
     engine: usize,
@@ -506,7 +506,7 @@ async fn start(
         s.memory_mib,
         Duration::from_secs_f64(s.cancel_grace_secs),
     );
-    // Written before the start: the pipe holds it, so the runner finds its
+    // Written before the start: the pipe holds it, so the server finds its
     // settings as soon as it boots, while the engine is still answering.
     let ready = conn.send_init(&inner.tools, warm);
     if let Err(e) = backend.start(&id).await {
@@ -531,7 +531,7 @@ impl Runner for DockerSandbox {
         self.refill();
         match outcome {
             Outcome::Done { result, oom_kills } => {
-                let result = result.into_result(name);
+                let result = wire::on_host(result);
                 if oom_kills == 0 {
                     return result;
                 }

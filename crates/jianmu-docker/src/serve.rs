@@ -1,4 +1,4 @@
-//! `serve`: the runner loop inside a sandbox container (`jianmu serve`). It reads
+//! `serve`: the server loop inside a sandbox container (`jianmu serve`). It reads
 //! [`Request`]s as JSON lines, runs each call on its own task through a [`ToolSet`]
 //! (the one place names resolve), and writes [`Reply`]s as they finish; see
 //! [`super::wire`]. The set is lazy, so a fresh container answers its first call
@@ -14,7 +14,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::wire::{CallResult, Reply, Request, WireError, to_line, write_lines};
+use super::wire::{Reply, Request, to_line, write_lines};
 use crate::lock;
 
 /// Serves calls on this process's stdin and stdout until stdin ends, with every
@@ -196,7 +196,7 @@ where
                         confirm.armed = false;
                         let _ = tx.send(to_line(&Reply::Done {
                             id,
-                            result: CallResult::from_result(result),
+                            result,
                             oom_kills: oom,
                         }));
                     }
@@ -230,7 +230,7 @@ impl Drop for ConfirmCancel {
             };
             let _ = self.tx.send(to_line(&Reply::Done {
                 id: self.id,
-                result: CallResult::Err(WireError::from_error(&cancelled)),
+                result: Err(cancelled),
                 oom_kills: 0,
             }));
         }

@@ -1,14 +1,12 @@
-//! The JSON-lines protocol between a host and `jianmu serve`, the runner inside a
+//! The JSON-lines protocol between a host and `jianmu serve`, the server inside a
 //! sandbox container: one JSON object per line in each direction.
 //!
 //! The host opens with [`Request::Init`] and waits for [`Reply::Ready`]; then it sends
 //! [`Request::Call`]s, each answered by one [`Reply::Done`] with the same id, in any
 //! order, after any number of [`Reply::Progress`] reports when the call asked for them. [`Request::Cancel`] stops a call's work; its `Done` may still arrive and is
-//! ignored. End of input ends the runner.
+//! ignored. End of input ends the server.
 
-use std::time::Duration;
-
-use jianmu_tool_core::{Image, Progress, ToolConfig, ToolError, ToolOutput};
+use jianmu_tool_core::{Progress, ToolConfig, ToolError, ToolOutput};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
@@ -26,7 +24,7 @@ pub(crate) enum Request {
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         warm: bool,
     },
-    /// Run one tool on arguments the host already merged and validated: the runner
+    /// Run one tool on arguments the host already merged and validated: the server
     /// trusts its host and does not validate again.
     Call {
         /// Chosen by the host, unique per connection.
@@ -53,16 +51,16 @@ pub(crate) enum Request {
     },
 }
 
-/// What the runner answers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// What the server answers.
+#[derive(Debug, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]
 pub(crate) enum Reply {
-    /// The runner took the settings; tools are built on first use.
+    /// The server took the settings; tools are built on first use.
     Ready {
-        /// The runner's version.
+        /// The server's version.
         version: String,
     },
-    /// The settings were refused; the runner exits.
+    /// The settings were refused; the server exits.
     InitFailed {
         /// Why.
         message: String,
@@ -78,8 +76,8 @@ pub(crate) enum Reply {
     Done {
         /// The call.
         id: u64,
-        /// Its result.
-        result: CallResult,
+        /// Its result: the same types as in the host's process.
+        result: Result<ToolOutput, ToolError>,
         /// How many processes the kernel killed for exceeding the container's memory
         /// limit while the call ran.
         #[serde(default)]
@@ -87,136 +85,24 @@ pub(crate) enum Reply {
     },
 }
 
-/// The outcome of one call.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-#[serde(tag = "status", rename_all = "snake_case")]
-pub(crate) enum CallResult {
-    /// The tool's output.
-    Ok {
-        /// The text for the model.
-        text: String,
-        /// The structured form, if any.
-        #[serde(default, skip_serializing_if = "Option::is_none")]
-        structured: Option<Value>,
-        /// Images after the text.
-        #[serde(default, skip_serializing_if = "Vec::is_empty")]
-        images: Vec<Image>,
-    },
-    /// The tool's error.
-    Err(WireError),
-}
-
-/// A [`ToolError`] on the wire: its kind, the message the model reads, and the fields
-/// the host needs to rebuild it.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
-pub(crate) struct WireError {
-    /// `failed`, `timeout`, `config`, `runner`, `cancelled`, `unknown_tool` or `other`.
-    pub(crate) kind: String,
-    /// The tool, when the error names one.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) tool: Option<String>,
-    /// The full message, causes included.
-    pub(crate) message: String,
-    /// For timeouts: the limit, in milliseconds.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) after_ms: Option<u64>,
-    /// For timeouts: what the call produced before it was stopped.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub(crate) partial: Option<String>,
-}
-
-impl CallResult {
-    /// The wire form of a call's result.
-    pub(crate) fn from_result(result: Result<ToolOutput, ToolError>) -> Self {
-        match result {
-            Ok(out) => CallResult::Ok {
-                text: out.text,
-                structured: out.structured,
-                images: out.images,
-            },
-            Err(e) => CallResult::Err(WireError::from_error(&e)),
-        }
-    }
-
-    /// The call's result again, on the host.
-    ///
-    /// # Errors
-    /// The tool's error, rebuilt by [`WireError::into_error`].
-    pub(crate) fn into_result(self, tool: &str) -> Result<ToolOutput, ToolError> {
-        match self {
-            CallResult::Ok {
-                text,
-                structured,
-                images,
-            } => {
-                let mut out = ToolOutput::text(text);
-                out.structured = structured;
-                out.images = images;
-                Ok(out)
-            }
-            CallResult::Err(e) => Err(e.into_error(tool)),
-        }
-    }
-}
-
-impl WireError {
-    /// The wire form of `error`.
-    pub(crate) fn from_error(error: &ToolError) -> Self {
-        let (kind, tool, after_ms) = match error {
-            ToolError::Failed { .. } => ("failed", None, None),
-            ToolError::Timeout { tool, after, .. } => (
-                "timeout",
-                Some(tool.clone()),
-                Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX)),
-            ),
-            ToolError::Config { tool, .. } => ("config", Some(tool.clone()), None),
-            ToolError::Runner { tool, .. } => ("runner", Some(tool.clone()), None),
-            ToolError::Cancelled { tool } => ("cancelled", Some(tool.clone()), None),
-            ToolError::UnknownTool { name, .. } | ToolError::NotCompiled { name, .. } => {
-                ("unknown_tool", Some(name.clone()), None)
-            }
-            _ => ("other", None, None),
-        };
-        let message = match error {
-            // The rebuilt error prints its own prefix; send only what follows it.
-            ToolError::Config { message, .. } => message.clone(),
-            ToolError::Runner { source, .. } => jianmu_tool_core::error_chain(&**source),
-            _ => jianmu_tool_core::error_chain(error),
-        };
-        let partial = match error {
-            ToolError::Timeout { partial, .. } => partial.clone(),
-            _ => None,
-        };
-        Self {
-            kind: kind.to_owned(),
-            tool,
-            message,
-            after_ms,
-            partial,
-        }
-    }
-
-    /// The [`ToolError`] again; `tool` names the call when the wire form does not.
-    pub(crate) fn into_error(self, tool: &str) -> ToolError {
-        let name = self.tool.unwrap_or_else(|| tool.to_owned());
-        match self.kind.as_str() {
-            "timeout" => ToolError::Timeout {
-                tool: name,
-                after: Duration::from_millis(self.after_ms.unwrap_or(0)),
-                partial: self.partial,
-            },
-            "config" => ToolError::Config {
-                tool: name,
-                message: self.message,
-            },
-            "runner" => ToolError::runner(name, self.message),
-            "cancelled" => ToolError::Cancelled { tool: name },
-            "unknown_tool" => ToolError::failed(format!(
-                "tool `{name}` is not available inside the sandbox image (its runner was \
+/// What a call came to on the host: the container's answer, with a tool the image
+/// does not have said so.
+pub(crate) fn on_host(result: Result<ToolOutput, ToolError>) -> Result<ToolOutput, ToolError> {
+    match result {
+        Err(ToolError::UnknownTool { name, .. } | ToolError::NotCompiled { name, .. }) => {
+            Err(ToolError::failed(format!(
+                "tool `{name}` is not available inside the sandbox image (its server was \
                  built without it); rebuild the image with `jianmu sandbox build-image`"
-            )),
-            _ => ToolError::failed(self.message),
+            )))
         }
+        other => other,
+    }
+}
+
+/// Replies are equal when they are the same on the wire.
+impl PartialEq for Reply {
+    fn eq(&self, other: &Self) -> bool {
+        to_line(self) == to_line(other)
     }
 }
 
@@ -248,7 +134,9 @@ mod round_trip {
     use proptest::prelude::*;
     use serde_json::Value;
 
-    use super::{CallResult, Reply, Request, WireError, to_line};
+    use jianmu_tool_core::{ToolError, ToolOutput};
+
+    use super::{Reply, Request, to_line};
 
     fn text() -> impl Strategy<Value = String> {
         "\\PC{0,40}|[\\n\\r\\t\\x00\\x1b\\u{2028}\\u{2029}\"\\\\]{0,8}"
@@ -290,9 +178,11 @@ mod round_trip {
             round_trips(&Reply::Progress { id, progress: jianmu_tool_core::Progress::new(std::time::Duration::from_millis(id % 100_000), id, id / 3) })?;
             round_trips(&Request::Cancel { id })?;
             let result = if ok {
-                CallResult::Ok { text: message.clone(), structured: (!args.is_null()).then_some(args), images: Vec::new() }
+                let mut out = ToolOutput::text(message.clone());
+                out.structured = (!args.is_null()).then_some(args);
+                Ok(out)
             } else {
-                CallResult::Err(WireError { kind: "failed".into(), tool: Some(tool), message: message.clone(), after_ms, partial: None })
+                Err(ToolError::Timeout { tool, after: std::time::Duration::from_millis(after_ms.unwrap_or(0)), partial: Some(message.clone()) })
             };
             round_trips(&Reply::Done { id, result, oom_kills: id % 7 })?;
             round_trips(&Reply::InitFailed { message })?;

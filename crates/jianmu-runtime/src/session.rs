@@ -126,6 +126,8 @@ struct Shared {
     open: AtomicUsize,
     /// Closes still under way.
     closing: TaskTracker,
+    /// The stack local sessions share (it holds no state of a session's own).
+    local: ToolRunner,
     /// The engine and pool every session's sandbox shares.
     #[cfg(feature = "docker")]
     docker: Option<crate::DockerSandbox>,
@@ -165,12 +167,14 @@ impl Runtime {
                     .with_tools(settings.tools.clone()),
             ),
         };
+        let local = stack(ToolRunner::dynamic(InProcess), &settings, &events);
         Ok(Self {
             shared: Arc::new(Shared {
                 settings,
                 events,
                 open: AtomicUsize::new(0),
                 closing: TaskTracker::new(),
+                local,
                 #[cfg(feature = "docker")]
                 docker,
             }),
@@ -242,6 +246,17 @@ impl Runtime {
         if let Some(docker) = &self.shared.docker {
             docker.shutdown().await;
         }
+    }
+}
+
+/// The policy, the time limit and the runtime's event bus laid over `runner`.
+fn stack(runner: ToolRunner, settings: &SessionSettings, events: &EventBus) -> ToolRunner {
+    let runner = runner
+        .with_policy(settings.policy.clone())
+        .with_events(events.clone());
+    match settings.timeout {
+        Some(limit) => runner.with_timeout(limit),
+        None => runner,
     }
 }
 
@@ -334,7 +349,7 @@ impl Session {
         #[cfg(feature = "docker")]
         let mut docker = None;
         let runner = match &settings.backend {
-            Backend::Local => ToolRunner::dynamic(InProcess),
+            Backend::Local => shared.local.clone(),
             #[cfg(feature = "docker")]
             Backend::Docker(docker_settings) => {
                 let sandbox = match &self.folder {
@@ -354,15 +369,9 @@ impl Session {
                         .sibling(),
                 };
                 docker = Some(sandbox.clone());
-                ToolRunner::dynamic(sandbox)
+                stack(ToolRunner::dynamic(sandbox), settings, &shared.events)
             }
         };
-        let mut runner = runner
-            .with_policy(settings.policy.clone())
-            .with_events(shared.events.clone());
-        if let Some(limit) = settings.timeout {
-            runner = runner.with_timeout(limit);
-        }
         Ok(Parts {
             tools: ToolSet::lazy(BuiltinToolProvider::new(tools))?,
             runner,

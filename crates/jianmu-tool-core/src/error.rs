@@ -93,6 +93,133 @@ pub enum ToolError {
     },
 }
 
+/// A [`ToolError`] as data: its kind and the fields that rebuild it. Every variant
+/// comes back as itself; a runner's source comes back as its message.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct ErrorData {
+    kind: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    tool: Option<String>,
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    after_ms: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    partial: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    violations: Vec<Violation>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    known: Vec<String>,
+}
+
+impl From<&ToolError> for ErrorData {
+    fn from(error: &ToolError) -> Self {
+        let mut data = Self {
+            kind: String::new(),
+            tool: None,
+            message: String::new(),
+            after_ms: None,
+            partial: None,
+            violations: Vec::new(),
+            known: Vec::new(),
+        };
+        let (kind, tool) = match error {
+            ToolError::InvalidArguments { tool, violations } => {
+                data.violations.clone_from(violations);
+                ("invalid_arguments", Some(tool))
+            }
+            ToolError::Failed { message } => {
+                data.message.clone_from(message);
+                ("failed", None)
+            }
+            ToolError::Timeout {
+                tool,
+                after,
+                partial,
+            } => {
+                data.after_ms = Some(u64::try_from(after.as_millis()).unwrap_or(u64::MAX));
+                data.partial.clone_from(partial);
+                ("timeout", Some(tool))
+            }
+            ToolError::UnknownTool { name, known } => {
+                data.known.clone_from(known);
+                ("unknown_tool", Some(name))
+            }
+            ToolError::NotCompiled { name, feature } => {
+                data.message.clone_from(feature);
+                ("not_compiled", Some(name))
+            }
+            ToolError::Denied { tool, rule } => {
+                data.message.clone_from(rule);
+                ("denied", Some(tool))
+            }
+            ToolError::Config { tool, message } => {
+                data.message.clone_from(message);
+                ("config", Some(tool))
+            }
+            ToolError::Runner { tool, source } => {
+                data.message = crate::error_chain(&**source);
+                ("runner", Some(tool))
+            }
+            ToolError::Cancelled { tool } => ("cancelled", Some(tool)),
+        };
+        data.kind = kind.to_owned();
+        data.tool = tool.cloned();
+        data
+    }
+}
+
+impl From<ErrorData> for ToolError {
+    fn from(data: ErrorData) -> Self {
+        let tool = data.tool.unwrap_or_default();
+        match data.kind.as_str() {
+            "invalid_arguments" => ToolError::InvalidArguments {
+                tool,
+                violations: data.violations,
+            },
+            "timeout" => ToolError::Timeout {
+                tool,
+                after: Duration::from_millis(data.after_ms.unwrap_or(0)),
+                partial: data.partial,
+            },
+            "unknown_tool" => ToolError::UnknownTool {
+                name: tool,
+                known: data.known,
+            },
+            "not_compiled" => ToolError::NotCompiled {
+                name: tool,
+                feature: data.message,
+            },
+            "denied" => ToolError::Denied {
+                tool,
+                rule: data.message,
+            },
+            "config" => ToolError::Config {
+                tool,
+                message: data.message,
+            },
+            "runner" => ToolError::runner(tool, data.message),
+            "cancelled" => ToolError::Cancelled { tool },
+            _ => ToolError::failed(data.message),
+        }
+    }
+}
+
+/// A tool error serializes as `{"kind": …, "tool": …, "message": …}` plus the fields of
+/// its kind, so it crosses a process boundary (a sandbox's wire) and comes back as
+/// itself; a runner's source comes back as its message.
+impl serde::Serialize for ToolError {
+    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        ErrorData::from(self).serialize(serializer)
+    }
+}
+
+impl<'de> serde::Deserialize<'de> for ToolError {
+    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        ErrorData::deserialize(deserializer).map(ToolError::from)
+    }
+}
+
 impl ToolError {
     /// A failure the model should read, with `message` as its whole text.
     pub fn failed(message: impl Into<String>) -> Self {
@@ -139,7 +266,7 @@ pub fn error_chain(e: &(dyn std::error::Error + 'static)) -> String {
 }
 
 /// One way the arguments break the input schema.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Violation {
     /// JSON pointer to the offending value; empty for the whole arguments.
     pub pointer: String,

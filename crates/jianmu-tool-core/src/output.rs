@@ -7,14 +7,17 @@ use crate::ToolError;
 
 /// What a successful call gives back: text for the model, and optionally the same
 /// result as structured JSON for programs.
-#[derive(Debug, Clone, PartialEq, Default)]
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[non_exhaustive]
 pub struct ToolOutput {
     /// The text the model reads.
+    #[serde(default)]
     pub text: String,
     /// The result as JSON, when the tool has a structured form of it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub structured: Option<Value>,
     /// Images for the model to see (MCP image content), in order after the text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub images: Vec<Image>,
 }
 

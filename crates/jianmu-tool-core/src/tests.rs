@@ -679,3 +679,63 @@ fn a_merge_of_lazy_sets_builds_each_tool_with_its_own_provider() {
         assert_eq!(set.tool(name).unwrap().spec().description, name);
     }
 }
+
+#[test]
+fn errors_and_outputs_survive_serialization_as_themselves() {
+    let errors = [
+        ToolError::InvalidArguments {
+            tool: "t".into(),
+            violations: vec![Violation {
+                pointer: "/a".into(),
+                message: "not a number".into(),
+            }],
+        },
+        ToolError::failed("no luck"),
+        ToolError::Timeout {
+            tool: "bash".into(),
+            after: std::time::Duration::from_millis(1500),
+            partial: Some("so far".into()),
+        },
+        ToolError::UnknownTool {
+            name: "nope".into(),
+            known: vec!["a".into(), "b".into()],
+        },
+        ToolError::NotCompiled {
+            name: "bash".into(),
+            feature: "shell".into(),
+        },
+        ToolError::Denied {
+            tool: "bash".into(),
+            rule: "denied by `process:exec`".into(),
+        },
+        ToolError::Config {
+            tool: "t".into(),
+            message: "bad".into(),
+        },
+        ToolError::runner("t", "disk gone"),
+        ToolError::Cancelled { tool: "t".into() },
+    ];
+    for error in errors {
+        let text = serde_json::to_string(&error).unwrap();
+        let back: ToolError = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            crate::error_chain(&back),
+            crate::error_chain(&error),
+            "{text}"
+        );
+        assert_eq!(back.is_model_facing(), error.is_model_facing(), "{text}");
+        assert_eq!(
+            std::mem::discriminant(&back),
+            std::mem::discriminant(&error),
+            "{text}"
+        );
+    }
+    let mut out = ToolOutput::text("hi");
+    out.structured = Some(json!({"n": 1}));
+    let back: ToolOutput = serde_json::from_str(&serde_json::to_string(&out).unwrap()).unwrap();
+    assert_eq!(back, out);
+    assert_eq!(
+        serde_json::to_string(&ToolOutput::text("x")).unwrap(),
+        r#"{"text":"x"}"#
+    );
+}

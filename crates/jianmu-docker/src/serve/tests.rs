@@ -1,16 +1,16 @@
-//! `serve`, the runner loop inside a sandbox container, over an in-memory pipe.
+//! `serve`, the server loop inside a sandbox container, over an in-memory pipe.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use jianmu_tool_core::{
-    FunctionTool, Progress, ToolConfig, ToolError, ToolHandle, ToolSet, ToolSpec,
+    FunctionTool, Progress, ToolConfig, ToolError, ToolHandle, ToolOutput, ToolSet, ToolSpec,
 };
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt as _, AsyncWriteExt as _, BufReader};
 
-use crate::wire::{CallResult, Reply, Request, WireError, to_line};
+use crate::wire::{Reply, Request, on_host, to_line};
 use jianmu_test_support::probes as tools;
 
 struct Host {
@@ -92,27 +92,20 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
         host.reply().await,
         Reply::Done {
             id: 2,
-            result: CallResult::Ok {
-                text: "hi".into(),
-                structured: None,
-                images: Vec::new(),
-            },
+            result: Ok(ToolOutput::text("hi")),
             oom_kills: 0
         }
     );
     host.send(Request::Cancel { id: 1 }).await;
     let Reply::Done {
         id: 1,
-        result: CallResult::Err(e),
+        result: Err(e),
         ..
     } = host.reply().await
     else {
         panic!("no answer to the cancel")
     };
-    assert_eq!(
-        e.into_error("hang").to_string(),
-        "call to `hang` was cancelled"
-    );
+    assert_eq!(e.to_string(), "call to `hang` was cancelled");
     // The task is aborted: its future (and what it holds) is dropped.
     for _ in 0..100 {
         if dropped.load(Ordering::SeqCst) {
@@ -132,13 +125,13 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
     .await;
     let Reply::Done {
         id: 3,
-        result: CallResult::Err(e),
+        result: Err(e),
         ..
     } = host.reply().await
     else {
         panic!("no answer")
     };
-    let err = e.into_error("nope").to_string();
+    let err = on_host(Err(e)).unwrap_err().to_string();
     assert!(
         err.contains("not available inside the sandbox image"),
         "{err}"
@@ -155,11 +148,8 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
     let Reply::Done { id: 4, result, .. } = host.reply().await else {
         panic!("no answer")
     };
-    assert_eq!(
-        result.into_result("fail").unwrap_err().to_string(),
-        "no luck"
-    );
-    // End of input ends the runner.
+    assert_eq!(on_host(result).unwrap_err().to_string(), "no luck");
+    // End of input ends the server.
     host.input.shutdown().await.unwrap();
     server.await.unwrap().unwrap();
 }
@@ -210,7 +200,7 @@ async fn calls_keep_the_host_call_id_and_are_not_validated_again() {
         panic!("no answer")
     };
     assert_eq!(
-        result.into_result("whoami").unwrap().text,
+        on_host(result).unwrap().text,
         r#"mcp-42 Some(Object {"turn": Number(2)})"#
     );
     // A call that asks for progress gets the tool's reports before its answer.
@@ -245,7 +235,7 @@ async fn calls_keep_the_host_call_id_and_are_not_validated_again() {
     let Reply::Done { id: 2, result, .. } = host.reply().await else {
         panic!("no answer")
     };
-    assert_eq!(result.into_result("echo").unwrap().text, "");
+    assert_eq!(on_host(result).unwrap().text, "");
     host.input.shutdown().await.unwrap();
     server.await.unwrap().unwrap();
 }
@@ -302,13 +292,13 @@ async fn a_cancel_is_confirmed_only_once_the_work_is_gone() {
     host.send(Request::Cancel { id: 7 }).await;
     let Reply::Done {
         id: 7,
-        result: CallResult::Err(e),
+        result: Err(e),
         ..
     } = host.reply().await
     else {
         panic!("no confirmation")
     };
-    assert_eq!(e.kind, "cancelled");
+    assert!(matches!(e, ToolError::Cancelled { .. }), "{e}");
     assert!(
         finished.load(Ordering::SeqCst),
         "confirmed before the work ended"
@@ -341,12 +331,12 @@ fn errors_keep_their_kind_across_the_wire() {
         after: Duration::from_millis(1500),
         partial: Some("so far".into()),
     };
-    let back = WireError::from_error(&timeout).into_error("x");
+    let back: ToolError = serde_json::from_value(serde_json::to_value(&timeout).unwrap()).unwrap();
     assert!(
         matches!(back, ToolError::Timeout { ref tool, after, ref partial } if tool == "bash" && after == Duration::from_millis(1500) && partial.as_deref() == Some("so far"))
     );
     let runner = ToolError::runner("t", "disk gone");
-    let back = WireError::from_error(&runner).into_error("t");
+    let back: ToolError = serde_json::from_value(serde_json::to_value(&runner).unwrap()).unwrap();
     assert_eq!(
         jianmu_tool_core::error_chain(&back),
         jianmu_tool_core::error_chain(&runner)
