@@ -12,6 +12,7 @@
 
 use std::process::ExitCode;
 
+#[cfg(any(feature = "mcp", feature = "docker"))]
 use anyhow::Context;
 use clap::{CommandFactory as _, FromArgMatches as _};
 use jianmu_tool_core::{ToolError, ToolSpec};
