@@ -76,8 +76,36 @@ pub struct Pulled {
     /// How many more were skipped past those named.
     pub unlisted: usize,
     /// What was not copied into the sandbox when its container started: what its user
-    /// could not read here, hard links to files outside the workspace.
+    /// could not read here, hard links to files outside the workspace; the first 1,000
+    /// by name.
     pub left_out: Vec<Skipped>,
+    /// How many more were left out past those named.
+    pub left_out_unlisted: usize,
+}
+
+/// Entries named up to [`MAX_LISTED`], then only counted.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Named {
+    pub(crate) list: Vec<Skipped>,
+    pub(crate) more: usize,
+}
+
+impl Named {
+    fn push(&mut self, path: PathBuf, why: impl Into<String>) {
+        if self.list.len() < MAX_LISTED {
+            self.list.push(Skipped {
+                path,
+                why: why.into(),
+            });
+        } else {
+            self.more += 1;
+        }
+    }
+
+    /// How many, named or not.
+    pub(crate) fn len(&self) -> usize {
+        self.list.len() + self.more
+    }
 }
 
 impl Pulled {
@@ -90,7 +118,7 @@ impl Pulled {
     /// Whether everything came back and everything was copied in: nothing to report.
     #[must_use]
     pub fn is_complete(&self) -> bool {
-        self.dropped() == 0 && self.left_out.is_empty()
+        self.dropped() == 0 && self.left_out.is_empty() && self.left_out_unlisted == 0
     }
 
     pub(crate) fn skip(&mut self, path: &Path, why: impl Into<String>) {
@@ -127,6 +155,9 @@ impl std::fmt::Display for Pulled {
             write!(f, "\nnot copied into the sandbox:")?;
             for s in &self.left_out {
                 write!(f, "\n  {}: {}", s.path.display(), s.why)?;
+            }
+            if self.left_out_unlisted > 0 {
+                write!(f, "\n  ... and {} more", self.left_out_unlisted)?;
             }
         }
         Ok(())
@@ -189,17 +220,18 @@ impl Reader {
 }
 
 /// The workspace as a tar of folders and regular files, owned by the sandbox's user in
-/// the container, with their own modes; and what was left out, named.
+/// the container, with their own modes; and what was left out, named (what was left
+/// out counts against the entries limit too).
 pub(crate) fn pack(
     workspace: &Path,
     reader: Reader,
     limits: Limits,
-) -> Result<(Vec<u8>, Vec<Skipped>), SandboxError> {
+) -> Result<(Vec<u8>, Named), SandboxError> {
     use std::collections::HashMap;
     use std::os::unix::fs::MetadataExt as _;
     // First the list, bounded, so nothing is packed past a limit.
     let mut found: Vec<(PathBuf, std::fs::Metadata)> = Vec::new();
-    let mut left_out = Vec::new();
+    let mut left_out = Named::default();
     let mut links: HashMap<(u64, u64), u64> = HashMap::new();
     let (mut total, mut stack) = (0u64, vec![PathBuf::new()]);
     while let Some(rel) = stack.pop() {
@@ -214,10 +246,10 @@ pub(crate) fn pack(
                 continue;
             }
             if !reader.may_read(&meta) {
-                left_out.push(Skipped {
-                    path: name,
-                    why: "the sandbox's user cannot read it here".into(),
-                });
+                left_out.push(name, "the sandbox's user cannot read it here");
+                if found.len() + left_out.len() > limits.entries {
+                    return Err(too_big(limits, total, found.len() + left_out.len()));
+                }
                 continue;
             }
             if meta.is_dir() {
@@ -229,8 +261,8 @@ pub(crate) fn pack(
                 }
             }
             found.push((name, meta));
-            if total > limits.bytes || found.len() > limits.entries {
-                return Err(too_big(limits, total, found.len()));
+            if total > limits.bytes || found.len() + left_out.len() > limits.entries {
+                return Err(too_big(limits, total, found.len() + left_out.len()));
             }
         }
     }
@@ -262,20 +294,14 @@ pub(crate) fn pack(
             continue;
         }
         if meta.nlink() > 1 && links.get(&(meta.dev(), meta.ino())) < Some(&meta.nlink()) {
-            left_out.push(Skipped {
-                path: rel,
-                why: "a hard link to a file outside the workspace".into(),
-            });
+            left_out.push(rel, "a hard link to a file outside the workspace");
             continue;
         }
         let path = workspace.join(&rel);
         let file = match std::fs::File::open(&path) {
             Ok(f) => f,
             Err(e) => {
-                left_out.push(Skipped {
-                    path: rel,
-                    why: format!("cannot be read: {e}"),
-                });
+                left_out.push(rel, format!("cannot be read: {e}"));
                 continue;
             }
         };
@@ -299,7 +325,7 @@ pub(crate) async fn upload(
     workspace: &Path,
     user: &str,
     limits: Limits,
-) -> Result<Vec<Skipped>, SandboxError> {
+) -> Result<Named, SandboxError> {
     let reader = Reader::parse(user);
     let ws = workspace.to_owned();
     let (tar, left_out) = tokio::task::spawn_blocking(move || pack(&ws, reader, limits))
@@ -674,6 +700,37 @@ mod tests {
     }
 
     #[test]
+    fn what_is_left_out_is_named_up_to_a_thousand_counted_and_limited() {
+        use std::os::unix::fs::PermissionsExt as _;
+        let dir = tempfile::tempdir().unwrap();
+        for i in 0..MAX_LISTED + 5 {
+            let path = dir.path().join(format!("secret-{i}"));
+            std::fs::write(&path, "x").unwrap();
+            std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o600)).unwrap();
+        }
+        let stranger = Reader {
+            uid: 4242,
+            gid: 4242,
+        };
+        let room = Limits {
+            bytes: 1 << 20,
+            entries: 2 * MAX_LISTED,
+        };
+        let (_, left_out) = pack(dir.path(), stranger, room).unwrap();
+        assert_eq!((left_out.list.len(), left_out.more), (MAX_LISTED, 5));
+        let pulled = Pulled {
+            left_out: left_out.list,
+            left_out_unlisted: left_out.more,
+            ..Pulled::default()
+        };
+        assert!(!pulled.is_complete());
+        assert!(pulled.to_string().ends_with("... and 5 more"), "{pulled}");
+        // Files left out count against copy_limit_files like those copied.
+        let e = pack(dir.path(), stranger, ROOM).unwrap_err();
+        assert!(e.to_string().contains("copy_limit_files (1000)"), "{e}");
+    }
+
+    #[test]
     fn a_round_trip_keeps_files_and_folders() {
         let from = tempfile::tempdir().unwrap();
         std::fs::create_dir(from.path().join("sub")).unwrap();
@@ -681,7 +738,7 @@ mod tests {
         std::fs::write(from.path().join("b.txt"), "beta").unwrap();
         std::os::unix::fs::symlink("/etc/passwd", from.path().join("link")).unwrap();
         let (tar, left_out) = pack(from.path(), me(), ROOM).unwrap();
-        assert!(left_out.is_empty(), "{left_out:?}");
+        assert_eq!(left_out.len(), 0, "{left_out:?}");
         let to = tempfile::tempdir().unwrap();
         let pulled = unpack(tar.as_slice(), to.path(), ROOM).unwrap();
         assert_eq!((pulled.files, pulled.bytes), (2, 9));
@@ -743,7 +800,9 @@ mod tests {
             gid: 4242,
         };
         let (tar, left_out) = pack(w, stranger, ROOM).unwrap();
+        assert_eq!(left_out.more, 0);
         let mut named: Vec<_> = left_out
+            .list
             .iter()
             .map(|s| format!("{}: {}", s.path.display(), s.why))
             .collect();

@@ -75,7 +75,7 @@ pub struct DockerSandbox {
     /// This session's container, once started.
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
     /// What was not copied into this session's container (a copied workspace).
-    left_out: Arc<std::sync::Mutex<Vec<Skipped>>>,
+    left_out: Arc<std::sync::Mutex<copy::Named>>,
 }
 
 struct Inner {
@@ -185,7 +185,9 @@ impl DockerSandbox {
             );
             failed
         });
-        pulled.left_out = std::mem::take(&mut *lock(&self.left_out));
+        let left_out = std::mem::take(&mut *lock(&self.left_out));
+        pulled.left_out = left_out.list;
+        pulled.left_out_unlisted = left_out.more;
         let conn = self.conn.lock().await.take();
         if let Some(conn) = conn {
             conn.close(Duration::from_secs(5)).await;
@@ -288,7 +290,7 @@ impl DockerSandbox {
             .await;
             match copied {
                 Ok(left_out) => {
-                    for s in &left_out {
+                    for s in &left_out.list {
                         tracing::warn!(
                             "not copied into the sandbox: {}: {}",
                             s.path.display(),
