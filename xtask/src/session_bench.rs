@@ -96,18 +96,33 @@ fn old_tree(rev: &str) -> anyhow::Result<PathBuf> {
     Ok(tree)
 }
 
-/// A release `jianmu` of `tree` (sharing this tree's target folder, so dependencies
-/// are built once), copied to `target/bench-NAME/jianmu`.
+/// Where `tree` builds: this tree in `target`, another in a target folder of its own
+/// (workspace crates are named by their path inside the workspace, so two trees in
+/// one target folder would overwrite each other's artifacts).
+fn target_of(tree: &Path) -> PathBuf {
+    if tree == root() {
+        root().join("target")
+    } else {
+        root().join("target/bench-old-target")
+    }
+}
+
+/// A release `jianmu` of `tree`, copied to `target/bench-NAME-bin/jianmu`.
 fn build(tree: &Path, name: &str) -> anyhow::Result<PathBuf> {
+    let target = target_of(tree);
     let mut c = cargo();
-    c.current_dir(tree)
-        .env("CARGO_TARGET_DIR", root().join("target"))
-        .args(["build", "--release", "--locked", "-p", "jianmu-cli"]);
+    c.current_dir(tree).env("CARGO_TARGET_DIR", &target).args([
+        "build",
+        "--release",
+        "--locked",
+        "-p",
+        "jianmu-cli",
+    ]);
     run_cmd(c)?;
     let dir = root().join(format!("target/bench-{name}-bin"));
     std::fs::create_dir_all(&dir)?;
     let binary = dir.join("jianmu");
-    std::fs::copy(root().join("target/release/jianmu"), &binary)?;
+    std::fs::copy(target.join("release/jianmu"), &binary)?;
     Ok(binary)
 }
 
