@@ -328,9 +328,18 @@ impl Session {
             runtime: runtime.clone(),
             owns_runtime: false,
         };
-        // From here a failure drops `session`, which gives the count back and
-        // removes the folder.
-        let parts = session.build()?;
+        let parts = match session.build() {
+            Ok(parts) => parts,
+            Err(e) => {
+                // Nothing was built: give the count back and remove the folder here
+                // (dropping a session without parts releases nothing).
+                if let Some(dir) = session.folder.take() {
+                    let _ = std::fs::remove_dir_all(dir);
+                }
+                runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
+                return Err(e);
+            }
+        };
         *session
             .parts
             .get_mut()
