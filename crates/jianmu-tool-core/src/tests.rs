@@ -739,3 +739,50 @@ fn errors_and_outputs_survive_serialization_as_themselves() {
         r#"{"text":"x"}"#
     );
 }
+
+#[tokio::test]
+async fn a_deferred_tool_is_built_at_its_first_call_and_a_failed_build_is_tried_again() {
+    let builds = Arc::new(Mutex::new(0u32));
+    let counter = Arc::clone(&builds);
+    let spec = ToolSpec::new("late", "Built late.");
+    let late = ToolHandle::deferred(spec.clone(), move || {
+        let mut n = counter.lock().unwrap();
+        *n += 1;
+        if *n == 1 {
+            return Err(ToolError::Config {
+                tool: "late".into(),
+                message: "not yet".into(),
+            });
+        }
+        ToolHandle::new(FunctionTool::from_sync(
+            ToolSpec::new("late", "Built late."),
+            |_| Ok("built".into()),
+        ))
+    })
+    .unwrap();
+    assert!(!late.is_built());
+    assert_eq!(late.spec(), &spec);
+    let first = late.execute(json!("x"), ExecuteOptions::default()).await;
+    assert!(matches!(first, Err(ToolError::Config { .. })), "{first:?}");
+    let second = late.execute(json!("x"), ExecuteOptions::default()).await;
+    assert_eq!(second.unwrap().text, "built");
+    assert!(late.is_built());
+    late.execute(json!("x"), ExecuteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(*builds.lock().unwrap(), 2);
+
+    let boom = ToolHandle::deferred(ToolSpec::new("boom", "Panics when built."), || {
+        panic!("no parts")
+    })
+    .unwrap();
+    let e = boom
+        .execute(json!("x"), ExecuteOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::Runner { .. }), "{e}");
+    assert!(
+        crate::error_chain(&e).contains("the tool panicked: no parts"),
+        "{e}"
+    );
+}

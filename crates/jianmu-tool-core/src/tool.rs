@@ -520,21 +520,31 @@ impl ToolHandle {
         args: Value,
         cx: &CallContext,
     ) -> Result<ToolOutput, ToolError> {
-        let body = std::panic::AssertUnwindSafe(async { self.body()?.call_json(args, cx).await });
+        // A deferred tool is built first; a build that panics is caught as a call would be.
+        let tool = match &self.inner.tool {
+            Body::Ready(tool) => tool.as_ref(),
+            Body::Deferred { .. } => {
+                match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| self.body())) {
+                    Ok(built) => built?,
+                    Err(panic) => return Err(self.panicked(&*panic)),
+                }
+            }
+        };
+        let body = std::panic::AssertUnwindSafe(tool.call_json(args, cx));
         match body.catch_unwind().await {
             Ok(result) => result,
-            Err(panic) => {
-                let what = panic
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_owned())
-                    .or_else(|| panic.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".to_owned());
-                Err(ToolError::runner(
-                    self.name(),
-                    format!("the tool panicked: {what}"),
-                ))
-            }
+            Err(panic) => Err(self.panicked(&*panic)),
         }
+    }
+
+    /// What a panic in the tool becomes: a runner error naming the tool.
+    fn panicked(&self, panic: &(dyn std::any::Any + Send)) -> ToolError {
+        let what = panic
+            .downcast_ref::<&str>()
+            .map(|s| (*s).to_owned())
+            .or_else(|| panic.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "unknown panic".to_owned());
+        ToolError::runner(self.name(), format!("the tool panicked: {what}"))
     }
 
     /// Binds this tool to fixed arguments, as one step of an explicit workflow.
