@@ -160,7 +160,6 @@ struct App {
     origins: Vec<String>,
     catalog: Catalog,
     runtime: Runtime,
-    max_sessions: usize,
 }
 
 impl App {
@@ -223,7 +222,7 @@ impl App {
                 StatusCode::SERVICE_UNAVAILABLE,
                 format!(
                     "the server has its limit of {} open sessions; retry later\n",
-                    self.max_sessions
+                    self.runtime.settings().max_sessions
                 ),
             );
             response.headers_mut().insert(
@@ -316,7 +315,6 @@ pub(crate) async fn serve(
         origins: limits.allowed_origins.clone(),
         catalog: catalog.clone(),
         runtime: runtime.clone(),
-        max_sessions: limits.max_sessions,
     });
 
     let listener = tokio::net::TcpListener::bind(options.addr)
