@@ -171,9 +171,8 @@ fn measure(jianmu: &Path, tree: &Path) -> anyhow::Result<Figures> {
 
 fn tempfile_dir(what: &str) -> anyhow::Result<PathBuf> {
     let dir = std::env::temp_dir().join(format!(
-        "jianmu-session-bench-{what}-{}-{}",
-        std::process::id(),
-        Instant::now().elapsed().as_nanos()
+        "jianmu-session-bench-{what}-{}",
+        std::process::id()
     ));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir)?;
