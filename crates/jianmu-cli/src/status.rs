@@ -38,6 +38,7 @@ pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> 
                 "user_namespaces": kernel.namespaces,
                 "landlock_abi": kernel.landlock_abi,
                 "seccomp": kernel.seccomp,
+                "private_networks": kernel.private_network,
             },
             "docker": docker,
         });
@@ -49,13 +50,14 @@ pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> 
     }
     let yes = |b: bool| if b { "yes" } else { "no" };
     text.push_str(&format!(
-        "kernel: user namespaces {}, Landlock {}, seccomp {}\n",
+        "kernel: user namespaces {}, Landlock {}, seccomp {}, private networks {}\n",
         yes(kernel.namespaces),
         match kernel.landlock_abi {
             0 => "no".to_owned(),
             abi => format!("ABI {abi}"),
         },
-        yes(kernel.seccomp)
+        yes(kernel.seccomp),
+        yes(kernel.private_network)
     ));
     text.push_str(&format!(
         "docker: {}\n",

@@ -18,8 +18,11 @@
 //! [`Isolation`]): its own `/proc` (the command sees only its own processes), Landlock
 //! (writes only in the workspace, the private temporary directory and the few harmless
 //! devices; no access to other processes' `/proc` entries; no signals or abstract
-//! sockets outside the call), and without `network`, no TCP by Landlock and no sockets
-//! other than Unix ones by a seccomp filter.
+//! sockets outside the call), and without `network`, a private network: the session's
+//! commands share a network namespace whose only interface is loopback (see
+//! [`Network`]), so local servers and every socket family a namespace confines work and
+//! nothing is routed outside. Where such a namespace cannot be made, no TCP by Landlock
+//! and no sockets other than Unix ones by a seccomp filter.
 
 use std::io;
 use std::os::fd::OwnedFd;
@@ -31,6 +34,7 @@ use tokio::net::unix::pipe;
 
 use serde::{Deserialize, Serialize};
 
+use crate::netns::Network;
 use crate::plan::Plan;
 use crate::spec::{Spec, Stdio};
 use crate::sys;
@@ -43,8 +47,10 @@ pub struct IsolationSettings {
     /// command unless Landlock, the seccomp filter and the namespaces are all available;
     /// `off` keeps only the supervision (nothing outlives its call either way).
     pub mode: IsolationMode,
-    /// Whether commands may open network sockets (TCP, UDP, raw). Off by default; Unix
-    /// sockets always work.
+    /// Whether commands use the host's network, and so reach outside hosts. Off by
+    /// default: commands get a private network with loopback only, shared by a
+    /// session's commands, where local servers and sockets work and nothing leaves
+    /// (where the kernel cannot make one: no sockets but Unix ones).
     pub network: bool,
     /// Paths writable besides the workspace and the private temporary directory.
     pub writable: Vec<PathBuf>,
@@ -57,6 +63,34 @@ impl Default for IsolationSettings {
             network: false,
             writable: Vec::new(),
         }
+    }
+}
+
+impl IsolationSettings {
+    /// One sentence for the description of `tool` (whose settings these are) saying
+    /// what network its commands have on this machine, when the outside is closed:
+    /// that local servers and sockets work or do not, that outside hosts do not, and
+    /// which setting opens it. `None` with the host's network.
+    pub fn network_sentence(&self, tool: &str) -> Option<String> {
+        if self.network || self.mode == IsolationMode::Off {
+            return None;
+        }
+        let kernel = Isolation::probe();
+        Some(if kernel.namespaces && kernel.private_network {
+            format!(
+                "Network: a private one per session, loopback only: local servers and \
+                 sockets work, and a server started earlier in this session (e.g. a \
+                 `background: true` bash job) stays reachable; outside hosts cannot be \
+                 reached (the setting `[tools.{tool}.isolation] network = true` opens \
+                 them; in the Docker sandbox, `[docker] network = true`)."
+            )
+        } else {
+            format!(
+                "Network: none on this host: only Unix sockets work, so local TCP servers \
+                 and outside hosts do not (the setting `[tools.{tool}.isolation] network \
+                 = true` gives the host's network)."
+            )
+        })
     }
 }
 
@@ -81,16 +115,22 @@ pub struct Isolation {
     pub seccomp: bool,
     /// Whether an unprivileged user + PID + mount namespace with a fresh `/proc` works.
     pub namespaces: bool,
+    /// Whether private networks (a network namespace with loopback up) can be made.
+    pub private_network: bool,
 }
 
 impl Isolation {
     /// What this kernel offers (probed on first use, then cached).
     pub fn probe() -> Self {
         static PROBED: std::sync::OnceLock<Isolation> = std::sync::OnceLock::new();
-        *PROBED.get_or_init(|| Isolation {
-            landlock_abi: crate::landlock::landlock_abi(),
-            seccomp: crate::seccomp::seccomp_available(),
-            namespaces: crate::userns::namespaces_work(),
+        *PROBED.get_or_init(|| {
+            let namespaces = crate::userns::namespaces_work();
+            Isolation {
+                landlock_abi: crate::landlock::landlock_abi(),
+                seccomp: crate::seccomp::seccomp_available(),
+                namespaces,
+                private_network: namespaces && crate::netns::private_networks_work(),
+            }
         })
     }
 }
@@ -121,6 +161,8 @@ pub struct Jail {
     plan: Arc<Plan>,
     tmp: Option<Arc<tempfile::TempDir>>,
     summary: Arc<str>,
+    /// The private network commands run in, when in force.
+    network: Option<Arc<Network>>,
 }
 
 impl Jail {
@@ -176,6 +218,7 @@ impl Jail {
         if fresh_proc {
             parts.push("own /proc".into());
         }
+        let private = isolate && !settings.network && namespaces && offered.private_network;
         let landlock = if isolate && offered.landlock_abi > 0 {
             let mut writable = vec![workspace.to_owned()];
             writable.extend(tmp.iter().map(|t| t.path().to_owned()));
@@ -183,7 +226,13 @@ impl Jail {
             let fd = crate::landlock::landlock_ruleset(
                 offered.landlock_abi,
                 &writable,
-                settings.network,
+                crate::landlock::Net {
+                    // TCP is confined by the namespace, or open.
+                    tcp: settings.network || private,
+                    // Abstract Unix sockets belong to the network namespace, so a
+                    // private one already keeps them within the session.
+                    abstract_sockets: private,
+                },
             )
             .map_err(setup("Landlock ruleset"))?;
             parts.push(format!("landlock v{}", offered.landlock_abi));
@@ -191,11 +240,22 @@ impl Jail {
         } else {
             None
         };
-        let seccomp = (isolate && offered.seccomp && !settings.network)
-            .then(crate::seccomp::no_network_filter)
-            .flatten();
-        if seccomp.is_some() || (landlock.is_some() && offered.landlock_abi >= 4) {
-            parts.push("no network".into());
+        let seccomp = if !isolate || !offered.seccomp || settings.network {
+            None
+        } else if private {
+            crate::seccomp::private_network_filter()
+        } else {
+            crate::seccomp::no_network_filter()
+        };
+        if private {
+            parts.push("private network (loopback only)".into());
+        } else if isolate && settings.network {
+            parts.push("host network".into());
+        } else if isolate
+            && !settings.network
+            && (seccomp.is_some() || (landlock.is_some() && offered.landlock_abi >= 4))
+        {
+            parts.push("no network (no private network on this kernel)".into());
         }
         let summary = if isolate && landlock.is_some() {
             format!("{} (writes: workspace, private tmp)", parts.join(", "))
@@ -214,14 +274,37 @@ impl Jail {
             }),
             tmp,
             summary: summary.into(),
+            network: private.then(|| Arc::new(Network::new())),
         })
+    }
+
+    /// The same jail with its commands in `network`, the private network of their
+    /// session (by default each jail has its own): what tools that run commands do with
+    /// the one their session shares. No effect where no private network is in force.
+    #[must_use]
+    pub fn sharing_network(mut self, network: Arc<Network>) -> Self {
+        if self.network.is_some() {
+            self.network = Some(network);
+        }
+        self
+    }
+
+    /// The private network its commands run in, when one is in force: loopback only,
+    /// shared by the session's commands.
+    pub fn private_network(&self) -> Option<&Arc<Network>> {
+        self.network.as_ref()
     }
 
     /// A jail whose namespaces cannot be entered although the kernel offers them, as
     /// under a policy that refuses them to this process.
     #[cfg(test)]
     pub(crate) fn with_refused_namespaces(settings: &IsolationSettings, workspace: &Path) -> Self {
-        let mut jail = Self::new(settings, workspace).unwrap();
+        // Joining a private network needs no identity maps: refuse it by not having one.
+        let kernel = Isolation {
+            private_network: false,
+            ..Isolation::probe()
+        };
+        let mut jail = Self::with_kernel(settings, workspace, kernel).unwrap();
         if let Some(plan) = Arc::get_mut(&mut jail.plan) {
             plan.maps = crate::userns::Maps::refused();
         }
@@ -252,8 +335,17 @@ impl Jail {
     /// The program cannot be found or started, or the isolation cannot be entered.
     pub fn spawn(&self, spec: &Spec) -> io::Result<Supervised> {
         use std::sync::atomic::Ordering;
+        let net = match &self.network {
+            Some(network) => Some(network.get().map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!("cannot make the private network for this command: {e}"),
+                )
+            })?),
+            None => None,
+        };
         if self.plan.namespaces && !self.plan.namespaces_failed.load(Ordering::Relaxed) {
-            match crate::spawn::spawn(&self.plan, spec) {
+            match crate::spawn::spawn(&self.plan, spec, net.as_deref()) {
                 Ok(mut child) => {
                     let (stdin, stdout, stderr) =
                         (child.stdin.take(), child.stdout.take(), child.stderr.take());
@@ -303,7 +395,7 @@ impl Jail {
         // supervisor (it exits there).
         #[allow(unsafe_code)]
         unsafe {
-            cmd.pre_exec(move || crate::supervisor::enter(&plan, parent));
+            cmd.pre_exec(move || crate::supervisor::enter(&plan, parent, net.as_deref()));
         }
         let mut child = cmd.spawn()?;
         // `cmd` holds the child's end of a socket: gone with it, so that the caller

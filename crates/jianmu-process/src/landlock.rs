@@ -59,25 +59,36 @@ fn fs_rights(abi: u32) -> u64 {
     }
 }
 
+/// What a ruleset leaves to other confinement.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Net {
+    /// TCP binds and connects are not handled (open, or confined by a namespace).
+    pub(crate) tcp: bool,
+    /// Abstract Unix sockets are not scoped to the domain (a private network namespace
+    /// keeps them within the session).
+    pub(crate) abstract_sockets: bool,
+}
+
 /// A ruleset: read and execute everywhere, everything below `writable`, the harmless
-/// devices; no TCP unless `network`; no signals or abstract sockets outside the domain.
+/// devices; no TCP unless `net.tcp`; no signals outside the domain, nor abstract
+/// sockets unless `net.abstract_sockets`.
 pub(crate) fn landlock_ruleset(
     abi: u32,
     writable: &[std::path::PathBuf],
-    network: bool,
+    net: Net,
 ) -> io::Result<OwnedFd> {
     let all = fs_rights(abi);
     let attr = RulesetAttr {
         handled_access_fs: all,
-        handled_access_net: if abi >= 4 && !network {
+        handled_access_net: if abi >= 4 && !net.tcp {
             NET_BIND_TCP | NET_CONNECT_TCP
         } else {
             0
         },
-        scoped: if abi >= 6 {
-            SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL
-        } else {
-            0
+        scoped: match (abi >= 6, net.abstract_sockets) {
+            (false, _) => 0,
+            (true, false) => SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL,
+            (true, true) => SCOPE_SIGNAL,
         },
     };
     let size = if abi >= 6 {

@@ -26,6 +26,7 @@ use std::process::Stdio;
 mod isolate;
 mod jail;
 mod landlock;
+mod netns;
 mod plan;
 mod seccomp;
 mod spawn;
@@ -36,6 +37,7 @@ mod tree;
 mod userns;
 
 pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Supervised};
+pub use netns::Network;
 pub use spec::{Spec, Stdio as Stream};
 
 /// A `tokio` command for `program` with stdin closed (`/dev/null`) and the child killed

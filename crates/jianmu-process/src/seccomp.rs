@@ -16,6 +16,24 @@ const AUDIT_ARCH: u32 = 0xc000_00b7;
 /// them) with `EACCES`, and system calls of a foreign ABI with `ENOSYS`. `None` on
 /// architectures it is not written for.
 pub(crate) fn no_network_filter() -> Option<Vec<libc::sock_filter>> {
+    socket_filter(&[libc::AF_UNIX])
+}
+
+/// The filter for commands in a private network: the families a network namespace
+/// confines (Unix, IPv4, IPv6, netlink) work; the others, which reach past it (vsock
+/// to a virtual machine's host, Bluetooth, CAN, ...), are refused, as are io_uring and
+/// foreign ABIs.
+pub(crate) fn private_network_filter() -> Option<Vec<libc::sock_filter>> {
+    socket_filter(&[
+        libc::AF_UNIX,
+        libc::AF_INET,
+        libc::AF_INET6,
+        libc::AF_NETLINK,
+    ])
+}
+
+/// A filter that lets `socket` make only the `allowed` families.
+fn socket_filter(allowed: &[libc::c_int]) -> Option<Vec<libc::sock_filter>> {
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     {
         let stmt = |code: u32, k: u32| libc::sock_filter {
@@ -35,7 +53,8 @@ pub(crate) fn no_network_filter() -> Option<Vec<libc::sock_filter>> {
         let jeq = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
         let jge = libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K;
         let errno = |e: i32| libc::SECCOMP_RET_ERRNO | (e as u32 & 0xffff);
-        Some(vec![
+        let n = u8::try_from(allowed.len()).ok()?;
+        let mut program = vec![
             stmt(ld, 4), // arch
             jump(jeq, AUDIT_ARCH, 1, 0),
             stmt(ret, errno(libc::ENOSYS)),
@@ -43,13 +62,19 @@ pub(crate) fn no_network_filter() -> Option<Vec<libc::sock_filter>> {
             jump(jge, 0x4000_0000, 0, 1), // the x32 ABI
             stmt(ret, errno(libc::ENOSYS)),
             jump(jeq, libc::SYS_socket as u32, 2, 0),
-            jump(jeq, libc::SYS_io_uring_setup as u32, 3, 0),
+            // io_uring: to the refusal after the family checks.
+            jump(jeq, libc::SYS_io_uring_setup as u32, 2 + n, 0),
             stmt(ret, libc::SECCOMP_RET_ALLOW),
             stmt(ld, 16), // args[0], the address family (low half)
-            jump(jeq, libc::AF_UNIX as u32, 1, 0),
-            stmt(ret, errno(libc::EACCES)),
-            stmt(ret, libc::SECCOMP_RET_ALLOW),
-        ])
+        ];
+        // Each allowed family jumps over the ones after it and the refusal.
+        for (i, family) in allowed.iter().enumerate() {
+            let skip = n - 1 - u8::try_from(i).ok()? + 1;
+            program.push(jump(jeq, *family as u32, skip, 0));
+        }
+        program.push(stmt(ret, errno(libc::EACCES)));
+        program.push(stmt(ret, libc::SECCOMP_RET_ALLOW));
+        Some(program)
     }
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     {

@@ -19,6 +19,7 @@ use std::process::ExitStatus;
 
 use tokio::io::unix::AsyncFd;
 
+use crate::netns::PrivateNet;
 use crate::plan::Plan;
 use crate::spec::{Spec, Stdio};
 
@@ -33,6 +34,9 @@ struct Prepared<'a> {
     stdio: [RawFd; 3],
     /// Where the child reports the `errno` of a failed setup or `execve`.
     report: RawFd,
+    /// Whether the child is the first process of a new user namespace and writes its
+    /// identity maps (not when it joined a private network's user namespace).
+    own_user_ns: bool,
 }
 
 /// The program's path: as given when it has a `/`, else the first executable of that
@@ -129,8 +133,13 @@ pub(crate) struct NsChild {
     pub(crate) stderr: Option<OwnedFd>,
 }
 
-/// Starts `spec` under `plan`, as the init of a new user and PID namespace.
-pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
+/// Starts `spec` under `plan`, as the init of a new PID namespace: in a new user
+/// namespace, or, with `net`, in that private network and its user namespace.
+pub(crate) fn spawn(
+    plan: &Plan,
+    spec: &Spec,
+    net: Option<&PrivateNet>,
+) -> Result<NsChild, Failure> {
     use Failure::Command as C;
     let env: Vec<CString> = spec
         .env
@@ -198,43 +207,81 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
         cwd,
         stdio,
         report: report_write.as_raw_fd(),
+        own_user_ns: net.is_none(),
     };
 
     let stack = Stack::new(256 * 1024).map_err(C)?;
-    let flags = libc::CLONE_VM
-        | libc::CLONE_VFORK
-        | libc::CLONE_PIDFD
-        | libc::CLONE_NEWUSER
-        | libc::CLONE_NEWPID
-        | libc::SIGCHLD;
     let mut pidfd: libc::c_int = -1;
     let child_pid;
-    // SAFETY: every signal is blocked across the clone, so no handler runs in the child
-    // while it shares this memory; the child runs `child_main` on its own stack with
-    // `prepared`, which outlives it (the calling thread waits until it execs or exits:
-    // CLONE_VFORK); the pidfd is written to `pidfd`.
-    unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let pid = libc::clone(
-            child_main,
-            stack.top(),
-            flags,
-            (&raw const prepared).cast_mut().cast(),
-            &raw mut pidfd,
-        );
-        let err = io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if pid < 0 {
-            let _ = err;
-            return Err(Failure::Namespaces);
+    match net {
+        None => {
+            let flags = libc::CLONE_VM
+                | libc::CLONE_VFORK
+                | libc::CLONE_PIDFD
+                | libc::CLONE_NEWUSER
+                | libc::CLONE_NEWPID
+                | libc::SIGCHLD;
+            // SAFETY: every signal is blocked across the clone, so no handler runs in
+            // the child while it shares this memory; the child runs `child_main` on its
+            // own stack with `prepared`, which outlives it (the calling thread waits
+            // until it execs or exits: CLONE_VFORK); the pidfd is written to `pidfd`.
+            let pid = unsafe {
+                with_signals_blocked(|| {
+                    libc::clone(
+                        child_main,
+                        stack.top(),
+                        flags,
+                        (&raw const prepared).cast_mut().cast(),
+                        &raw mut pidfd,
+                    )
+                })
+            };
+            if pid < 0 {
+                return Err(Failure::Namespaces);
+            }
+            child_pid = pid.unsigned_abs();
         }
-        child_pid = pid.unsigned_abs();
+        Some(net) => {
+            // A first child joins the network and its user namespace (a process may
+            // only do that alone: this thread's process has other threads), then
+            // starts the command as this process's own child (CLONE_PARENT) and exits.
+            // Sharing this descriptor table, it leaves the command's pidfd here.
+            let inner = Stack::new(64 * 1024).map_err(C)?;
+            let mut hop = Hop {
+                prepared: &prepared,
+                net,
+                stack: stack.top(),
+                pid: -1,
+                pidfd: -1,
+            };
+            let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD;
+            // SAFETY: as above; `hop_main` runs on the small stack with `hop`, which
+            // outlives it (CLONE_VFORK), and makes system calls only; the command gets
+            // the large one.
+            let pid = unsafe {
+                with_signals_blocked(|| {
+                    libc::clone(hop_main, inner.top(), flags, (&raw mut hop).cast())
+                })
+            };
+            if pid < 0 {
+                return Err(Failure::Namespaces);
+            }
+            // SAFETY: reaps the first child, which has exited (CLONE_VFORK).
+            unsafe {
+                let mut status = 0;
+                libc::waitpid(pid, &mut status, libc::__WALL);
+            }
+            drop(inner);
+            pidfd = hop.pidfd;
+            child_pid = hop.pid.unsigned_abs();
+        }
     }
     drop(theirs);
     drop(report_write);
+    if pidfd < 0 {
+        // The first child could not join the network (it reported why on the pipe).
+        return Err(Failure::Namespaces);
+    }
     // SAFETY: the kernel stored a new pidfd that nothing else owns.
     let pidfd = unsafe { OwnedFd::from_raw_fd(pidfd) };
     let mut report = [0i32; 2];
@@ -272,14 +319,77 @@ pub(crate) fn spawn(plan: &Plan, spec: &Spec) -> Result<NsChild, Failure> {
     })
 }
 
+/// Calls `f` with every signal of this thread blocked, so that no handler runs in a
+/// child that shares this memory before it resets them.
+unsafe fn with_signals_blocked(f: impl FnOnce() -> libc::c_int) -> libc::c_int {
+    // SAFETY: masks are zeroed then filled; the old mask is restored.
+    unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let r = f();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        r
+    }
+}
+
+/// What the first child of a spawn into a private network needs, and where it leaves
+/// the command's pid and pidfd.
+struct Hop<'a> {
+    prepared: &'a Prepared<'a>,
+    net: &'a PrivateNet,
+    /// The top of the command's own stack.
+    stack: *mut libc::c_void,
+    pid: libc::pid_t,
+    pidfd: libc::c_int,
+}
+
+extern "C" fn hop_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Hop` the caller keeps alive while this runs; system calls
+    // on prepared data only.
+    unsafe {
+        let hop = &mut *arg.cast::<Hop<'_>>();
+        if let Err(e) = hop.net.enter() {
+            let report = [
+                Stage::Namespaces as i32,
+                e.raw_os_error().unwrap_or(libc::EPERM),
+            ];
+            libc::write(hop.prepared.report, report.as_ptr().cast(), 8);
+            libc::_exit(1);
+        }
+        let flags = libc::CLONE_VM
+            | libc::CLONE_VFORK
+            | libc::CLONE_PARENT
+            | libc::CLONE_PIDFD
+            | libc::CLONE_NEWPID
+            | libc::SIGCHLD;
+        let pid = libc::clone(
+            child_main,
+            hop.stack,
+            flags,
+            std::ptr::from_ref(hop.prepared).cast_mut().cast(),
+            &raw mut hop.pidfd,
+        );
+        if pid < 0 {
+            let report = [Stage::Namespaces as i32, *libc::__errno_location()];
+            libc::write(hop.prepared.report, report.as_ptr().cast(), 8);
+            hop.pidfd = -1;
+            libc::_exit(1);
+        }
+        hop.pid = pid;
+        libc::_exit(0)
+    }
+}
+
 /// A child stack with a guard page below it.
-struct Stack {
+pub(crate) struct Stack {
     base: *mut libc::c_void,
     size: usize,
 }
 
 impl Stack {
-    fn new(size: usize) -> io::Result<Self> {
+    pub(crate) fn new(size: usize) -> io::Result<Self> {
         let guard = 4096;
         // SAFETY: a fresh anonymous mapping; the lowest page becomes the guard.
         unsafe {
@@ -302,7 +412,7 @@ impl Stack {
         }
     }
 
-    fn top(&self) -> *mut libc::c_void {
+    pub(crate) fn top(&self) -> *mut libc::c_void {
         // SAFETY: one past the end of the mapping, 16-byte aligned (page aligned).
         unsafe { self.base.cast::<u8>().add(self.size).cast() }
     }
@@ -372,7 +482,12 @@ unsafe fn setup_and_exec(p: &Prepared<'_>) -> (Stage, i32) {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) != 0 {
             return fail();
         }
-        let namespaces = crate::userns::write_own_maps(&p.plan.maps).and_then(|()| {
+        let maps = if p.own_user_ns {
+            crate::userns::write_own_maps(&p.plan.maps)
+        } else {
+            Ok(())
+        };
+        let namespaces = maps.and_then(|()| {
             if p.plan.fresh_proc {
                 crate::userns::own_proc(&p.plan.paths)
             } else {

@@ -26,7 +26,15 @@ const STOP_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHU
 /// Runs in the child `std` forked for a jailed command where namespaces do not work,
 /// before `exec`: becomes the supervisor, forks the worker and returns in the worker
 /// only (which then execs).
-pub(crate) fn enter(plan: &Plan, parent: libc::pid_t) -> io::Result<()> {
+pub(crate) fn enter(
+    plan: &Plan,
+    parent: libc::pid_t,
+    net: Option<&crate::netns::PrivateNet>,
+) -> io::Result<()> {
+    // The supervisor and everything below it live in the session's private network.
+    if let Some(net) = net {
+        net.enter()?;
+    }
     // SAFETY: system calls on data prepared before the fork (see the module doc).
     unsafe {
         // Hold the stop signals until the handlers are in place.

@@ -259,11 +259,12 @@ async fn isolated_on(kernel: crate::Isolation) {
     )
     .await;
     assert!(code != 0 && !out.contains("CONNECTED"), "{out}");
-    assert!(
-        jail.describe().contains("no network"),
-        "{}",
-        jail.describe()
-    );
+    let network = if kernel.namespaces && kernel.private_network {
+        "private network (loopback only)"
+    } else {
+        "no network"
+    };
+    assert!(jail.describe().contains(network), "{}", jail.describe());
     // With `network = true`, the same connection works.
     let open = crate::Jail::with_kernel(
         &crate::IsolationSettings {
@@ -312,4 +313,125 @@ async fn refused_namespaces_fall_back_to_the_supervisor() {
         .spawn(&crate::Spec::new("/nonexistent/program"))
         .unwrap_err();
     assert_eq!(err.kind(), std::io::ErrorKind::NotFound);
+}
+
+/// A command's output and status, started with `spawn` and read to the end.
+async fn output(mut child: crate::Supervised) -> (i32, String) {
+    use tokio::io::AsyncReadExt;
+    let mut text = String::new();
+    if let Some(mut o) = child.stdout.take() {
+        o.read_to_string(&mut text).await.unwrap();
+    }
+    if let Some(mut e) = child.stderr.take() {
+        e.read_to_string(&mut text).await.unwrap();
+    }
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
+        .await
+        .expect("the command did not end")
+        .unwrap();
+    (status.code().unwrap_or(-1), text)
+}
+
+/// A server one command starts (TCP, a Unix socket by path, an abstract Unix socket)
+/// is reached by a later command of the same jail, and not by another jail's commands
+/// nor from the host; only loopback exists, nothing has a route outside, and families
+/// that reach past the namespace are refused.
+#[tokio::test]
+async fn a_private_network_serves_its_own_commands_only() {
+    let offered = crate::Isolation::probe();
+    if !(offered.namespaces && offered.private_network) {
+        return; // the fallback is `isolated_on`'s "no network"
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let jail = jail(crate::IsolationMode::Auto, ws.path());
+    let other = crate::Jail::new(&crate::IsolationSettings::default(), ws.path()).unwrap();
+    assert!(jail.private_network().is_some());
+    let server = r#"exec python3 -c '
+import os, socket
+tcp = socket.create_server(("127.0.0.1", 0))
+unix = socket.socket(socket.AF_UNIX); unix.bind(os.environ["TMPDIR"] + "/s.sock"); unix.listen()
+abstract = socket.socket(socket.AF_UNIX); abstract.bind("\0jianmu-test"); abstract.listen()
+print(tcp.getsockname()[1], flush=True)
+for s in (tcp, unix, abstract):
+    c, _ = s.accept(); c.sendall(b"hello"); c.close()
+'"#;
+    let mut spec = bash(&jail, server, ws.path());
+    spec.stdout(crate::Stream::Piped);
+    let mut server = jail.spawn(&spec).unwrap();
+    let mut port = String::new();
+    {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(server.stdout.take().unwrap());
+        tokio::time::timeout(
+            std::time::Duration::from_secs(20),
+            lines.read_line(&mut port),
+        )
+        .await
+        .expect("the server did not start")
+        .unwrap();
+    }
+    let port = port.trim().to_owned();
+    assert!(port.parse::<u16>().is_ok(), "{port:?}");
+    let client = |jail: &crate::Jail, script: &str| {
+        let mut spec = bash(jail, script, ws.path());
+        spec.stdout(crate::Stream::Piped)
+            .stderr(crate::Stream::Piped);
+        jail.spawn(&spec).unwrap()
+    };
+    let connect = |target: &str| {
+        format!(
+            "exec python3 -c 'import socket, sys\n\
+             fam = socket.AF_INET if \"{target}\".isdigit() else socket.AF_UNIX\n\
+             s = socket.socket(fam)\n\
+             s.settimeout(5)\n\
+             s.connect((\"127.0.0.1\", int(\"{target}\")) if fam == socket.AF_INET else \"{target}\".replace(\"@\", \"\\0\").replace(\"TMP\", __import__(\"os\").environ[\"TMPDIR\"]))\n\
+             print(s.recv(5).decode())'"
+        )
+    };
+    // Another jail (another session) does not reach it.
+    let (code, out) = output(client(&other, &connect(&port))).await;
+    assert!(code != 0 && !out.contains("hello"), "{out}");
+    let (code, out) = output(client(&other, &connect("@jianmu-test"))).await;
+    assert!(code != 0 && !out.contains("hello"), "{out}");
+    // Nor does the host.
+    assert!(
+        std::net::TcpStream::connect(format!("127.0.0.1:{port}"))
+            .is_err_and(|e| e.kind() == std::io::ErrorKind::ConnectionRefused)
+            || {
+                // Something of the host's own listens on that number: it is not our server.
+                let mut s = std::net::TcpStream::connect(format!("127.0.0.1:{port}")).unwrap();
+                s.set_read_timeout(Some(std::time::Duration::from_millis(200)))
+                    .unwrap();
+                let mut buf = [0u8; 5];
+                !matches!(std::io::Read::read(&mut s, &mut buf), Ok(5) if &buf == b"hello")
+            }
+    );
+    // Its own later commands do.
+    for target in [port.as_str(), "TMP/s.sock", "@jianmu-test"] {
+        let (code, out) = output(client(&jail, &connect(target))).await;
+        assert_eq!((code, out.as_str()), (0, "hello\n"), "{target}");
+    }
+    assert_eq!(output(server).await.0, 0);
+    // Only loopback, no route outside (a UDP connect asks for a route and sends
+    // nothing), and no vsock to a virtual machine's host.
+    let (code, out) = output(client(
+        &jail,
+        "cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '; exec python3 -c '
+import errno, socket
+for fam, addr in ((socket.AF_INET, (\"192.0.2.1\", 9)), (socket.AF_INET6, (\"2001:db8::1\", 9))):
+    try:
+        socket.socket(fam, socket.SOCK_DGRAM).connect(addr); print(\"ROUTED\")
+    except OSError as e:
+        print(errno.errorcode[e.errno])
+try:
+    socket.socket(socket.AF_VSOCK, socket.SOCK_STREAM); print(\"VSOCK\")
+except OSError as e:
+    print(errno.errorcode[e.errno])
+'",
+    ))
+    .await;
+    assert_eq!(
+        (code, out.as_str()),
+        (0, "lo\nENETUNREACH\nENETUNREACH\nEACCES\n")
+    );
 }

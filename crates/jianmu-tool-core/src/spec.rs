@@ -41,6 +41,17 @@ impl ToolSpec {
         }
     }
 
+    /// Appends `sentence`, when there is one, to the description: what a tool's
+    /// settings allow here, for example.
+    #[must_use]
+    pub fn with_sentence(mut self, sentence: Option<String>) -> Self {
+        if let Some(sentence) = sentence {
+            self.description.push(' ');
+            self.description.push_str(&sentence);
+        }
+        self
+    }
+
     /// Replaces the input schema.
     #[must_use]
     pub fn with_input_schema(mut self, schema: Value) -> Self {

@@ -384,6 +384,15 @@ impl ToolHandle {
     /// [`ToolError::Config`] when the input schema is not a valid JSON Schema.
     pub fn new(tool: impl DynTool) -> Result<Self, ToolError> {
         let spec = tool.spec();
+        Self::with_spec(tool, spec)
+    }
+
+    /// Wraps a tool under `spec` instead of the one it reports: for tools whose
+    /// description depends on their settings (what their commands may reach here).
+    ///
+    /// # Errors
+    /// [`ToolError::Config`] when the input schema is not a valid JSON Schema.
+    pub fn with_spec(tool: impl DynTool, spec: ToolSpec) -> Result<Self, ToolError> {
         let validator = ArgsValidator::new(&spec)?;
         Ok(Self {
             inner: Arc::new(Inner {

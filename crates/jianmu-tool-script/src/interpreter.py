@@ -9,6 +9,8 @@ import json
 import os
 import signal
 import sys
+import threading
+import time
 import traceback
 
 proto_in = os.fdopen(os.dup(0), "r", encoding="utf-8")
@@ -76,14 +78,55 @@ def end_children():
     reap()
 
 
+# The protocol stream is written by the main thread (answers) and by the sender of
+# partial output; one lock keeps their lines whole.
+proto_lock = threading.Lock()
+# What the running request printed and has not been sent yet: [request id, stream
+# name, text] triples, sent as `partial` lines at most every PARTIAL_EVERY seconds, so
+# that a request stopped by its time limit is answered with what it printed until then.
+pending = []
+PARTIAL_EVERY = 0.05
+
+
+def send_pending():
+    with proto_lock:
+        if not pending:
+            return
+        lines = []
+        for request, stream, text in pending:
+            if lines and lines[-1]["id"] == request and stream in lines[-1]["partial"]:
+                lines[-1]["partial"][stream] += text
+            elif lines and lines[-1]["id"] == request:
+                lines[-1]["partial"][stream] = text
+            else:
+                lines.append({"id": request, "partial": {stream: text}})
+        del pending[:]
+        try:
+            for line in lines:
+                proto_out.write(json.dumps(line) + "\n")
+            proto_out.flush()
+        except (OSError, ValueError):
+            pass
+
+
+def sender():
+    while True:
+        time.sleep(PARTIAL_EVERY)
+        if pending:
+            send_pending()
+
+
 class Capture:
     """Keeps the first LIMIT characters written and counts the rest, so printing
-    forever costs the child nothing but time."""
+    forever costs the child nothing but time. What it keeps is also sent as it comes,
+    as partial output of request `request`."""
 
-    def __init__(self):
+    def __init__(self, request=None, stream="stdout"):
         self.parts = []
         self.kept = 0
         self.dropped = 0
+        self.request = request
+        self.stream = stream
 
     def write(self, text):
         if not isinstance(text, str):
@@ -93,6 +136,9 @@ class Capture:
             piece = text[:room]
             self.parts.append(piece)
             self.kept += len(piece)
+            if self.request is not None and piece:
+                with proto_lock:
+                    pending.append([self.request, self.stream, piece])
         self.dropped += max(0, len(text) - max(room, 0))
         return len(text)
 
@@ -138,8 +184,8 @@ if allowed is not None:
 namespace.update(config.get("globals") or {})
 
 
-def run(code):
-    out, err = Capture(), Capture()
+def run(code, request):
+    out, err = Capture(request, "stdout"), Capture(request, "stderr")
     saved = sys.stdout, sys.stderr
     sys.stdout, sys.stderr = out, err
     value, error = None, None
@@ -183,10 +229,14 @@ def run(code):
 
 proto_out.write(json.dumps({"ready": sys.version.split()[0]}) + "\n")
 proto_out.flush()
+threading.Thread(target=sender, daemon=True).start()
 for line in proto_in:
     request = json.loads(line)
-    answer = run(request["code"])
+    answer = run(request["code"], request.get("id"))
     end_children()
     answer["id"] = request.get("id")
-    proto_out.write(json.dumps(answer) + "\n")
-    proto_out.flush()
+    with proto_lock:
+        # The answer holds all of it: what was not sent yet need not be.
+        del pending[:]
+        proto_out.write(json.dumps(answer) + "\n")
+        proto_out.flush()

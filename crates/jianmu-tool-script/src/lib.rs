@@ -36,12 +36,24 @@ fn build_rhai(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(RhaiRepl::new(config.settings(RhaiRepl::NAME)?))
 }
 
+/// The spec of `python_repl`, with what its network is under these settings.
+fn spec_python(config: &ToolConfig) -> Result<jianmu_tool_core::ToolSpec, ToolError> {
+    let isolation = config
+        .settings::<PythonSettings>(PythonRepl::NAME)
+        .map(|s| s.isolation)
+        .unwrap_or_default();
+    Ok(jianmu_tool_core::spec_of::<PythonRepl>()
+        .with_sentence(isolation.network_sentence(PythonRepl::NAME)))
+}
+
 fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(PythonRepl::new(
+    let repl = PythonRepl::new(
         config.settings(PythonRepl::NAME)?,
         config.workspace().to_owned(),
-    )?)
+    )?
+    .with_network(config.scope().get::<jianmu_process::Network>());
+    ToolHandle::with_spec(repl, spec_python(config)?)
 }
 
 jianmu_tool_core::register_tool!(RhaiRepl, build_rhai);
-jianmu_tool_core::register_tool!(PythonRepl, build_python);
+jianmu_tool_core::register_tool!(PythonRepl::NAME, spec_python, build_python);

@@ -67,8 +67,9 @@ pub struct PythonArgs {
     /// that is an expression (as a notebook cell; `None` shows nothing). Names persist
     /// between calls.
     pub code: String,
-    /// Time limit of this call in seconds (default 30). When it passes, the
-    /// interpreter is stopped and its state is lost.
+    /// Time limit of this call in seconds (default 30). When it passes, the answer is
+    /// what the code printed until then, and the interpreter is stopped: its state is
+    /// lost.
     #[schemars(range(min = 0.001, max = 3600.0))]
     pub timeout: Option<f64>,
     /// Start a fresh interpreter before running `code`: every name and import is
@@ -85,8 +86,17 @@ struct Interpreter {
     last_id: u64,
 }
 
-/// The interpreter slot, and why the last interpreter was lost if the call that lost
-/// it could not say so (it was cancelled).
+/// The first line of the answer after an interpreter was stopped by a cancelled call.
+const LOST_CANCELLED: &str = "[the previous call was cancelled before it finished, so the interpreter was stopped: its variables and imports are lost, and this call ran in a fresh one]";
+/// The same after a call's time limit.
+const LOST_TIMEOUT: &str = "[the previous call ran past its time limit, so the interpreter was stopped: its variables and imports are lost, and this call ran in a fresh one]";
+/// The same after the interpreter died or misbehaved.
+const LOST_FAILED: &str = "[the previous interpreter ended (see the previous answer): its variables and imports are lost, and this call ran in a fresh one]";
+/// The same when the interpreter ended between calls.
+const LOST_BETWEEN: &str = "[the interpreter had ended since the previous call (the code left something that stopped it): its variables and imports are lost, and this call ran in a fresh one]";
+
+/// The interpreter slot, and why the last interpreter was lost, for the next call's
+/// answer to say so first.
 #[derive(Default)]
 struct State {
     interpreter: Option<Interpreter>,
@@ -105,9 +115,7 @@ impl Drop for InFlight<'_> {
         if self.armed {
             // Dropping the supervised process stops it and all it started.
             self.state.interpreter = None;
-            self.state.lost = Some(
-                "the previous call was cancelled before it finished, so the interpreter was stopped and its state (variables, imports) is lost",
-            );
+            self.state.lost = Some(LOST_CANCELLED);
         }
     }
 }
@@ -159,6 +167,14 @@ impl PythonRepl {
         self.jail.describe()
     }
 
+    /// Runs the interpreter in `network`, the private network of its session (shared
+    /// with its other tools), where one is in force; by default each has its own.
+    #[must_use]
+    pub fn with_network(mut self, network: Arc<jianmu_process::Network>) -> Self {
+        self.jail = self.jail.sharing_network(network);
+        self
+    }
+
     async fn start(&self) -> Result<Interpreter, ToolError> {
         let python = &self.settings.python;
         let mut spec = Spec::new(python);
@@ -197,7 +213,7 @@ impl PythonRepl {
         });
         let start = async {
             send(&mut interp, &config).await?;
-            receive(&mut interp, 4096, None).await
+            receive(&mut interp, 4096, None, &mut Printed::default()).await
         };
         match tokio::time::timeout(Duration::from_secs(10), start).await {
             Ok(Ok(ready)) if ready.get("ready").is_some() => Ok(interp),
@@ -220,12 +236,19 @@ impl PythonRepl {
             state.interpreter = None;
             state.lost = None;
         }
+        // An interpreter that ended between calls is replaced, and the answer says so.
+        if let Some(interp) = state.interpreter.as_mut()
+            && interp.process.try_wait().ok().flatten().is_some()
+        {
+            state.interpreter = None;
+            state.lost = Some(LOST_BETWEEN);
+        }
         let notice = state.lost.take();
         let outcome = self.exchange(&mut state, args).await;
         match notice {
             None => outcome,
             Some(notice) => {
-                let prefix = format!("({notice}; this call ran in a fresh one)\n");
+                let prefix = format!("{notice}\n");
                 match outcome {
                     Ok(mut out) => {
                         out.text.insert_str(0, &prefix);
@@ -258,11 +281,12 @@ impl PythonRepl {
         let Some(interp) = flight.state.interpreter.as_mut() else {
             return Err(ToolError::failed("the Python interpreter is not running"));
         };
+        let mut printed = Printed::default();
         let exchange = async {
             interp.last_id += 1;
             let id = interp.last_id;
             send(interp, &json!({"id": id, "code": args.code})).await?;
-            receive(interp, bound, Some(id)).await
+            receive(interp, bound, Some(id), &mut printed).await
         };
         let outcome = match tokio::time::timeout(timeout, exchange).await {
             Ok(Ok(answer)) => Ok(answer),
@@ -281,8 +305,16 @@ impl PythonRepl {
                     None => None,
                 };
                 let why = match lost {
-                    Lost::Timeout(t) => {
-                        format!("the code ran past the time limit of {} s", t.as_secs_f64())
+                    Lost::Timeout(after) => {
+                        // As `bash` does: what it printed until then, and why it ended.
+                        flight.state.lost = Some(LOST_TIMEOUT);
+                        // The next call's answer says first that the state is lost.
+                        let partial = printed.text(self.settings.max_output);
+                        return Err(ToolError::Timeout {
+                            tool: Self::NAME.to_owned(),
+                            after,
+                            partial: Some(partial),
+                        });
                     }
                     Lost::Exited => match status.and_then(|s| s.code()) {
                         Some(code) => format!("the Python interpreter exited with code {code}"),
@@ -290,6 +322,7 @@ impl PythonRepl {
                     },
                     Lost::Broken(what) => format!("the Python interpreter misbehaved ({what})"),
                 };
+                flight.state.lost = Some(LOST_FAILED);
                 Err(ToolError::failed(format!(
                     "{why}; it was stopped with everything it started, and its state (variables, imports) is lost; the next call starts a fresh interpreter"
                 )))
@@ -349,18 +382,67 @@ async fn send(interp: &mut Interpreter, message: &Value) -> Result<(), Lost> {
     interp.input.flush().await.map_err(|_| Lost::Exited)
 }
 
+/// What a request printed so far, from its `partial` lines: kept up to a bound.
+#[derive(Default)]
+struct Printed {
+    stdout: String,
+    stderr: String,
+}
+
+impl Printed {
+    /// Adds a `partial` line's text, each stream kept to `bound` bytes.
+    fn add(&mut self, partial: &Value, bound: usize) {
+        for (stream, kept) in [("stdout", &mut self.stdout), ("stderr", &mut self.stderr)] {
+            if let Some(text) = partial.get(stream).and_then(Value::as_str) {
+                let room = bound.saturating_sub(kept.len());
+                let mut end = text.len().min(room);
+                while !text.is_char_boundary(end) {
+                    end -= 1;
+                }
+                kept.push_str(&text[..end]);
+            }
+        }
+    }
+
+    /// The text as an answer shows it (stderr after stdout), at most `limit`
+    /// characters with start and end kept.
+    fn text(&self, limit: usize) -> String {
+        let mut text = self.stdout.clone();
+        if !self.stderr.is_empty() {
+            if !text.is_empty() && !text.ends_with('\n') {
+                text.push('\n');
+            }
+            text.push_str("[stderr]\n");
+            text.push_str(&self.stderr);
+        }
+        truncate(&text, limit)
+    }
+}
+
 /// Reads the answer to request `id` (any answer for `None`), each line at most `bound`
-/// bytes. Lines that are not that answer (user code can write to the protocol stream)
-/// are skipped, a bounded number of them.
-async fn receive(interp: &mut Interpreter, bound: usize, id: Option<u64>) -> Result<Value, Lost> {
-    for _ in 0..1000 {
+/// bytes; its `partial` lines (what it printed, as it printed it) go to `printed`.
+/// Other lines (user code can write to the protocol stream) are skipped, a bounded
+/// number of them.
+async fn receive(
+    interp: &mut Interpreter,
+    bound: usize,
+    id: Option<u64>,
+    printed: &mut Printed,
+) -> Result<Value, Lost> {
+    let mut stray = 0;
+    while stray < 1000 {
         let line = read_line(interp, bound).await?;
         let Ok(answer) = serde_json::from_slice::<Value>(&line) else {
+            stray += 1;
             continue;
         };
-        match id {
-            Some(id) if answer.get("id").and_then(Value::as_u64) != Some(id) => continue,
-            _ => return Ok(answer),
+        let ours = id.is_none_or(|id| answer.get("id").and_then(Value::as_u64) == Some(id));
+        match answer.get("partial") {
+            // Partial output is bounded by `printed`, and its lines by the call's time
+            // limit: they are not counted as stray.
+            Some(partial) if ours => printed.add(partial, bound),
+            _ if ours => return Ok(answer),
+            _ => stray += 1,
         }
     }
     Err(Lost::Broken(
@@ -402,9 +484,10 @@ impl Tool for PythonRepl {
      then the value of its last line when that is an expression, as a notebook cell \
      shows it (stderr appended).\n\
      Names and imports persist between calls (`reset` starts afresh). An exception comes back as the end of its \
-     traceback. A call past its time limit (30 s by default) stops the interpreter and \
-     loses its state. Processes the code starts end with its call. Where the host allows, \
-     the code can write only in the workspace and $TMPDIR and has no network access.";
+     traceback. A call past its time limit (30 s by default) answers with what it printed \
+     until then and stops the interpreter: its state is lost, and the next call's answer \
+     starts by saying so. Processes the code starts end with its call. Where the host allows, \
+     the code can write only in the workspace and $TMPDIR.";
 
     const PARALLEL_SAFE: bool = false;
 

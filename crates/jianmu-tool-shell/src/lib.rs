@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jianmu_tool_core::{
-    CallContext, Progress, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput,
+    CallContext, Progress, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput, ToolSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -151,6 +151,14 @@ impl Bash {
     /// What isolation is in force, in one line.
     pub fn isolation(&self) -> &str {
         self.jail.describe()
+    }
+
+    /// Runs commands in `network`, the private network of their session (shared with
+    /// its other tools), where one is in force; by default each `bash` has its own.
+    #[must_use]
+    pub fn with_network(mut self, network: Arc<jianmu_process::Network>) -> Self {
+        self.jail = self.jail.sharing_network(network);
+        self
     }
 
     /// Shares `jobs` with the job tools (`bash_output`, `bash_kill`, `bash_jobs`) built
@@ -434,7 +442,7 @@ impl Tool for Bash {
      builds, `background: true` answers after `yield_ms` with a job id and keeps the \
      command running (no time limit unless `timeout` is given): read it with \
      bash_output, stop it with bash_kill. Where the host allows, commands can write only \
-     in the workspace and $TMPDIR and have no network access.";
+     in the workspace and $TMPDIR.";
 
     const PARALLEL_SAFE: bool = false;
 
@@ -449,11 +457,20 @@ impl Tool for Bash {
     }
 }
 
-fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(
-        Bash::new(config.settings(Bash::NAME)?, config.workspace().to_owned())?
-            .with_jobs(config.scope().get::<Jobs>()),
-    )
+/// The spec, with what the commands' network is under these settings.
+fn spec(config: &ToolConfig) -> Result<ToolSpec, ToolError> {
+    let isolation = config
+        .settings::<BashSettings>(Bash::NAME)
+        .map(|s| s.isolation)
+        .unwrap_or_default();
+    Ok(jianmu_tool_core::spec_of::<Bash>().with_sentence(isolation.network_sentence(Bash::NAME)))
 }
 
-jianmu_tool_core::register_tool!(Bash, build);
+fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    let bash = Bash::new(config.settings(Bash::NAME)?, config.workspace().to_owned())?
+        .with_jobs(config.scope().get::<Jobs>())
+        .with_network(config.scope().get::<jianmu_process::Network>());
+    ToolHandle::with_spec(bash, spec(config)?)
+}
+
+jianmu_tool_core::register_tool!(Bash::NAME, spec, build);

@@ -256,11 +256,15 @@ async fn python_timeout_stops_everything_and_recovers() {
     let p = python(PythonSettings::default());
     assert_eq!(call(&p, json!({"code": "x = 1"})).await, "");
     let arg = format!("300.{}1", std::process::id());
-    let code = format!("{}\nwhile True: pass", escapee(&arg));
+    let code = format!(
+        "{}\nprint('before', flush=False)\nimport sys; print('warned', file=sys.stderr)\nwhile True: pass",
+        escapee(&arg)
+    );
     let start = Instant::now();
+    // As `bash` answers a time limit: with what the code printed until then.
     assert_eq!(
         call(&p, json!({"code": code, "timeout": 1.0})).await,
-        "error: the code ran past the time limit of 1 s; it was stopped with everything it started, and its state (variables, imports) is lost; the next call starts a fresh interpreter"
+        "error: `python_repl` timed out after 1 s; everything it started was stopped. Its output until then:\nbefore\n[stderr]\nwarned\n"
     );
     assert!(start.elapsed() < Duration::from_secs(10));
     assert_eq!(
@@ -268,9 +272,34 @@ async fn python_timeout_stops_everything_and_recovers() {
         0,
         "the forked child survived"
     );
+    // The next call runs in a fresh interpreter, and its answer says so first.
     let err = call(&p, json!({"code": "x"})).await;
+    assert!(
+        err.starts_with("error: [the previous call ran past its time limit, so the interpreter was stopped: its variables and imports are lost, and this call ran in a fresh one]\n"),
+        "{err}"
+    );
     assert!(err.ends_with("NameError: name 'x' is not defined"), "{err}");
     assert_eq!(call(&p, json!({"code": "1 + 1"})).await, "2");
+    // Nothing printed: said so.
+    assert_eq!(
+        call(&p, json!({"code": "while True: pass", "timeout": 0.5})).await,
+        "error: `python_repl` timed out after 500 ms; everything it started was stopped; it printed nothing"
+    );
+}
+
+#[tokio::test]
+async fn an_interpreter_that_ended_is_replaced_and_the_answer_says_so() {
+    let p = python(PythonSettings::default());
+    assert_eq!(call(&p, json!({"code": "x = 1"})).await, "");
+    // Code that leaves a thread which ends the interpreter after its call.
+    let later = "import threading, os, time\nthreading.Thread(target=lambda: (time.sleep(0.2), os._exit(0))).start()\ny = 2";
+    assert_eq!(call(&p, json!({"code": later})).await, "");
+    tokio::time::sleep(Duration::from_millis(800)).await;
+    assert_eq!(
+        call(&p, json!({"code": "'again'"})).await,
+        "[the interpreter had ended since the previous call (the code left something that stopped it): its variables and imports are lost, and this call ran in a fresh one]\nagain"
+    );
+    assert_eq!(call(&p, json!({"code": "'same'"})).await, "same");
 }
 
 #[tokio::test]
@@ -310,7 +339,7 @@ async fn a_cancelled_python_call_stops_the_interpreter() {
     assert!(start.elapsed() < Duration::from_secs(10));
     assert_eq!(
         out,
-        "(the previous call was cancelled before it finished, so the interpreter was stopped and its state (variables, imports) is lost; this call ran in a fresh one)\nfresh"
+        "[the previous call was cancelled before it finished, so the interpreter was stopped: its variables and imports are lost, and this call ran in a fresh one]\nfresh"
     );
     assert_eq!(call(&p, json!({"code": "'again'"})).await, "again");
 }
@@ -343,7 +372,11 @@ async fn python_exit_is_reported_and_the_next_call_starts_fresh() {
         call(&p, json!({"code": "import os; os._exit(3)"})).await,
         "error: the Python interpreter exited with code 3; it was stopped with everything it started, and its state (variables, imports) is lost; the next call starts a fresh interpreter"
     );
-    assert_eq!(call(&p, json!({"code": "2 ** 10"})).await, "1024");
+    // The next call's answer starts by saying the state is gone.
+    assert_eq!(
+        call(&p, json!({"code": "2 ** 10"})).await,
+        "[the previous interpreter ended (see the previous answer): its variables and imports are lost, and this call ran in a fresh one]\n1024"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]

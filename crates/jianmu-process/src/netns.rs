@@ -1,0 +1,208 @@
+//! A private network: a network namespace whose only interface is loopback, owned by a
+//! user namespace of its own, shared by the commands of one session.
+//!
+//! It is made with one `clone` of a short-lived child that writes its identity maps,
+//! brings `lo` up, opens its two namespaces into the caller's descriptor table and
+//! exits. The namespaces then live as long as those descriptors (or a process inside
+//! them): nothing runs to keep them, and nothing is left when the session ends or the
+//! process dies. Commands enter them with `setns` (see `spawn`), where every socket
+//! family works and nothing is routed outside.
+#![allow(unsafe_code)]
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use crate::plan::c;
+use crate::userns::Maps;
+
+/// A network namespace with loopback up, and the user namespace that owns it.
+#[derive(Debug)]
+pub(crate) struct PrivateNet {
+    pub(crate) user: OwnedFd,
+    pub(crate) net: OwnedFd,
+}
+
+/// What the child that makes the namespaces needs, and where it reports.
+struct Make {
+    maps: Maps,
+    user_path: CString,
+    net_path: CString,
+    user: RawFd,
+    net: RawFd,
+    /// 0, or the `errno` of the step that failed.
+    errno: i32,
+}
+
+impl PrivateNet {
+    /// Makes a fresh one.
+    pub(crate) fn new() -> io::Result<Self> {
+        let mut make = Make {
+            maps: Maps::current(),
+            user_path: c("/proc/self/ns/user"),
+            net_path: c("/proc/self/ns/net"),
+            user: -1,
+            net: -1,
+            errno: 0,
+        };
+        let stack = crate::spawn::Stack::new(64 * 1024)?;
+        // The child shares this memory and descriptor table, so what it opens is ours.
+        let flags = libc::CLONE_VM
+            | libc::CLONE_VFORK
+            | libc::CLONE_FILES
+            | libc::CLONE_NEWUSER
+            | libc::CLONE_NEWNET
+            | libc::SIGCHLD;
+        // SAFETY: every signal is blocked across the clone, so no handler runs in the
+        // child while it shares this memory; it runs `make_main` on its own stack with
+        // `make`, which outlives it (this thread waits until it exits: CLONE_VFORK).
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+            let pid = libc::clone(make_main, stack.top(), flags, (&raw mut make).cast());
+            let err = io::Error::last_os_error();
+            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            if pid < 0 {
+                return Err(err);
+            }
+            let mut status = 0;
+            libc::waitpid(pid, &mut status, libc::__WALL);
+        }
+        // SAFETY: the child opened these in our table and nothing else owns them.
+        let take = |fd: RawFd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
+        let (user, net) = (take(make.user), take(make.net));
+        match (user, net) {
+            (Some(user), Some(net)) if make.errno == 0 => Ok(Self { user, net }),
+            _ => Err(io::Error::from_raw_os_error(if make.errno == 0 {
+                libc::EIO
+            } else {
+                make.errno
+            })),
+        }
+    }
+
+    /// Enters it: the calling process (single-threaded, its own filesystem context)
+    /// joins the user namespace, then the network namespace. System calls only.
+    pub(crate) fn enter(&self) -> io::Result<()> {
+        // SAFETY: `setns` on descriptors this value owns.
+        unsafe {
+            if libc::setns(self.user.as_raw_fd(), libc::CLONE_NEWUSER) != 0
+                || libc::setns(self.net.as_raw_fd(), libc::CLONE_NEWNET) != 0
+            {
+                return Err(io::Error::last_os_error());
+            }
+        }
+        Ok(())
+    }
+}
+
+extern "C" fn make_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `Make` the caller keeps alive while this runs; only system
+    // calls on prepared data follow.
+    unsafe {
+        let make = &mut *arg.cast::<Make>();
+        let errno = || *libc::__errno_location();
+        if let Err(e) = crate::userns::write_own_maps(&make.maps) {
+            make.errno = e.raw_os_error().unwrap_or(libc::EPERM);
+            libc::_exit(1);
+        }
+        if let Err(e) = loopback_up() {
+            make.errno = e.raw_os_error().unwrap_or(libc::EPERM);
+            libc::_exit(1);
+        }
+        make.user = libc::open(make.user_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if make.user < 0 {
+            make.errno = errno();
+            libc::_exit(1);
+        }
+        make.net = libc::open(make.net_path.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if make.net < 0 {
+            make.errno = errno();
+        }
+        libc::_exit(0)
+    }
+}
+
+/// Brings the calling process's `lo` up. System calls only.
+fn loopback_up() -> io::Result<()> {
+    // SAFETY: an ioctl pair on a socket made here, with a zeroed request naming `lo`.
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        req.ifr_name[0] = b'l' as libc::c_char;
+        req.ifr_name[1] = b'o' as libc::c_char;
+        let mut r = libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req);
+        if r == 0 {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            r = libc::ioctl(sock, libc::SIOCSIFFLAGS, &req);
+        }
+        let result = if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
+        libc::close(sock);
+        result
+    }
+}
+
+/// Whether private networks can be made here.
+pub(crate) fn private_networks_work() -> bool {
+    PrivateNet::new().is_ok()
+}
+
+/// The private network the commands of one session share: made on their first command
+/// (never by listing or building tools), released when the last holder drops it and the
+/// last process inside it is gone.
+///
+/// Tools that run commands take one from the state their session shares, so that a
+/// server one command starts (a background job) is reachable from the session's later
+/// commands, and from no other session's.
+#[derive(Debug, Default)]
+pub struct Network {
+    made: Mutex<Option<Arc<PrivateNet>>>,
+}
+
+impl Network {
+    /// A network not made yet.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The namespaces, made on first use.
+    pub(crate) fn get(&self) -> io::Result<Arc<PrivateNet>> {
+        let mut made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(net) = &*made {
+            return Ok(Arc::clone(net));
+        }
+        let net = Arc::new(PrivateNet::new()?);
+        *made = Some(Arc::clone(&net));
+        Ok(net)
+    }
+
+    /// Whether it has been made (its first command has started).
+    pub fn is_made(&self) -> bool {
+        self.made
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .is_some()
+    }
+
+    /// The kernel's identity of the network namespace (`net:[ID]` in `/proc/PID/ns/net`),
+    /// once made.
+    pub fn id(&self) -> Option<u64> {
+        let made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
+        let net = made.as_ref()?;
+        // SAFETY: `fstat` into a zeroed buffer on an open descriptor.
+        unsafe {
+            let mut st: libc::stat = std::mem::zeroed();
+            (libc::fstat(net.net.as_raw_fd(), &mut st) == 0).then_some(st.st_ino)
+        }
+    }
+}
