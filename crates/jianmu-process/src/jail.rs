@@ -72,10 +72,14 @@ impl IsolationSettings {
     /// that local servers and sockets work or do not, that outside hosts do not, and
     /// which setting opens it. `None` with the host's network.
     pub fn network_sentence(&self, tool: &str) -> Option<String> {
+        self.network_sentence_on(Isolation::probe(), tool)
+    }
+
+    /// As [`IsolationSettings::network_sentence`], on a kernel that offers `kernel`.
+    pub(crate) fn network_sentence_on(&self, kernel: Isolation, tool: &str) -> Option<String> {
         if self.network || self.mode == IsolationMode::Off {
             return None;
         }
-        let kernel = Isolation::probe();
         Some(if kernel.namespaces && kernel.private_network {
             format!(
                 "Network: a private one per session, loopback only: local servers and \

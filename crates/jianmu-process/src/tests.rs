@@ -223,9 +223,56 @@ async fn isolation_hides_the_caller_and_confines_writes_and_network() {
         namespaces: false,
         ..offered
     };
-    for kernel in [offered, no_namespaces] {
+    // A kernel (or policy) that makes user namespaces but no network namespaces.
+    let no_private_network = crate::Isolation {
+        private_network: false,
+        ..offered
+    };
+    for kernel in [offered, no_namespaces, no_private_network] {
         isolated_on(kernel).await;
     }
+}
+
+#[test]
+fn the_description_says_what_network_commands_have() {
+    let kernel = crate::Isolation {
+        landlock_abi: 7,
+        seccomp: true,
+        namespaces: true,
+        private_network: true,
+    };
+    let closed = crate::IsolationSettings::default();
+    let private = closed.network_sentence_on(kernel, "bash").unwrap();
+    assert!(
+        private.contains("local servers and sockets work"),
+        "{private}"
+    );
+    assert!(
+        private.contains("outside hosts cannot be reached"),
+        "{private}"
+    );
+    assert!(
+        private.contains("`[tools.bash.isolation] network = true`"),
+        "{private}"
+    );
+    let none = crate::Isolation {
+        private_network: false,
+        ..kernel
+    };
+    let fallback = closed.network_sentence_on(none, "python_repl").unwrap();
+    assert!(
+        fallback.starts_with("Network: none on this host: only Unix sockets work"),
+        "{fallback}"
+    );
+    assert!(
+        fallback.contains("`[tools.python_repl.isolation] network = true`"),
+        "{fallback}"
+    );
+    let open = crate::IsolationSettings {
+        network: true,
+        ..Default::default()
+    };
+    assert_eq!(open.network_sentence_on(kernel, "bash"), None);
 }
 
 /// The isolation's guarantees on a kernel that offers `kernel`.

@@ -40,6 +40,35 @@ pub fn running_with(needle: &str) -> Vec<u32> {
         .collect()
 }
 
+/// What holds the network namespace `net:[id]` (as `readlink /proc/self/ns/net`
+/// names it): processes inside it, and open descriptors of it, as `PID` or `PID/fd/N`.
+/// Empty once the namespace is released.
+#[must_use]
+pub fn holding_network(id: &str) -> Vec<String> {
+    let Ok(entries) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let target = std::path::PathBuf::from(id);
+    let mut found = Vec::new();
+    for pid in entries
+        .filter_map(Result::ok)
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+    {
+        if std::fs::read_link(format!("/proc/{pid}/ns/net")).is_ok_and(|l| l == target) {
+            found.push(pid.to_string());
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+            continue;
+        };
+        for fd in fds.filter_map(Result::ok) {
+            if std::fs::read_link(fd.path()).is_ok_and(|l| l == target) {
+                found.push(format!("{pid}/fd/{}", fd.file_name().to_string_lossy()));
+            }
+        }
+    }
+    found
+}
+
 /// Probe tools for runner tests: `echo` (returns its string), `fail` (fails with
 /// "no luck"), `slow` (sleeps an hour), `boom` (panics), `shell` (effect
 /// `process:exec`, echoes).

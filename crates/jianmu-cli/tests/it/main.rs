@@ -458,6 +458,12 @@ fn sandbox_status_says_what_isolation_is_in_force() {
             kernel["landlock_abi"].as_u64() > Some(0),
             "{line}"
         );
+        // The network mode in force: a private network where the kernel makes one.
+        assert_eq!(
+            line.contains("private network (loopback only)"),
+            kernel["private_networks"] == true && kernel["user_namespaces"] == true,
+            "{line}"
+        );
     }
     assert!(report["docker"]["summary"].is_string());
     // `mode = "off"` keeps only the supervision; the text form is one line per part.
@@ -474,4 +480,47 @@ fn sandbox_status_says_what_isolation_is_in_force() {
         "{text}"
     );
     assert_eq!(text.lines().count(), 4, "{text}");
+}
+
+/// A project's own test suite that starts local servers (HTTP, IPv6, UDP, Unix and
+/// abstract sockets, asyncio, XML-RPC, a multiprocessing manager) passes under `jianmu
+/// call bash` with the default settings, as it does outside.
+#[cfg(all(feature = "shell", target_os = "linux"))]
+#[test]
+fn a_projects_socket_using_suite_passes_under_the_defaults() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("test_sockets.py"),
+        include_str!("socket_suite.py"),
+    )
+    .unwrap();
+    let outside = jianmu_process::std_command("python3")
+        .args(["-m", "unittest", "test_sockets"])
+        .env("SUITE_OUTSIDE", "1")
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+    assert!(
+        outside.status.success(),
+        "{}",
+        String::from_utf8_lossy(&outside.stderr)
+    );
+    let out = jianmu(
+        &[
+            "call",
+            "bash",
+            r#"{"command": "python3 -m unittest -v test_sockets 2>&1"}"#,
+        ],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("Ran 9 tests") && text.trim_end().ends_with("OK"),
+        "{text}"
+    );
 }

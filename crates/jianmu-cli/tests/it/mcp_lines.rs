@@ -256,3 +256,44 @@ fn stopped_mid_call(tag: &str, stop: impl FnOnce(&mut Server) -> std::process::E
     };
     assert_eq!(left(), 0, "processes outlived the server: {:?}", report());
 }
+
+/// SIGTERM of the server ends the session's background server and releases its
+/// private network: no process is left in it and nothing holds it.
+#[test]
+fn a_signal_releases_the_sessions_private_network() {
+    let offered = jianmu_process::Isolation::probe();
+    if !(offered.namespaces && offered.private_network) {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut s = Server::start(dir.path());
+    s.send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "bash", "arguments": {
+            "command": "exec python3 -m http.server 8000 --bind 127.0.0.1", "background": true}}}));
+    assert_eq!(s.next()["id"], 1);
+    s.send(json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": "readlink /proc/self/ns/net"}}}));
+    let answer = s.next();
+    let net = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    assert!(net.starts_with("net:["), "{answer}");
+    assert!(!jianmu_test_support::holding_network(&net).is_empty());
+    let status = jianmu_process::std_command("kill")
+        .args(["-TERM", &s.child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(s.child.wait().unwrap().code(), Some(0));
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !jianmu_test_support::holding_network(&net).is_empty() && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(25));
+    }
+    assert_eq!(
+        jianmu_test_support::holding_network(&net),
+        Vec::<String>::new(),
+        "the network outlived the server"
+    );
+}

@@ -82,6 +82,106 @@ async fn a_session_keeps_its_state_and_closing_ends_everything_it_started() {
     runtime.shutdown(Duration::from_secs(5)).await;
 }
 
+/// A bash command that fetches `/` from a server on `port` (waiting up to 5 s for it
+/// to listen) and prints the status line, or `unreachable`.
+fn fetch(port: u16) -> String {
+    format!(
+        "for i in $(seq 100); do \
+           if exec 3<>/dev/tcp/127.0.0.1/{port}; then \
+             printf 'GET / HTTP/1.0\\r\\n\\r\\n' >&3; head -1 <&3 | tr -d '\\r'; exit; \
+           fi 2>/dev/null; sleep 0.05; \
+         done; echo unreachable"
+    )
+}
+
+/// The network namespace a session's commands run in.
+async fn network_of(session: &Session) -> String {
+    let out = session
+        .call("bash", json!({"command": "readlink /proc/self/ns/net"}))
+        .await
+        .unwrap();
+    out.text.trim().to_owned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_sessions_servers_are_reached_by_its_later_calls_only() {
+    let offered = jianmu_process::Isolation::probe();
+    if !(offered.namespaces && offered.private_network) {
+        return; // no private network here: the tools' descriptions say so (see process tests)
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let runtime = Runtime::new(settings(dir.path())).unwrap();
+    let a = runtime.open().unwrap();
+    let b = runtime.open().unwrap();
+    // A dev server as a background job: the port is free, the network being a's own.
+    let serve = json!({"command": "exec python3 -m http.server 8000 --bind 127.0.0.1", "background": true, "yield_ms": 200});
+    let started = a.call("bash", serve.clone()).await.unwrap();
+    assert!(started.text.contains("running"), "{}", started.text);
+    let ok = "HTTP/1.0 200 OK";
+    assert_eq!(
+        a.call("bash", json!({"command": fetch(8000)}))
+            .await
+            .unwrap()
+            .text
+            .trim(),
+        ok
+    );
+    let py = a
+        .call(
+            "python_repl",
+            json!({"code": "import urllib.request\nurllib.request.urlopen('http://127.0.0.1:8000/').status"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(py.text, "200");
+    // Another session does not reach it, and may start its own on the same port.
+    let other = b
+        .call(
+            "bash",
+            json!({"command": "exec 3<>/dev/tcp/127.0.0.1/8000 && echo REACHED"}),
+        )
+        .await
+        .unwrap_err();
+    assert!(!other.to_string().contains("REACHED"), "{other}");
+    b.call("bash", serve).await.unwrap();
+    assert_eq!(
+        b.call("bash", json!({"command": fetch(8000)}))
+            .await
+            .unwrap()
+            .text
+            .trim(),
+        ok
+    );
+    // One namespace per session, shared by its tools, not the host's.
+    let (net_a, net_b) = (network_of(&a).await, network_of(&b).await);
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+    assert!(net_a.starts_with("net:["), "{net_a}");
+    assert_ne!(net_a, net_b);
+    assert_ne!(std::path::Path::new(&net_a), host);
+    let py = a
+        .call(
+            "python_repl",
+            json!({"code": "__import__('os').readlink('/proc/self/ns/net')"}),
+        )
+        .await
+        .unwrap();
+    assert_eq!(py.text, net_a);
+    // Closing a session releases its namespace: nothing is in it and nothing holds it.
+    assert!(!jianmu_test_support::holding_network(&net_a).is_empty());
+    assert!(a.close().await.is_complete());
+    assert!(
+        eventually(|| jianmu_test_support::holding_network(&net_a).is_empty()).await,
+        "the closed session's network is still held: {:?}",
+        jianmu_test_support::holding_network(&net_a)
+    );
+    assert!(!jianmu_test_support::holding_network(&net_b).is_empty());
+    drop(b);
+    assert!(
+        eventually(|| jianmu_test_support::holding_network(&net_b).is_empty()).await,
+        "the dropped session's network is still held"
+    );
+}
+
 #[tokio::test]
 async fn own_folders_are_made_per_session_and_removed_when_it_closes() {
     let root = tempfile::tempdir().unwrap();
