@@ -175,11 +175,25 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             goal: "within 1.1x",
         },
         Row {
-            what: "bash: `echo hi`, isolated (the default)",
+            what: "bash: `echo hi`, isolated, private network",
             ours_ns: median_ns("bash/tool_echo_hi")?,
             reference: "a bare spawn of `bash -c 'echo hi'`",
             reference_ns: Some(median_ns("bash/bare_spawn_echo_hi")?),
             goal: "within 1.5x",
+        },
+        Row {
+            what: "bash: `echo hi`, isolated, host network",
+            ours_ns: median_ns("bash/tool_echo_hi_host_network")?,
+            reference: "a bare spawn of `bash -c 'echo hi'`",
+            reference_ns: Some(median_ns("bash/bare_spawn_echo_hi")?),
+            goal: "within 1.5x",
+        },
+        Row {
+            what: "private network: made once per session",
+            ours_ns: median_ns("bash/make_private_network")?,
+            reference: "a bare spawn of `bash -c 'echo hi'`",
+            reference_ns: Some(median_ns("bash/bare_spawn_echo_hi")?),
+            goal: "report",
         },
         Row {
             what: "bash: `echo hi` in a warm shell session, isolated",

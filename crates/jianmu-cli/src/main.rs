@@ -168,6 +168,18 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rt = runtime()?;
             let served = rt.block_on(async {
                 let session = std::sync::Arc::new(settings.open()?);
+                // With a warm pool, the session's container is taken now, not at the
+                // first call (which then waits for it if it comes first).
+                if settings.warms_up() {
+                    let session = std::sync::Arc::clone(&session);
+                    tokio::spawn(async move {
+                        if let Err(e) = session.warm_up().await {
+                            tracing::debug!(
+                                "the sandbox did not start ahead of the first call: {e}"
+                            );
+                        }
+                    });
+                }
                 let server = mcp::Server::new(&specs, std::sync::Arc::clone(&session));
                 // A signal drops the server: its calls are cancelled, which stops them.
                 let served = tokio::select! {

@@ -110,6 +110,19 @@ impl Settings {
         Ok(session)
     }
 
+    /// Whether a server readies its sandbox before the first call: the Docker sandbox
+    /// with a warm pool (`pool_size` ≥ 1).
+    pub(crate) fn warms_up(&self) -> bool {
+        #[cfg(feature = "docker")]
+        {
+            self.sandbox == SandboxKind::Docker && self.docker.pool_size > 0
+        }
+        #[cfg(not(feature = "docker"))]
+        {
+            false
+        }
+    }
+
     /// The one session of a `jianmu call` or a `jianmu mcp` on stdio. Call it inside
     /// the async runtime (the Docker sandbox starts tasks).
     ///

@@ -233,6 +233,12 @@ impl DockerSandbox {
         Ok(())
     }
 
+    /// Starts the pool's spares now, in the background, instead of after the first
+    /// call: what a server does when it starts, so that its first sessions are warm.
+    pub fn fill_pool(&self) {
+        self.refill();
+    }
+
     /// Tops the pool up in the background. Called after a call rather than when a
     /// spare is taken: starting a container keeps the engine busy, and every call's
     /// bytes pass through the engine.

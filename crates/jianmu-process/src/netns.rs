@@ -186,6 +186,14 @@ impl Network {
         Ok(net)
     }
 
+    /// Makes it now rather than at the first command.
+    ///
+    /// # Errors
+    /// The kernel refused to make it (no network namespaces here, or a limit).
+    pub fn make(&self) -> io::Result<()> {
+        self.get().map(drop)
+    }
+
     /// Whether it has been made (its first command has started).
     pub fn is_made(&self) -> bool {
         self.made

@@ -181,6 +181,16 @@ impl Runtime {
         })
     }
 
+    /// Starts the Docker sandbox's spare containers now, in the background
+    /// ([`crate::DockerSettings::pool_size`]), so that the first sessions' first calls
+    /// are warm. Nothing to do with the local backend or an empty pool.
+    pub fn fill_pool(&self) {
+        #[cfg(feature = "docker")]
+        if let Some(docker) = &self.shared.docker {
+            docker.fill_pool();
+        }
+    }
+
     /// The settings sessions are opened from.
     pub fn settings(&self) -> &SessionSettings {
         &self.shared.settings
@@ -405,6 +415,24 @@ impl Session {
         self.folder
             .as_deref()
             .unwrap_or_else(|| self.runtime.shared.settings.tools.workspace())
+    }
+
+    /// Readies the session before its first call: with the Docker backend, takes its
+    /// container (a spare from the pool when there is one, else a new one) and tops
+    /// the pool up, so that the first call is as fast as any. Nothing to do locally or
+    /// once closed.
+    ///
+    /// # Errors
+    /// The container could not start (the first call would fail the same way).
+    pub async fn warm_up(&self) -> Result<(), SessionError> {
+        #[cfg(feature = "docker")]
+        {
+            let parts = self.lock().clone();
+            if let Some(docker) = parts.as_ref().and_then(|p| p.docker.as_ref()) {
+                docker.warm_up().await?;
+            }
+        }
+        Ok(())
     }
 
     /// Whether the session has been closed.

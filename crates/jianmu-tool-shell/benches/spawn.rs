@@ -1,6 +1,7 @@
-//! `bash` running `echo hi` through the tool, isolated (the default), with isolation
-//! off (supervision only) and in a warm shell session, against a bare spawn of the same
-//! command in the same run.
+//! `bash` running `echo hi` through the tool, isolated (the default: a private
+//! network), isolated with the host's network, with isolation off (supervision only)
+//! and in a warm shell session, against a bare spawn of the same command in the same
+//! run; and the cost of making a session's private network.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use jianmu_tool_shell::{Bash, BashArgs, BashSettings};
@@ -14,7 +15,14 @@ fn bench(c: &mut Criterion) {
     let mut off = BashSettings::default();
     off.isolation.mode = jianmu_process::IsolationMode::Off;
     let supervised_only = Bash::new(off, std::env::temp_dir()).unwrap();
+    let mut host = BashSettings::default();
+    host.isolation.network = true;
+    let host_network = Bash::new(host, std::env::temp_dir()).unwrap();
     eprintln!("bash isolation: {}", tool.isolation());
+    eprintln!(
+        "bash isolation, network = true: {}",
+        host_network.isolation()
+    );
     let cx = jianmu_tool_core::CallContext::new();
     let args = BashArgs {
         command: Some("echo hi".into()),
@@ -25,6 +33,14 @@ fn bench(c: &mut Criterion) {
     group.bench_function("tool_echo_hi", |b| {
         b.to_async(&rt)
             .iter(|| async { tool.run(&args, &cx).await.unwrap() })
+    });
+    group.bench_function("tool_echo_hi_host_network", |b| {
+        b.to_async(&rt)
+            .iter(|| async { host_network.run(&args, &cx).await.unwrap() })
+    });
+    // What a session's first command pays once: a network namespace with loopback up.
+    group.bench_function("make_private_network", |b| {
+        b.iter(|| jianmu_process::Network::new().make().unwrap());
     });
     group.bench_function("tool_echo_hi_supervised_only", |b| {
         b.to_async(&rt)

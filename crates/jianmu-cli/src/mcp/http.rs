@@ -281,6 +281,8 @@ pub(crate) async fn serve(
     session.max_sessions = limits.max_sessions;
     session.own_folders = options.per_session.clone();
     let runtime = Runtime::new(session)?;
+    // The first clients' sessions take warm containers.
+    runtime.fill_pool();
     let catalog = Catalog::new(&specs, runtime.policy());
     let sessions = Arc::new(Opener {
         catalog: catalog.clone(),

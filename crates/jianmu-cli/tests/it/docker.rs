@@ -1059,3 +1059,93 @@ fn a_signal_mid_call_removes_the_container() {
     assert_eq!(status.code(), Some(143), "SIGTERM is exit code 128 + 15");
     assert_eq!(mine(), 0, "the container outlived the command");
 }
+
+/// The containers whose owner label names process `pid`, by full id.
+fn containers_of(pid: u32) -> Vec<String> {
+    let out = jianmu_process::std_command("docker")
+        .args([
+            "ps",
+            "--no-trunc",
+            "--format",
+            "{{.ID}} {{.Label \"io.jianmu.sandbox.owner\"}}",
+        ])
+        .output()
+        .unwrap();
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter_map(|l| {
+            let (id, owner) = l.split_once(' ')?;
+            (owner.split(':').nth(1) == Some(&pid.to_string())).then(|| id.to_owned())
+        })
+        .collect()
+}
+
+/// `jianmu mcp` on stdio with `pool_size = 1` takes its container when it starts, before
+/// any call, and a spare for later: the first call runs in the container taken then.
+#[cfg(feature = "mcp")]
+#[test]
+fn a_stdio_server_with_a_pool_takes_its_container_before_the_first_call() {
+    use std::io::{BufRead as _, Write as _};
+    let (dir, _ws) = docker_project();
+    let toml = dir.path().join("jianmu.toml");
+    let mut text = std::fs::read_to_string(&toml).unwrap();
+    text.push_str("pool_size = 1\n");
+    std::fs::write(&toml, text).unwrap();
+    let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .arg("mcp")
+        .current_dir(dir.path())
+        .env_remove("JIANMU_LOG")
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let pid = child.id();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = std::io::BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut send = |v: Value| {
+        stdin.write_all(format!("{v}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    };
+    send(
+        json!({"jsonrpc": "2.0", "id": 0, "method": "initialize", "params": {
+        "protocolVersion": "2025-06-18", "capabilities": {},
+        "clientInfo": {"name": "raw", "version": "1"}}}),
+    );
+    assert!(lines.next().unwrap().unwrap().contains("\"id\":0"));
+    send(json!({"jsonrpc": "2.0", "method": "notifications/initialized"}));
+    // Its own container and a spare, with no call made.
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    while containers_of(pid).len() < 2 && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let before = containers_of(pid);
+    assert_eq!(before.len(), 2, "{before:?}");
+    send(json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "bash", "arguments": {"command": "hostname"}}}));
+    let answer: Value = serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap();
+    let host = answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    assert!(
+        !host.is_empty() && before.iter().any(|id| id.starts_with(&host)),
+        "{answer} ran in none of {before:?}"
+    );
+    // Still the two: the call started none.
+    let after = containers_of(pid);
+    assert_eq!(after.len(), 2, "{after:?}");
+    drop(send);
+    drop(stdin);
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    let deadline = std::time::Instant::now() + Duration::from_secs(30);
+    while !containers_of(pid).is_empty() && std::time::Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        containers_of(pid),
+        Vec::<String>::new(),
+        "containers outlived the server"
+    );
+}
