@@ -1136,7 +1136,6 @@ fn a_stdio_server_with_a_pool_takes_its_container_before_the_first_call() {
     // Still the two: the call started none.
     let after = containers_of(pid);
     assert_eq!(after.len(), 2, "{after:?}");
-    drop(send);
     drop(stdin);
     assert_eq!(child.wait().unwrap().code(), Some(0));
     let deadline = std::time::Instant::now() + Duration::from_secs(30);
