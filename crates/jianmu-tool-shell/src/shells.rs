@@ -434,25 +434,20 @@ impl Shell {
 ///   state on the control socket, found among its descriptors (standard input is
 ///   `/dev/null` while a command runs; the socket's saved copy is above 9).
 fn prelude() -> String {
-    let names: String = ('A'..='Z')
-        .chain('a'..='z')
-        .chain(['_'])
-        .map(|c| format!(" \"${{!{c}@}}\""))
-        .collect();
-    format!(
-        "if [ -n \"${{BASH_VERSION-}}\" ]; then eval '__jianmu_exports() {{ command printf \"n\\000\"; \
-         for __jianmu_v in{names}; do [[ ${{!__jianmu_v@a}} == *x* ]] && \
-         command printf \"%s=%s\\000\" \"$__jianmu_v\" \"${{!__jianmu_v}}\"; done; }}'; \
-         else __jianmu_exports() {{ command printf 'p\\000'; export -p; command printf '#\\000'; }}; fi\n\
-         __jianmu_state() {{ command printf '%s\\000' \"$PWD\"; __jianmu_exports; command printf '\\000'; }}\n\
-         __jianmu_call() {{ . \"$1\" < /dev/null; command printf 'd %s\\n' \"$?\" >&0; }}\n\
-         __jianmu_end() {{ command printf '\\n%s\\n' \"$1\"; command printf '\\n%s\\n' \"$1\" >&2; \
-         __jianmu_state >&0; }}\n\
-         __jianmu_exit() {{ for __jianmu_f in /proc/$$/fd/*; do __jianmu_f=${{__jianmu_f##*/}}; \
-         case $__jianmu_f in 0|1[0-9]*|[2-9][0-9]*) if [ -S \"/proc/$$/fd/$__jianmu_f\" ]; then \
-         {{ command printf 'x\\n'; __jianmu_state; }} >&\"$__jianmu_f\"; return; fi;; esac; done; }}\n\
-         trap '__jianmu_exit 2>/dev/null' EXIT\n"
-    )
+    // Bash reports its exports with one builtin (`declare -px`, read as data below),
+    // other shells with `export -p`.
+    "if [ -n \"${BASH_VERSION-}\" ]; then eval '__jianmu_exports() { command printf \"p\\000\"; \
+     builtin declare -px; command printf \"#\\000\"; }'; \
+     else __jianmu_exports() { command printf 'p\\000'; export -p; command printf '#\\000'; }; fi\n\
+     __jianmu_state() { command printf '%s\\000' \"$PWD\"; __jianmu_exports; command printf '\\000'; }\n\
+     __jianmu_call() { . \"$1\" < /dev/null; command printf 'd %s\\n' \"$?\" >&0; }\n\
+     __jianmu_end() { command printf '\\n%s\\n' \"$1\"; command printf '\\n%s\\n' \"$1\" >&2; \
+     __jianmu_state >&0; }\n\
+     __jianmu_exit() { for __jianmu_f in /proc/$$/fd/*; do __jianmu_f=${__jianmu_f##*/}; \
+     case $__jianmu_f in 0|1[0-9]*|[2-9][0-9]*) if [ -S \"/proc/$$/fd/$__jianmu_f\" ]; then \
+     { command printf 'x\\n'; __jianmu_state; } >&\"$__jianmu_f\"; return; fi;; esac; done; }\n\
+     trap '__jianmu_exit 2>/dev/null' EXIT\n"
+        .to_owned()
 }
 
 /// After the command was handed over: waits for the shell's word on the control
@@ -516,8 +511,8 @@ async fn read_state(control: &mut UnixStream, held: &mut Vec<u8>) -> Option<Stat
 }
 
 /// The directory and exports from the shell's report (see [`prelude`]): NUL-separated
-/// fields, the directory first, then `n` and `NAME=VALUE` fields, or `p` and the text
-/// of `export -p`. Names that are not variable names are left out.
+/// fields, the directory first, then `p` and the text of `export -p` (or bash's
+/// `declare -px`). Names that are not variable names are left out.
 fn parse_state(raw: &[u8]) -> Option<State> {
     let mut fields = raw.splitn(3, |b| *b == 0);
     let cwd = fields
@@ -526,7 +521,6 @@ fn parse_state(raw: &[u8]) -> Option<State> {
     let kind = fields.next()?;
     let rest = fields.next().unwrap_or_default();
     let pairs: Vec<(Vec<u8>, Vec<u8>)> = match kind {
-        b"n" => rest.split(|b| *b == 0).filter_map(name_value).collect(),
         b"p" => exports_p(rest.strip_suffix(b"#")?),
         _ => return None,
     };
@@ -566,22 +560,36 @@ fn keep(into: &mut Vec<u8>, max: usize, data: &[u8]) {
     }
 }
 
-/// The `NAME=VALUE` words of `export -p` output, read as the shell quotes them (single
-/// quotes, double quotes with backslash escapes, backslashes); never run.
+/// The `NAME=VALUE` words of `export -p` output (or bash's `declare -px`), read as the
+/// shell quotes them (single quotes, double quotes with backslash escapes, `$'...'`,
+/// backslashes); never run. Arrays (`declare -ax`, `-Ax`) are left out: no program
+/// can receive them.
 fn exports_p(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     let mut out = Vec::new();
     let mut words: Vec<Vec<u8>> = Vec::new();
     let mut word: Option<Vec<u8>> = None;
     let mut i = 0;
     let end_command = |words: &mut Vec<Vec<u8>>, out: &mut Vec<(Vec<u8>, Vec<u8>)>| {
-        if words.first().is_some_and(|w| w == b"export") {
-            out.extend(words.iter().skip(1).filter_map(|w| name_value(w)));
+        match words.first().map(Vec::as_slice) {
+            Some(b"export") => out.extend(words.iter().skip(1).filter_map(|w| name_value(w))),
+            Some(b"declare")
+                if words.get(1).is_some_and(|f| {
+                    f.starts_with(b"-") && !f.contains(&b'a') && !f.contains(&b'A')
+                }) =>
+            {
+                out.extend(words.iter().skip(2).filter_map(|w| name_value(w)));
+            }
+            _ => {}
         }
         words.clear();
     };
     while i < text.len() {
         let c = text[i];
         match c {
+            b'$' if text.get(i + 1) == Some(&b'\'') => {
+                let w = word.get_or_insert_with(Vec::new);
+                i = ansi_c(text, i + 2, w);
+            }
             b' ' | b'\t' | b'\n' => {
                 if let Some(w) = word.take() {
                     words.push(w);
@@ -627,6 +635,59 @@ fn exports_p(text: &[u8]) -> Vec<(Vec<u8>, Vec<u8>)> {
     }
     end_command(&mut words, &mut out);
     out
+}
+
+/// Reads the body of a `$'...'` word starting at `i` into `w`, decoding the escapes
+/// bash writes there; returns the index after the closing quote.
+fn ansi_c(text: &[u8], mut i: usize, w: &mut Vec<u8>) -> usize {
+    let digits = |from: usize, max: usize, radix: u32| -> (u32, usize) {
+        let mut value = 0;
+        let mut n = 0;
+        while n < max
+            && let Some(d) = text
+                .get(from + n)
+                .and_then(|b| char::from(*b).to_digit(radix))
+        {
+            value = value * radix + d;
+            n += 1;
+        }
+        (value, n)
+    };
+    while i < text.len() && text[i] != b'\'' {
+        if text[i] != b'\\' || i + 1 >= text.len() {
+            w.push(text[i]);
+            i += 1;
+            continue;
+        }
+        let e = text[i + 1];
+        i += 2;
+        let simple = match e {
+            b'a' => Some(7),
+            b'b' => Some(8),
+            b'e' | b'E' => Some(27),
+            b'f' => Some(12),
+            b'n' => Some(b'\n'),
+            b'r' => Some(b'\r'),
+            b't' => Some(b'\t'),
+            b'v' => Some(11),
+            b'\\' | b'\'' | b'"' | b'?' => Some(e),
+            _ => None,
+        };
+        if let Some(b) = simple {
+            w.push(b);
+        } else if e.is_ascii_digit() && e < b'8' {
+            let (value, n) = digits(i - 1, 3, 8);
+            w.push(u8::try_from(value & 0xff).unwrap_or(0));
+            i += n - 1;
+        } else if e == b'x' && digits(i, 2, 16).1 > 0 {
+            let (value, n) = digits(i, 2, 16);
+            w.push(u8::try_from(value).unwrap_or(0));
+            i += n;
+        } else {
+            w.extend_from_slice(&[b'\\', e]);
+        }
+    }
+    i + 1
 }
 
 /// A file removed when the call is over, however it ends.
@@ -686,6 +747,31 @@ async fn read_until<R: AsyncRead + Unpin>(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// `declare -px` as bash prints it is read as data: double quotes, `$'...'`
+    /// escapes, flags, arrays and unset names left out.
+    #[test]
+    fn bash_declarations_are_parsed_not_run() {
+        let text = b"declare -x A=$'x\\ny\"z$`\\\\\\'q\\001\\x7f\\t\\e'\ndeclare -x B=\"pl\\\"ain \\$(x)\"\ndeclare -x OLDPWD\ndeclare -rx R=\"ro\"\ndeclare -ax arr=([0]=\"1\" [1]=\"2\")\ndeclare -Ax map=([k]=\"v\" )\ndeclare -x OLD=\"multi\nline\"\n#";
+        let mut raw = b"/w\0p\0".to_vec();
+        raw.extend_from_slice(text);
+        let state = parse_state(&raw).unwrap();
+        let env: Vec<(String, String)> = state
+            .env
+            .iter()
+            .map(|(k, v)| (k.to_string_lossy().into(), v.to_string_lossy().into()))
+            .collect();
+        let want = [
+            ("A", "x\ny\"z$`\\'q\u{1}\u{7f}\t\u{1b}"),
+            ("B", "pl\"ain $(x)"),
+            ("R", "ro"),
+            ("OLD", "multi\nline"),
+        ];
+        assert_eq!(
+            env,
+            want.map(|(k, v)| (k.to_owned(), v.to_owned())).to_vec()
+        );
+    }
 
     /// `export -p` as dash and busybox `ash` print it is read as data.
     #[test]
