@@ -112,6 +112,7 @@ impl Settings {
 
     /// Whether a server readies its sandbox before the first call: the Docker sandbox
     /// with a warm pool (`pool_size` ≥ 1).
+    #[cfg(feature = "mcp")]
     pub(crate) fn warms_up(&self) -> bool {
         #[cfg(feature = "docker")]
         {

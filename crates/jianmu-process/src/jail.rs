@@ -315,6 +315,21 @@ impl Jail {
         jail
     }
 
+    /// A jail whose commands go through the supervisor although its plan was made for
+    /// namespaces (and so for a private network): as after a namespace refused at
+    /// spawn time.
+    #[cfg(test)]
+    pub(crate) fn with_supervisor_after_refusal(
+        settings: &IsolationSettings,
+        workspace: &Path,
+    ) -> Self {
+        let jail = Self::new(settings, workspace).unwrap();
+        jail.plan
+            .namespaces_failed
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        jail
+    }
+
     /// One line saying what is in force, e.g. `supervised (own pid namespace), own
     /// /proc, landlock v7, no network (writes: workspace, private tmp)`.
     pub fn describe(&self) -> &str {

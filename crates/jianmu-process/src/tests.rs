@@ -482,3 +482,34 @@ except OSError as e:
         (0, "lo\nENETUNREACH\nENETUNREACH\nEACCES\n")
     );
 }
+
+/// Where namespaces are refused at spawn time (after the probe passed), the supervisor
+/// runs the commands: still in the private network, never in the host's.
+#[tokio::test]
+async fn the_supervisor_keeps_commands_in_the_private_network() {
+    let offered = crate::Isolation::probe();
+    if !(offered.namespaces && offered.private_network) {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let jail =
+        crate::Jail::with_supervisor_after_refusal(&crate::IsolationSettings::default(), ws.path());
+    let host = std::fs::read_link("/proc/self/ns/net").unwrap();
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let script = format!(
+        "echo $$; readlink /proc/self/ns/net; \
+         (exec 3<>/dev/tcp/127.0.0.1/{port}) 2>/dev/null && echo HOST-REACHED; \
+         cut -d: -f1 /proc/net/dev | tail -n +3 | tr -d ' '"
+    );
+    let (code, out) = run(&jail, &script, ws.path()).await;
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(code, 0, "{out}");
+    assert_ne!(lines[0], "1", "not run by the supervisor: {out}");
+    assert!(lines[1].starts_with("net:["), "{out}");
+    assert_ne!(std::path::Path::new(lines[1]), host, "{out}");
+    assert_eq!(&lines[2..], ["lo"], "{out}");
+    // The same network as the jail's other commands.
+    let (_, again) = run(&jail, "readlink /proc/self/ns/net", ws.path()).await;
+    assert_eq!(again.trim(), lines[1]);
+}

@@ -116,6 +116,19 @@ def sender():
             send_pending()
 
 
+def forked():
+    # A process the code forks has no sender and must never write to the protocol
+    # stream; the lock may have been held by the sender at the fork.
+    global proto_lock, pending, IN_FORK
+    proto_lock = threading.Lock()
+    pending = []
+    IN_FORK = True
+
+
+IN_FORK = False
+os.register_at_fork(after_in_child=forked)
+
+
 class Capture:
     """Keeps the first LIMIT characters written and counts the rest, so printing
     forever costs the child nothing but time. What it keeps is also sent as it comes,
@@ -136,7 +149,7 @@ class Capture:
             piece = text[:room]
             self.parts.append(piece)
             self.kept += len(piece)
-            if self.request is not None and piece:
+            if self.request is not None and piece and not IN_FORK:
                 with proto_lock:
                     pending.append([self.request, self.stream, piece])
         self.dropped += max(0, len(text) - max(room, 0))
@@ -214,6 +227,9 @@ def run(code, request):
         error = "".join(lines[-8:])
     finally:
         sys.stdout, sys.stderr = saved
+        # A thread the code left may still hold them: what it writes is not this
+        # request's output any more.
+        out.request = err.request = None
     answer = {"stdout": out.text(), "stderr": err.text(), "dropped": out.dropped + err.dropped}
     if error is not None:
         answer["error"] = error.rstrip("\n")
