@@ -86,7 +86,7 @@ impl IsolationSettings {
                  sockets work, and a server started earlier in this session (e.g. a \
                  `background: true` bash job) stays reachable; outside hosts cannot be \
                  reached (the setting `[tools.{tool}.isolation] network = true` opens \
-                 them; in the Docker sandbox, `[docker] network = true`)."
+                 them; in the Docker sandbox, `[execution.docker] network = true`)."
             )
         } else {
             format!(
