@@ -223,12 +223,13 @@ impl DockerSandbox {
             .map(|c| c.id().to_owned())
     }
 
-    /// Starts the container now instead of at the first call.
+    /// Starts the container now instead of at the first call (a spare from the pool
+    /// when there is one), its tools built, and tops the pool up.
     ///
     /// # Errors
     /// When the daemon is unreachable or the container cannot start.
     pub async fn warm_up(&self) -> Result<(), SandboxError> {
-        self.connection().await?;
+        self.connection_with(true).await?;
         self.refill();
         Ok(())
     }
@@ -269,6 +270,12 @@ impl DockerSandbox {
     /// The live connection: this session's container, else a spare from the pool,
     /// else a new container on the engine [`Inner::place`] picks.
     async fn connection(&self) -> Result<Arc<Conn>, SandboxError> {
+        self.connection_with(false).await
+    }
+
+    /// [`DockerSandbox::connection`]; a container started here with `warm` builds
+    /// every tool before it is ready (as the pool's spares do).
+    async fn connection_with(&self, warm: bool) -> Result<Arc<Conn>, SandboxError> {
         let mut slot = self.conn.lock().await;
         if let Some(conn) = slot.as_ref()
             && !conn.is_dead()
@@ -283,7 +290,7 @@ impl DockerSandbox {
         };
         let conn = match spare {
             Some(conn) => conn,
-            None => self.inner.place(false).await?,
+            None => self.inner.place(warm).await?,
         };
         if self.inner.engines[conn.engine()].copy {
             let copied = copy::upload(

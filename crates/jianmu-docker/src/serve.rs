@@ -114,7 +114,11 @@ where
             .map(str::to_owned)
             .collect::<Vec<_>>()
         {
-            let _ = tools.tool(&name);
+            // Handles are deferred: build each tool now (its isolation probed, its
+            // jail prepared), not at its first call.
+            if let Ok(handle) = tools.tool(&name) {
+                let _ = handle.build_now();
+            }
         }
     }
     let _ = tx.send(to_line(&Reply::Ready {
