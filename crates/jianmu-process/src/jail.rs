@@ -128,12 +128,12 @@ impl Isolation {
     pub fn probe() -> Self {
         static PROBED: std::sync::OnceLock<Isolation> = std::sync::OnceLock::new();
         *PROBED.get_or_init(|| {
-            let namespaces = crate::userns::namespaces_work();
+            let (namespaces, private_network) = crate::userns::probe();
             Isolation {
                 landlock_abi: crate::landlock::landlock_abi(),
                 seccomp: crate::seccomp::seccomp_available(),
                 namespaces,
-                private_network: namespaces && crate::netns::private_networks_work(),
+                private_network,
             }
         })
     }

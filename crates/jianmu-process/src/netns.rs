@@ -127,7 +127,7 @@ extern "C" fn make_main(arg: *mut libc::c_void) -> libc::c_int {
 }
 
 /// Brings the calling process's `lo` up. System calls only.
-fn loopback_up() -> io::Result<()> {
+pub(crate) fn loopback_up() -> io::Result<()> {
     // SAFETY: an ioctl pair on a socket made here, with a zeroed request naming `lo`.
     unsafe {
         let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
@@ -150,11 +150,6 @@ fn loopback_up() -> io::Result<()> {
         libc::close(sock);
         result
     }
-}
-
-/// Whether private networks can be made here.
-pub(crate) fn private_networks_work() -> bool {
-    PrivateNet::new().is_ok()
 }
 
 /// The private network the commands of one session share: made on their first command

@@ -124,8 +124,10 @@ pub(crate) fn own_proc(paths: &Paths) -> io::Result<()> {
     Ok(())
 }
 
-/// Whether the namespaces work here: a forked probe enters them and mounts a `/proc`.
-pub(crate) fn namespaces_work() -> bool {
+/// Whether the namespaces work here, and whether private networks can be made too: a
+/// forked probe enters a user and PID namespace, tries a network namespace with
+/// loopback up, and mounts a `/proc` (one probe for both, as each costs a process).
+pub(crate) fn probe() -> (bool, bool) {
     let maps = Maps::current();
     let paths = Paths::new();
     // SAFETY: the forked children only make system calls on data prepared above, then
@@ -133,12 +135,14 @@ pub(crate) fn namespaces_work() -> bool {
     unsafe {
         let pid = libc::fork();
         if pid < 0 {
-            return false;
+            return (false, false);
         }
         if pid == 0 {
             if enter_namespaces(&maps).is_err() {
                 libc::_exit(1);
             }
+            let no_network = libc::unshare(libc::CLONE_NEWNET) != 0
+                || crate::netns::loopback_up().is_err();
             let init = libc::fork();
             if init == 0 {
                 libc::_exit(i32::from(own_proc(&paths).is_err()));
@@ -147,13 +151,19 @@ pub(crate) fn namespaces_work() -> bool {
             if init < 0 || libc::waitpid(init, &mut status, 0) != init {
                 libc::_exit(1);
             }
-            libc::_exit(i32::from(
-                !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0),
-            ));
+            if !(libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0) {
+                libc::_exit(1);
+            }
+            libc::_exit(if no_network { 2 } else { 0 });
         }
         let mut status = 0;
-        libc::waitpid(pid, &mut status, 0) == pid
-            && libc::WIFEXITED(status)
-            && libc::WEXITSTATUS(status) == 0
+        if libc::waitpid(pid, &mut status, 0) != pid || !libc::WIFEXITED(status) {
+            return (false, false);
+        }
+        match libc::WEXITSTATUS(status) {
+            0 => (true, true),
+            2 => (true, false),
+            _ => (false, false),
+        }
     }
 }
