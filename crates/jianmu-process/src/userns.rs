@@ -141,8 +141,8 @@ pub(crate) fn probe() -> (bool, bool) {
             if enter_namespaces(&maps).is_err() {
                 libc::_exit(1);
             }
-            let no_network = libc::unshare(libc::CLONE_NEWNET) != 0
-                || crate::netns::loopback_up().is_err();
+            let no_network =
+                libc::unshare(libc::CLONE_NEWNET) != 0 || crate::netns::loopback_up().is_err();
             let init = libc::fork();
             if init == 0 {
                 libc::_exit(i32::from(own_proc(&paths).is_err()));
