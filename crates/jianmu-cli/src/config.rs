@@ -40,6 +40,8 @@ pub(crate) struct Mcp {
 pub(crate) struct HttpLimits {
     /// The largest request body, in bytes (larger ones get 413).
     pub(crate) max_body_bytes: usize,
+    /// How long a request body may take to arrive, whole (slower ones get 408).
+    pub(crate) body_timeout_secs: u64,
     /// How many client sessions may be open at once (one more gets 503).
     pub(crate) max_sessions: usize,
     /// A session no request has used for this long is closed and its state released.
@@ -58,6 +60,7 @@ impl Default for HttpLimits {
     fn default() -> Self {
         Self {
             max_body_bytes: 4 * 1024 * 1024,
+            body_timeout_secs: 30,
             max_sessions: 64,
             session_idle_secs: 15 * 60,
             shutdown_grace_secs: 10,
@@ -71,6 +74,9 @@ impl HttpLimits {
     fn check(&self) -> anyhow::Result<()> {
         if !(1024..=256 * 1024 * 1024).contains(&self.max_body_bytes) {
             bail!("mcp.http.max_body_bytes must be between 1024 and 268435456");
+        }
+        if !(1..=3600).contains(&self.body_timeout_secs) {
+            bail!("mcp.http.body_timeout_secs must be between 1 and 3600");
         }
         if !(1..=100_000).contains(&self.max_sessions) {
             bail!("mcp.http.max_sessions must be between 1 and 100000");

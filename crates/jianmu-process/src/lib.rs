@@ -40,6 +40,15 @@ pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Sup
 pub use netns::Network;
 pub use spec::{Spec, Stdio as Stream};
 
+/// Raises this process's soft limit on open files to its hard limit (a server's idle
+/// connections each hold one), and returns the new limit.
+///
+/// # Errors
+/// The limits cannot be read or set.
+pub fn raise_open_files_limit() -> std::io::Result<u64> {
+    sys::raise_open_files_limit()
+}
+
 /// A `tokio` command for `program` with stdin closed (`/dev/null`) and the child killed
 /// when its handle is dropped, so a cancelled call leaves no process behind.
 pub fn command(program: impl AsRef<OsStr>) -> tokio::process::Command {

@@ -45,3 +45,17 @@ pub(crate) fn check_int(r: libc::c_int) -> io::Result<libc::c_int> {
         Ok(r)
     }
 }
+
+/// Sets the soft `RLIMIT_NOFILE` to the hard one; returns it.
+pub(crate) fn raise_open_files_limit() -> io::Result<u64> {
+    // SAFETY: get and set a resource limit through a valid, zeroed struct.
+    unsafe {
+        let mut limit: libc::rlimit = std::mem::zeroed();
+        check_int(libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit))?;
+        if limit.rlim_cur < limit.rlim_max {
+            limit.rlim_cur = limit.rlim_max;
+            check_int(libc::setrlimit(libc::RLIMIT_NOFILE, &limit))?;
+        }
+        Ok(limit.rlim_cur)
+    }
+}

@@ -2,9 +2,13 @@
 //!
 //! Routes: `/mcp` (the MCP endpoint, rmcp's Streamable HTTP service), `GET /healthz`
 //! (no token needed), `GET /metrics` (Prometheus text). Checks before a request
-//! reaches the endpoint, in order: a browser `Origin` that is not allowed gets 403,
-//! a missing or wrong bearer token 401, a new session past the limit 503. rmcp then
-//! checks `Host` (DNS rebinding), the body size (413) and the protocol.
+//! reaches the endpoint, in order: a `Host` that is not allowed gets 403 on every
+//! route (DNS rebinding: by default, on a loopback address, only loopback names), a
+//! browser `Origin` that is not allowed 403, a missing or wrong bearer token 401, a
+//! declared body over `max_body_bytes` 413 at once, a body not sent within
+//! `body_timeout_secs` 408, a new session past the limit 503 (with `Retry-After`, also
+//! when the limit is reached while it opens), a `DELETE` of an unknown session 404.
+//! rmcp then checks the protocol.
 //!
 //! Every client session (a handshake-era client's `Mcp-Session-Id`; each request of
 //! a client on the stateless 2026-07-28 revision) gets tools of its own: its own
@@ -153,19 +157,92 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     response
 }
 
+/// A 503 for a new session past the limit, with when to retry.
+fn full(limit: usize) -> Response<Body> {
+    let mut response = text(
+        StatusCode::SERVICE_UNAVAILABLE,
+        format!("the server has its limit of {limit} open sessions; retry later\n"),
+    );
+    response.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("5"),
+    );
+    response
+}
+
 /// Everything a request is handled with.
 struct App {
     mcp: StreamableHttpService<Server, LocalSessionManager>,
+    sessions: Arc<LocalSessionManager>,
     token: Option<String>,
     origins: Vec<String>,
+    /// The `Host` values accepted (any when empty).
+    hosts: Vec<String>,
+    max_body: usize,
+    body_deadline: Duration,
     catalog: Catalog,
     runtime: Runtime,
+}
+
+/// A `Host` value or an allowed entry as (name, port): `[::1]:8080`, `[::1]`, `::1`,
+/// `name:8080`, `name`; names lowercased.
+fn authority(text: &str) -> Option<(String, Option<String>)> {
+    let text = text.trim().to_ascii_lowercase();
+    if let Some(rest) = text.strip_prefix('[') {
+        let (name, tail) = rest.split_once(']')?;
+        let port = match tail {
+            "" => None,
+            _ => Some(tail.strip_prefix(':')?.to_owned()),
+        };
+        return Some((name.to_owned(), port));
+    }
+    match text.split_once(':') {
+        // One colon: a name and a port; more: a bare IPv6 address.
+        Some((name, port)) if !port.contains(':') => Some((name.to_owned(), Some(port.to_owned()))),
+        _ => Some((text, None)),
+    }
+}
+
+/// Whether `host` (a `Host` header) is one of `allowed` (names, or `name:port`); any
+/// when `allowed` is empty.
+fn host_allowed(host: &str, allowed: &[String]) -> bool {
+    if allowed.is_empty() {
+        return true;
+    }
+    let Some((name, port)) = authority(host) else {
+        return false;
+    };
+    allowed
+        .iter()
+        .filter_map(|a| authority(a))
+        .any(|(a_name, a_port)| {
+            a_name == name && a_port.is_none_or(|p| port.as_deref() == Some(p.as_str()))
+        })
 }
 
 impl App {
     async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path();
         let metrics = &self.catalog.metrics;
+        // Against DNS rebinding, on every route: a page of another name that resolves
+        // to this address must not reach the endpoint, the metrics or the health check.
+        let host = request
+            .headers()
+            .get(hyper::header::HOST)
+            .and_then(|h| h.to_str().ok())
+            .map(str::to_owned)
+            .or_else(|| request.uri().authority().map(|a| a.to_string()));
+        if !self.hosts.is_empty()
+            && !host
+                .as_deref()
+                .is_some_and(|h| host_allowed(h, &self.hosts))
+        {
+            metrics.refused("host");
+            return text(
+                StatusCode::FORBIDDEN,
+                "forbidden: this Host is not allowed (the server's allowed_hosts)\n",
+            );
+        }
         match (request.method(), path) {
             (&Method::GET, "/healthz") => return text(StatusCode::OK, "ok\n"),
             (_, "/healthz") => return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n"),
@@ -213,32 +290,105 @@ impl App {
         }
         // A POST without a session id opens one (or is a stateless request, which
         // holds tools while it runs).
-        if request.method() == Method::POST
-            && !request.headers().contains_key("mcp-session-id")
-            && self.runtime.is_full()
-        {
+        let limit = self.runtime.settings().max_sessions;
+        let opens =
+            request.method() == Method::POST && !request.headers().contains_key("mcp-session-id");
+        if opens && self.runtime.is_full() {
             metrics.refused("sessions");
-            let mut response = text(
-                StatusCode::SERVICE_UNAVAILABLE,
-                format!(
-                    "the server has its limit of {} open sessions; retry later\n",
-                    self.runtime.settings().max_sessions
-                ),
-            );
-            response.headers_mut().insert(
-                hyper::header::RETRY_AFTER,
-                hyper::header::HeaderValue::from_static("5"),
-            );
-            return response;
+            return full(limit);
         }
         let delete = request.method() == Method::DELETE;
+        if delete
+            && let Some(id) = request
+                .headers()
+                .get("mcp-session-id")
+                .and_then(|v| v.to_str().ok())
+        {
+            use rmcp::transport::streamable_http_server::session::SessionManager as _;
+            let id: rmcp::transport::streamable_http_server::session::SessionId = id.into();
+            if !self.sessions.has_session(&id).await.unwrap_or(false) {
+                return text(
+                    StatusCode::NOT_FOUND,
+                    "not found: no such session (it was closed or expired)\n",
+                );
+            }
+        }
+        let request = if request.method() == Method::POST {
+            match self.body(request).await {
+                Ok(request) => request,
+                Err(response) => return response,
+            }
+        } else {
+            request.map(http_body_util::BodyExt::boxed)
+        };
         let mut response = self.mcp.handle(request).await;
+        // The limit was reached while this request opened its session.
+        if opens && response.status() == StatusCode::INTERNAL_SERVER_ERROR && self.runtime.is_full()
+        {
+            metrics.refused("sessions");
+            return full(limit);
+        }
         // A closed session: say so with the status clients look for.
         if delete && response.status() == StatusCode::ACCEPTED {
             response = Response::new(Full::new(Bytes::new()).boxed());
             *response.status_mut() = StatusCode::NO_CONTENT;
         }
         response
+    }
+
+    /// The request with its body read whole: refused at once when it declares more
+    /// than `max_body_bytes` (413), cut at that size, and given `body_timeout_secs` to
+    /// arrive (408).
+    async fn body(
+        &self,
+        request: Request<Incoming>,
+    ) -> Result<Request<BoxBody<Bytes, hyper::Error>>, Response<Body>> {
+        let too_big = || {
+            text(
+                StatusCode::PAYLOAD_TOO_LARGE,
+                format!(
+                    "payload too large: at most {} bytes (max_body_bytes)\n",
+                    self.max_body
+                ),
+            )
+        };
+        let declared = request
+            .headers()
+            .get(hyper::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse::<u64>().ok());
+        if declared.is_some_and(|n| n > self.max_body as u64) {
+            self.catalog.metrics.refused("body");
+            return Err(too_big());
+        }
+        let (parts, body) = request.into_parts();
+        let limited = http_body_util::Limited::new(body, self.max_body);
+        match tokio::time::timeout(self.body_deadline, limited.collect()).await {
+            Ok(Ok(collected)) => Ok(Request::from_parts(
+                parts,
+                Full::new(collected.to_bytes())
+                    .map_err(|never| match never {})
+                    .boxed(),
+            )),
+            Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
+                self.catalog.metrics.refused("body");
+                Err(too_big())
+            }
+            Ok(Err(_)) => Err(text(
+                StatusCode::BAD_REQUEST,
+                "bad request: the body could not be read\n",
+            )),
+            Err(_) => {
+                self.catalog.metrics.refused("body");
+                Err(text(
+                    StatusCode::REQUEST_TIMEOUT,
+                    format!(
+                        "request timeout: the body did not arrive within {} s\n",
+                        self.body_deadline.as_secs()
+                    ),
+                ))
+            }
+        }
     }
 
     fn authorized(&self, request: &Request<Incoming>) -> bool {
@@ -302,22 +452,39 @@ pub(crate) async fn serve(
         .with_cancellation_token(stop_sessions.clone())
         .with_allowed_origins(limits.allowed_origins.clone())
         .enforce_origin_validation();
-    config = if !limits.allowed_hosts.is_empty() {
-        config.with_allowed_hosts(limits.allowed_hosts.clone())
+    // Checked on every route before the endpoint (see `App::handle`), and by rmcp.
+    let hosts: Vec<String> = if !limits.allowed_hosts.is_empty() {
+        limits.allowed_hosts.clone()
     } else if options.addr.ip().is_loopback() {
-        config.with_allowed_hosts(["localhost", "127.0.0.1", "::1", "[::1]"])
+        ["localhost", "127.0.0.1", "::1", "[::1]"]
+            .map(str::to_owned)
+            .to_vec()
     } else {
+        Vec::new()
+    };
+    config = if hosts.is_empty() {
         config.disable_allowed_hosts()
+    } else {
+        config.with_allowed_hosts(hosts.clone())
     };
     let opener = Arc::clone(&sessions);
-    let mcp = StreamableHttpService::new(move || opener.open(), Arc::new(manager), config);
+    let manager = Arc::new(manager);
+    let mcp = StreamableHttpService::new(move || opener.open(), Arc::clone(&manager), config);
     let app = Arc::new(App {
         mcp,
+        sessions: manager,
         token: options.token.clone(),
         origins: limits.allowed_origins.clone(),
+        hosts,
+        max_body: limits.max_body_bytes,
+        body_deadline: Duration::from_secs(limits.body_timeout_secs),
         catalog: catalog.clone(),
         runtime: runtime.clone(),
     });
+    // Idle connections hold descriptors: allow as many as the system lets this user.
+    if let Err(e) = jianmu_process::raise_open_files_limit() {
+        tracing::warn!("cannot raise the open-files limit: {e}");
+    }
 
     let listener = tokio::net::TcpListener::bind(options.addr)
         .await
@@ -383,4 +550,38 @@ pub(crate) async fn serve(
     }
     runtime.shutdown(Duration::from_secs(15)).await;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::host_allowed;
+
+    #[test]
+    fn hosts_are_matched_by_name_and_port() {
+        let loopback = ["localhost", "127.0.0.1", "::1", "[::1]"].map(str::to_owned);
+        for ok in [
+            "127.0.0.1:8080",
+            "localhost",
+            "LOCALHOST:1",
+            "[::1]:9",
+            "[::1]",
+        ] {
+            assert!(host_allowed(ok, &loopback), "{ok}");
+        }
+        for bad in [
+            "evil.example:8080",
+            "127.0.0.2",
+            "[::2]:9",
+            "localhost.evil",
+            "",
+            "[::1",
+        ] {
+            assert!(!host_allowed(bad, &loopback), "{bad}");
+        }
+        let pinned = ["api.example:443".to_owned()];
+        assert!(host_allowed("api.example:443", &pinned));
+        assert!(!host_allowed("api.example:444", &pinned));
+        assert!(!host_allowed("api.example", &pinned));
+        assert!(host_allowed("anything", &[]));
+    }
 }

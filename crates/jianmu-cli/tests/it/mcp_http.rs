@@ -478,3 +478,119 @@ fn each_http_session_gets_its_own_container_removed_when_it_closes() {
     }
     assert_eq!(server.terminate(), Some(0));
 }
+
+/// One raw HTTP/1.1 exchange with the server at `url` (whose path is ignored):
+/// `head` is the request line and headers (without the blank line), `body` follows.
+/// Returns the status code.
+fn raw(url: &str, head: &str, body: &[u8]) -> u16 {
+    use std::io::Read as _;
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .write_all(format!("{head}\r\n\r\n").as_bytes())
+        .unwrap();
+    stream.write_all(body).unwrap();
+    let mut buf = [0u8; 12];
+    stream.read_exact(&mut buf).unwrap();
+    String::from_utf8_lossy(&buf[9..12]).parse().unwrap()
+}
+
+/// The review's HTTP findings: `Host` checked on every route, a declared body over the
+/// limit refused before it is sent, a body that does not arrive in time refused, a
+/// `DELETE` of an unknown session 404, and the open-files limit raised.
+#[test]
+fn every_route_checks_host_and_bodies_are_bounded_in_size_and_time() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(&config, "[mcp.http]\nbody_timeout_secs = 1\n").unwrap();
+    let server = Served::start(&ws, &["--config", config.to_str().unwrap()]);
+    let url = server.url.clone();
+    let here = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let auth = format!("Authorization: Bearer {TOKEN}");
+    for path in ["/healthz", "/metrics", "/mcp"] {
+        assert_eq!(
+            raw(
+                &url,
+                &format!("GET {path} HTTP/1.1\r\nHost: rebound.example:80\r\n{auth}"),
+                b""
+            ),
+            403,
+            "{path} with a foreign Host"
+        );
+    }
+    assert_eq!(
+        raw(&url, &format!("GET /healthz HTTP/1.1\r\nHost: {here}"), b""),
+        200
+    );
+    assert_eq!(
+        raw(
+            &url,
+            &format!("GET /metrics HTTP/1.1\r\nHost: localhost\r\n{auth}"),
+            b""
+        ),
+        200
+    );
+    // Declared over max_body_bytes (4 MiB by default): refused with no byte sent.
+    let post = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {here}\r\n{auth}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream"
+    );
+    assert_eq!(
+        raw(&url, &format!("{post}\r\nContent-Length: 100000000"), b""),
+        413
+    );
+    // A body that does not come: 408 after body_timeout_secs.
+    assert_eq!(
+        raw(
+            &url,
+            &format!("{post}\r\nContent-Length: 100"),
+            b"{\"jsonrpc\""
+        ),
+        408
+    );
+    assert_eq!(
+        raw(
+            &url,
+            &format!("{post}\r\nTransfer-Encoding: chunked"),
+            b"5\r\n{\"jso\r\n"
+        ),
+        408
+    );
+    // Closing a session that is not open.
+    assert_eq!(
+        raw(
+            &url,
+            &format!(
+                "DELETE /mcp HTTP/1.1\r\nHost: {here}\r\n{auth}\r\nMcp-Session-Id: no-such-session"
+            ),
+            b""
+        ),
+        404
+    );
+    // The open-files limit: soft raised to hard.
+    let limits = std::fs::read_to_string(format!("/proc/{}/limits", server.pid())).unwrap();
+    let files = limits
+        .lines()
+        .find(|l| l.starts_with("Max open files"))
+        .unwrap()
+        .split_whitespace()
+        .skip(3)
+        .take(2)
+        .collect::<Vec<_>>();
+    assert_eq!(files[0], files[1], "{limits}");
+    assert_eq!(server.terminate(), Some(0));
+}
