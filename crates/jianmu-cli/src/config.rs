@@ -42,6 +42,9 @@ pub(crate) struct HttpLimits {
     pub(crate) max_body_bytes: usize,
     /// How long a request body may take to arrive, whole (slower ones get 408).
     pub(crate) body_timeout_secs: u64,
+    /// How many connections are served at once; more wait in the listen queue until
+    /// one closes (an idle one closes after 10 s without a request).
+    pub(crate) max_connections: usize,
     /// How many client sessions may be open at once (one more gets 503).
     pub(crate) max_sessions: usize,
     /// A session no request has used for this long is closed and its state released.
@@ -61,6 +64,7 @@ impl Default for HttpLimits {
         Self {
             max_body_bytes: 4 * 1024 * 1024,
             body_timeout_secs: 30,
+            max_connections: 4096,
             max_sessions: 64,
             session_idle_secs: 15 * 60,
             shutdown_grace_secs: 10,
@@ -74,6 +78,9 @@ impl HttpLimits {
     fn check(&self) -> anyhow::Result<()> {
         if !(1024..=256 * 1024 * 1024).contains(&self.max_body_bytes) {
             bail!("mcp.http.max_body_bytes must be between 1024 and 268435456");
+        }
+        if !(1..=1_000_000).contains(&self.max_connections) {
+            bail!("mcp.http.max_connections must be between 1 and 1000000");
         }
         if !(1..=3600).contains(&self.body_timeout_secs) {
             bail!("mcp.http.body_timeout_secs must be between 1 and 3600");

@@ -492,8 +492,17 @@ pub(crate) async fn serve(
     let local = listener.local_addr()?;
     eprintln!("jianmu mcp: serving MCP over Streamable HTTP at http://{local}/mcp");
     let graceful = hyper_util::server::graceful::GracefulShutdown::new();
+    // At most `max_connections` served at once: more wait in the kernel's queue, so a
+    // flood of idle sockets neither grows memory nor exhausts descriptors (each one
+    // closes after 10 s without a complete request head).
+    let permits = Arc::new(tokio::sync::Semaphore::new(limits.max_connections));
     tokio::pin!(stop);
     loop {
+        let permit = tokio::select! {
+            permit = Arc::clone(&permits).acquire_owned() => permit,
+            () = &mut stop => break,
+        };
+        let Ok(permit) = permit else { break };
         tokio::select! {
             accepted = listener.accept() => {
                 let stream = match accepted {
@@ -518,6 +527,7 @@ pub(crate) async fn serve(
                 let connection = graceful.watch(connection);
                 tokio::spawn(async move {
                     let _ = connection.await;
+                    drop(permit);
                 });
             }
             () = &mut stop => break,

@@ -594,3 +594,45 @@ fn every_route_checks_host_and_bodies_are_bounded_in_size_and_time() {
     assert_eq!(files[0], files[1], "{limits}");
     assert_eq!(server.terminate(), Some(0));
 }
+
+/// With `max_connections`, one connection more waits (in the listen queue) until a
+/// served one closes, instead of growing the server.
+#[test]
+fn connections_past_the_cap_wait_for_a_free_place() {
+    use std::io::Read as _;
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(&config, "[mcp.http]\nmax_connections = 2\n").unwrap();
+    let server = Served::start(&ws, &["--config", config.to_str().unwrap()]);
+    let here = server
+        .url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let idle: Vec<std::net::TcpStream> = (0..2)
+        .map(|_| std::net::TcpStream::connect(&here).unwrap())
+        .collect();
+    // Both places are taken by idle connections: a third one is not served yet.
+    std::thread::sleep(Duration::from_millis(200));
+    let mut third = std::net::TcpStream::connect(&here).unwrap();
+    third
+        .write_all(format!("GET /healthz HTTP/1.1\r\nHost: {here}\r\n\r\n").as_bytes())
+        .unwrap();
+    third
+        .set_read_timeout(Some(Duration::from_millis(500)))
+        .unwrap();
+    let mut buf = [0u8; 12];
+    assert!(third.read_exact(&mut buf).is_err(), "served past the cap");
+    // One place frees: it is served.
+    drop(idle);
+    third
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    third.read_exact(&mut buf).unwrap();
+    assert_eq!(&buf[9..12], b"200");
+    assert_eq!(server.terminate(), Some(0));
+}
