@@ -6,8 +6,11 @@
 //! not a request, notification or response, a batch, or a line over [`MAX_LINE`] bytes
 //! gets -32600; `tools/call` without a string `name` or with `arguments` that are not an
 //! object gets -32602 naming the problem; a request whose id is already in flight gets
-//! -32600 (its answer could not be told apart). Lines that pass are handed on whole, and
-//! every line out is written whole.
+//! -32600 (its answer could not be told apart); an id that is neither a string nor an
+//! integer (`1.5`) gets -32600 with `"id": null`. A line too long or too deep to read
+//! is answered with its request's `id` when that can be read from the line's start
+//! ([`leading_id`]), so a client waiting on it is not left waiting. Lines that pass are
+//! handed on whole, and every line out is written whole.
 
 use std::collections::HashSet;
 use std::sync::{Arc, Mutex};
@@ -66,11 +69,173 @@ fn error(id: Value, code: i64, message: impl Into<String>) -> Verdict {
 /// The longest request id kept, in bytes: ids of requests in flight are remembered.
 pub(crate) const MAX_ID_LEN: usize = 256;
 
-/// The key of a request id (`None`: not a valid id).
+/// How much of a line too long to read is kept, to find its `id` in.
+const HEAD: usize = 4096;
+
+/// The key of a request id (`None`: not a valid id: a string of at most
+/// [`MAX_ID_LEN`] bytes or an integer).
 fn id_key(id: &Value) -> Option<String> {
     match id {
         Value::String(s) if s.len() > MAX_ID_LEN => None,
+        Value::Number(n) if !(n.is_i64() || n.is_u64()) => None,
         Value::String(_) | Value::Number(_) => Some(id.to_string()),
+        _ => None,
+    }
+}
+
+fn skip_ws(text: &[u8], mut i: usize) -> usize {
+    while text.get(i).is_some_and(u8::is_ascii_whitespace) {
+        i += 1;
+    }
+    i
+}
+
+/// The JSON string starting at `i` (a `"`), and the index after it.
+fn string_at(text: &[u8], i: usize) -> Option<(String, usize)> {
+    if text.get(i) != Some(&b'"') {
+        return None;
+    }
+    let mut j = i + 1;
+    loop {
+        match text.get(j)? {
+            b'\\' => j += 2,
+            b'"' => break,
+            _ => j += 1,
+        }
+    }
+    let s = serde_json::from_slice(text.get(i..=j)?).ok()?;
+    Some((s, j + 1))
+}
+
+/// The index after the JSON value starting at `i`, read only as far as needed to skip
+/// it (strings and brackets); `None` when it does not end within `text`.
+fn skip_value(text: &[u8], i: usize) -> Option<usize> {
+    match *text.get(i)? {
+        b'"' => Some(string_at(text, i)?.1),
+        b'{' | b'[' => {
+            let mut depth = 0usize;
+            let mut j = i;
+            loop {
+                match *text.get(j)? {
+                    b'"' => {
+                        j = string_at(text, j)?.1;
+                        continue;
+                    }
+                    b'{' | b'[' => depth += 1,
+                    b'}' | b']' => {
+                        depth = depth.checked_sub(1)?;
+                        if depth == 0 {
+                            return Some(j + 1);
+                        }
+                    }
+                    _ => {}
+                }
+                j += 1;
+            }
+        }
+        // A number or a literal: up to the next delimiter.
+        _ => {
+            let n = text[i..]
+                .iter()
+                .position(|b| matches!(b, b',' | b'}' | b']') || b.is_ascii_whitespace())?;
+            Some(i + n)
+        }
+    }
+}
+
+/// The top-level `id` of the JSON object `text` starts with, read from its start only:
+/// what a line too long or too deep to parse is answered with. `None` when the members
+/// before it cannot be skipped within `text`, or it is not a valid id.
+pub(crate) fn leading_id(text: &[u8]) -> Option<Value> {
+    let mut i = skip_ws(text, 0);
+    if text.get(i) != Some(&b'{') {
+        return None;
+    }
+    i += 1;
+    loop {
+        i = skip_ws(text, i);
+        let (key, next) = string_at(text, i)?;
+        i = skip_ws(text, next);
+        if text.get(i) != Some(&b':') {
+            return None;
+        }
+        i = skip_ws(text, i + 1);
+        if key == "id" {
+            let end = skip_value(text, i)?;
+            let id: Value = serde_json::from_slice(&text[i..end]).ok()?;
+            return id_key(&id).map(|_| id);
+        }
+        i = skip_ws(text, skip_value(text, i)?);
+        if text.get(i) != Some(&b',') {
+            return None;
+        }
+        i += 1;
+    }
+}
+
+/// The deepest nesting read (as `serde_json`'s own limit).
+const MAX_DEPTH: usize = 128;
+
+/// Whether the brackets of `text` (outside its strings) nest deeper than `max`: one
+/// pass, no allocation.
+fn nested_deeper_than(text: &[u8], max: usize) -> bool {
+    let (mut depth, mut in_string, mut escaped) = (0usize, false, false);
+    for &b in text {
+        if in_string {
+            match (escaped, b) {
+                (true, _) => escaped = false,
+                (false, b'\\') => escaped = true,
+                (false, b'"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match b {
+            b'"' => in_string = true,
+            b'{' | b'[' => {
+                depth += 1;
+                if depth > max {
+                    return true;
+                }
+            }
+            b'}' | b']' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    false
+}
+
+/// What a request body sent over HTTP is answered with before the MCP service reads
+/// it, as on stdio: an id that is neither a string nor an integer gets -32600 with
+/// `"id": null`; a body too deep to read gets -32700 with its id when that can be read
+/// from its start. `None`: the service reads it (and answers anything else wrong).
+pub(crate) fn precheck(body: &[u8]) -> Option<Value> {
+    #[derive(serde::Deserialize)]
+    struct Head {
+        id: Option<Value>,
+    }
+    if nested_deeper_than(body, MAX_DEPTH) {
+        return match error(
+            leading_id(body).unwrap_or(Value::Null),
+            -32700,
+            format!("Parse error: nested deeper than {MAX_DEPTH}"),
+        ) {
+            Verdict::Answer(answer) => Some(answer),
+            _ => None,
+        };
+    }
+    let answer = match serde_json::from_slice::<Head>(body) {
+        Ok(Head { id: Some(id) }) if matches!(&id, Value::Number(_)) && id_key(&id).is_none() => {
+            error(
+                Value::Null,
+                -32600,
+                "Invalid Request: `id` must be a string (at most 256 bytes) or an integer",
+            )
+        }
+        _ => return None,
+    };
+    match answer {
+        Verdict::Answer(answer) => Some(answer),
         _ => None,
     }
 }
@@ -92,6 +257,14 @@ pub(crate) fn judge(line: &[u8], in_flight: &InFlight) -> Verdict {
     }
     let message: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
+        // Too deep to read whole: its id may still be read from its start.
+        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+            return error(
+                leading_id(line).unwrap_or(Value::Null),
+                -32700,
+                format!("Parse error: {e}"),
+            );
+        }
         Err(e) => return error(Value::Null, -32700, format!("Parse error: {e}")),
     };
     let Value::Object(message) = message else {
@@ -198,8 +371,11 @@ async fn read_line<R: AsyncBufRead + Unpin>(
         if !too_long {
             let body = if done { &buf[..take - 1] } else { &buf[..take] };
             if line.len() + body.len() > MAX_LINE {
+                // Its start is kept, to answer with its id.
                 too_long = true;
-                line.clear();
+                let room = HEAD.saturating_sub(line.len()).min(body.len());
+                line.extend_from_slice(&body[..room]);
+                line.truncate(HEAD);
             } else {
                 line.extend_from_slice(body);
             }
@@ -229,7 +405,7 @@ where
         let verdict = match read {
             Ok(()) => judge(&line, &in_flight),
             Err(()) => error(
-                Value::Null,
+                leading_id(&line).unwrap_or(Value::Null),
                 -32600,
                 format!(
                     "Invalid Request: the line is over the limit of {MAX_LINE} bytes and was skipped"

@@ -364,12 +364,23 @@ impl App {
         let (parts, body) = request.into_parts();
         let limited = http_body_util::Limited::new(body, self.max_body);
         match tokio::time::timeout(self.body_deadline, limited.collect()).await {
-            Ok(Ok(collected)) => Ok(Request::from_parts(
-                parts,
-                Full::new(collected.to_bytes())
-                    .map_err(|never| match never {})
-                    .boxed(),
-            )),
+            Ok(Ok(collected)) => {
+                let bytes = collected.to_bytes();
+                if let Some(answer) = super::frame::precheck(&bytes) {
+                    let mut response =
+                        Response::new(Full::new(Bytes::from(answer.to_string())).boxed());
+                    *response.status_mut() = StatusCode::BAD_REQUEST;
+                    response.headers_mut().insert(
+                        hyper::header::CONTENT_TYPE,
+                        hyper::header::HeaderValue::from_static("application/json"),
+                    );
+                    return Err(response);
+                }
+                Ok(Request::from_parts(
+                    parts,
+                    Full::new(bytes).map_err(|never| match never {}).boxed(),
+                ))
+            }
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
                 self.catalog.metrics.refused("body");
                 Err(too_big())

@@ -503,6 +503,31 @@ fn raw(url: &str, head: &str, body: &[u8]) -> u16 {
     String::from_utf8_lossy(&buf[9..12]).parse().unwrap()
 }
 
+/// As [`raw`], with `Connection: close`: the status and the body as JSON.
+fn raw_answer(url: &str, head: &str, body: &[u8]) -> (u16, Value) {
+    use std::io::Read as _;
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .write_all(format!("{head}\r\nConnection: close\r\n\r\n").as_bytes())
+        .unwrap();
+    stream.write_all(body).unwrap();
+    let mut all = Vec::new();
+    stream.read_to_end(&mut all).unwrap();
+    let text = String::from_utf8_lossy(&all);
+    let status = text[9..12].parse().unwrap();
+    let (_, payload) = text.split_once("\r\n\r\n").unwrap();
+    (status, serde_json::from_str(payload).unwrap_or(Value::Null))
+}
+
 /// The review's HTTP findings: `Host` checked on every route, a declared body over the
 /// limit refused before it is sent, a body that does not arrive in time refused, a
 /// `DELETE` of an unknown session 404, and the open-files limit raised.
@@ -569,6 +594,35 @@ fn every_route_checks_host_and_bodies_are_bounded_in_size_and_time() {
             b"5\r\n{\"jso\r\n"
         ),
         408
+    );
+    // An id that is not an integer, and a body too deep to read, as on stdio.
+    let fractional = br#"{"jsonrpc":"2.0","id":1.5,"method":"tools/list"}"#;
+    let (status, body) = raw_answer(
+        &url,
+        &format!("{post}\r\nContent-Length: {}", fractional.len()),
+        fractional,
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        (&body["id"], &body["error"]["code"]),
+        (&Value::Null, &json!(-32600)),
+        "{body}"
+    );
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":52,"method":"tools/call","params":{}{}}}"#,
+        "[".repeat(300),
+        "]".repeat(300)
+    );
+    let (status, body) = raw_answer(
+        &url,
+        &format!("{post}\r\nContent-Length: {}", deep.len()),
+        deep.as_bytes(),
+    );
+    assert_eq!(status, 400);
+    assert_eq!(
+        (&body["id"], &body["error"]["code"]),
+        (&json!(52), &json!(-32700)),
+        "{body}"
     );
     // Closing a session that is not open.
     assert_eq!(

@@ -34,6 +34,41 @@ fn malformed_lines_get_parse_errors_with_a_null_id() {
 }
 
 #[test]
+fn the_id_of_a_line_too_deep_or_too_long_is_read_from_its_start() {
+    use super::leading_id;
+    let deep = format!(
+        r#"{{"jsonrpc":"2.0","id":"req-7","method":"x","params":{}{}}}"#,
+        "[".repeat(200),
+        "]".repeat(200)
+    );
+    let (id, code, _) = answer(deep.as_bytes());
+    assert_eq!((id, code), (json!("req-7"), -32700));
+    // After other members, nested ones and strings with brackets and quotes in them.
+    assert_eq!(
+        leading_id(
+            br#" { "method" : "a{[\"]", "params": {"x": [1, {"y": "}"}]}, "n": -1.5e3, "id" : 9 , "#
+        ),
+        Some(json!(9))
+    );
+    for no_id in [
+        &br#"{"method":"x","params":{"a":[1,2"#[..],
+        br#"{"id": 1.5, "method": "x"}"#,
+        br#"{"id": {"a": 1}}"#,
+        br#"{"id": "cut"#,
+        br#"{"id": 12"#,
+        b"[1, 2]",
+        b"",
+    ] {
+        assert_eq!(
+            leading_id(no_id),
+            None,
+            "{}",
+            String::from_utf8_lossy(no_id)
+        );
+    }
+}
+
+#[test]
 fn well_formed_but_invalid_messages_get_invalid_request() {
     let cases = [
         (
@@ -50,6 +85,10 @@ fn well_formed_but_invalid_messages_get_invalid_request() {
         ),
         (
             json!({"jsonrpc": "2.0", "id": "i".repeat(257), "method": "ping"}),
+            Value::Null,
+        ),
+        (
+            json!({"jsonrpc": "2.0", "id": 1.5, "method": "ping"}),
             Value::Null,
         ),
     ];
@@ -130,6 +169,20 @@ async fn oversized_lines_are_skipped_and_answered_and_reading_goes_on() {
     let answer: Value = serde_json::from_slice(&rx.recv().await.unwrap()).unwrap();
     assert_eq!(answer["error"]["code"], json!(-32600));
     assert_eq!(answer["id"], Value::Null);
+    // One whose id can be read from its start is answered with it.
+    let mut input = br#"{"jsonrpc":"2.0","method":"tools/call","id":52,"params":{"name":"write_file","arguments":{"content":""#.to_vec();
+    input.extend(std::iter::repeat_n(b'x', MAX_LINE));
+    input.extend_from_slice(b"\"}}}\n");
+    let (service, _from_reader) = tokio::io::duplex(1 << 20);
+    let (tx, mut rx) = tokio::sync::mpsc::channel(super::QUEUED_ANSWERS);
+    super::read_client(&input[..], service, InFlight::default(), tx)
+        .await
+        .unwrap();
+    let answer: Value = serde_json::from_slice(&rx.recv().await.unwrap()).unwrap();
+    assert_eq!(
+        (&answer["id"], &answer["error"]["code"]),
+        (&json!(52), &json!(-32600))
+    );
     let mut forwarded = String::new();
     tokio::io::AsyncReadExt::read_to_string(&mut from_reader, &mut forwarded)
         .await
