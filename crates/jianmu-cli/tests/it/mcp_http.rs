@@ -483,27 +483,10 @@ fn each_http_session_gets_its_own_container_removed_when_it_closes() {
 /// `head` is the request line and headers (without the blank line), `body` follows.
 /// Returns the status code.
 fn raw(url: &str, head: &str, body: &[u8]) -> u16 {
-    use std::io::Read as _;
-    let addr = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
-    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    stream
-        .write_all(format!("{head}\r\n\r\n").as_bytes())
-        .unwrap();
-    stream.write_all(body).unwrap();
-    let mut buf = [0u8; 12];
-    stream.read_exact(&mut buf).unwrap();
-    String::from_utf8_lossy(&buf[9..12]).parse().unwrap()
+    raw_answer(url, head, body).0
 }
 
-/// As [`raw`], with `Connection: close`: the status and the body as JSON.
+/// As [`raw`] (with `Connection: close`): the status and the body as JSON.
 fn raw_answer(url: &str, head: &str, body: &[u8]) -> (u16, Value) {
     use std::io::Read as _;
     let addr = url
