@@ -105,8 +105,9 @@ pub(crate) struct McpArgs {
     /// and `/metrics`, instead of stdio. A non-loopback ADDR needs a token.
     #[arg(long, value_name = "ADDR")]
     pub(crate) http: Option<std::net::SocketAddr>,
-    /// With --http: the bearer token clients must send, read from FILE (first line)
-    /// [default: the JIANMU_MCP_TOKEN environment variable].
+    /// With --http: who may call, one `NAME TOKEN` per line of FILE (a token alone is
+    /// the principal `default`; `#` comments); SIGHUP reads it again [default: the
+    /// JIANMU_MCP_TOKEN environment variable, as `default`].
     #[arg(long, value_name = "FILE", requires = "http")]
     pub(crate) token_file: Option<PathBuf>,
     /// With --http: a browser origin allowed to call, e.g. `https://app.example.com`

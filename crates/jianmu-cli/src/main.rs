@@ -158,8 +158,14 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .enable_all()
                     .build()
                     .context("cannot start the async runtime")?;
-                let served = rt.block_on(mcp::http::serve(settings, options, async {
-                    terminated().await;
+                // With a token file, SIGHUP reloads it instead of stopping the server.
+                let reloads = options.token_file.is_some();
+                let served = rt.block_on(mcp::http::serve(settings, options, async move {
+                    if reloads {
+                        term::terminated_but_not_by_hangup().await;
+                    } else {
+                        terminated().await;
+                    }
                 }));
                 rt.shutdown_timeout(std::time::Duration::from_millis(200));
                 return Ok(served?);

@@ -27,6 +27,23 @@ pub(crate) async fn terminated() -> i32 {
     }
 }
 
+/// As [`terminated`], but SIGHUP does not stop: it is left to whoever reloads on it
+/// (`jianmu mcp --http --token-file`).
+#[cfg(feature = "mcp")]
+pub(crate) async fn terminated_but_not_by_hangup() -> i32 {
+    use tokio::signal::unix::{SignalKind, signal};
+    let (Ok(mut term), Ok(mut int)) = (
+        signal(SignalKind::terminate()),
+        signal(SignalKind::interrupt()),
+    ) else {
+        return std::future::pending().await;
+    };
+    tokio::select! {
+        _ = term.recv() => 15,
+        _ = int.recv() => 2,
+    }
+}
+
 pub(crate) fn init_tracing() {
     // Quiet unless asked: stdout belongs to tool output, logs go to stderr.
     if let Ok(filter) = std::env::var("JIANMU_LOG") {

@@ -47,6 +47,8 @@ impl AuditLog {
                 "call_id": e.call_id,
                 "arguments": e.arguments,
                 "context": e.context,
+                // Who called, when the caller says (the HTTP service's principals).
+                "principal": e.context.and_then(|c| c.get("principal")),
                 "outcome": outcome,
                 "error": e.error,
                 "duration_us": u64::try_from(e.elapsed.as_micros()).unwrap_or(u64::MAX),

@@ -34,30 +34,30 @@ use hyper_util::rt::{TokioIo, TokioTimer};
 use jianmu_runtime::Runtime;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
-use subtle::ConstantTimeEq as _;
 use tokio_util::sync::CancellationToken;
 
+use super::principals::{Known, Principal, Tokens};
 use super::{Catalog, Server};
 use crate::config::HttpLimits;
 use crate::settings::Settings;
-
-/// The shortest token accepted.
-const MIN_TOKEN_LEN: usize = 16;
 
 /// How `jianmu mcp --http` was asked to serve.
 #[derive(Debug)]
 pub(crate) struct Options {
     pub(crate) addr: SocketAddr,
-    /// The bearer token (`None`: no token; loopback only).
-    pub(crate) token: Option<String>,
+    /// The principals and their bearer tokens (`None`: no token; loopback only).
+    pub(crate) tokens: Option<Tokens>,
+    /// `--token-file`, read again on SIGHUP.
+    pub(crate) token_file: Option<PathBuf>,
     pub(crate) limits: HttpLimits,
     /// `--workspace-per-session DIR`.
     pub(crate) per_session: Option<PathBuf>,
 }
 
 impl Options {
-    /// The token from `--token-file`, else `JIANMU_MCP_TOKEN`; refuses a short one
-    /// and a non-loopback address without one.
+    /// The principals of `--token-file` (see [`super::principals`]), else
+    /// `JIANMU_MCP_TOKEN` as `default`; refuses a short token and a non-loopback
+    /// address without one.
     pub(crate) fn new(
         addr: SocketAddr,
         token_file: Option<&std::path::Path>,
@@ -65,24 +65,14 @@ impl Options {
         allow_origin: &[String],
         per_session: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
-        let token = match token_file {
-            Some(path) => {
-                let text = std::fs::read_to_string(path)
-                    .with_context(|| format!("cannot read the token file {}", path.display()))?;
-                Some(text.lines().next().unwrap_or("").trim().to_owned())
-            }
+        let tokens = match token_file {
+            Some(path) => Some(super::principals::read(path)?),
             None => std::env::var("JIANMU_MCP_TOKEN")
                 .ok()
-                .map(|t| t.trim().to_owned()),
+                .map(|t| Tokens::single(t.trim().to_owned()))
+                .transpose()?,
         };
-        if let Some(t) = &token
-            && t.len() < MIN_TOKEN_LEN
-        {
-            bail!(
-                "the MCP token must be at least {MIN_TOKEN_LEN} characters (e.g. `openssl rand -hex 32`)"
-            );
-        }
-        if token.is_none() && !addr.ip().is_loopback() {
+        if tokens.is_none() && !addr.ip().is_loopback() {
             bail!(
                 "refusing to serve on {addr} without a token: set JIANMU_MCP_TOKEN or --token-file, or bind to 127.0.0.1"
             );
@@ -106,7 +96,8 @@ impl Options {
         };
         Ok(Self {
             addr,
-            token,
+            tokens,
+            token_file: token_file.map(std::path::Path::to_owned),
             limits,
             per_session,
         })
@@ -174,7 +165,7 @@ fn full(limit: usize) -> Response<Body> {
 struct App {
     mcp: StreamableHttpService<Server, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
-    token: Option<String>,
+    tokens: Known,
     origins: Vec<String>,
     /// The `Host` values accepted (any when empty).
     hosts: Vec<String>,
@@ -221,8 +212,9 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
 }
 
 impl App {
-    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
-        let path = request.uri().path();
+    async fn handle(&self, mut request: Request<Incoming>) -> Response<Body> {
+        let path = request.uri().path().to_owned();
+        let path = path.as_str();
         let metrics = &self.catalog.metrics;
         // Against DNS rebinding, on every route: a page of another name that resolves
         // to this address must not reach the endpoint, the metrics or the health check.
@@ -263,7 +255,7 @@ impl App {
                 "forbidden: this Origin is not allowed (the server's --allow-origin)\n",
             );
         }
-        if !self.authorized(&request) {
+        let Some(principal) = self.authorized(&request) else {
             metrics.refused("unauthorized");
             let mut response = text(
                 StatusCode::UNAUTHORIZED,
@@ -274,7 +266,8 @@ impl App {
                 hyper::header::HeaderValue::from_static("Bearer"),
             );
             return response;
-        }
+        };
+        request.extensions_mut().insert(principal);
         if path == "/metrics" {
             if request.method() != Method::GET {
                 return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
@@ -402,22 +395,21 @@ impl App {
         }
     }
 
-    fn authorized(&self, request: &Request<Incoming>) -> bool {
-        let Some(token) = &self.token else {
-            return true;
+    /// The principal whose bearer token the request carries (`default` when no token
+    /// is needed); `None`: unauthorized.
+    fn authorized(&self, request: &Request<Incoming>) -> Option<Principal> {
+        let Some(tokens) = self.tokens.get() else {
+            return Some(Principal("default".into()));
         };
-        let Some(given) = request
+        let given = request
             .headers()
             .get(hyper::header::AUTHORIZATION)
-            .map(hyper::header::HeaderValue::as_bytes)
-        else {
-            return false;
-        };
-        let Some(scheme) = given.get(..7) else {
-            return false;
-        };
-        scheme.eq_ignore_ascii_case(b"bearer ")
-            && bool::from(given[7..].trim_ascii().ct_eq(token.as_bytes()))
+            .map(hyper::header::HeaderValue::as_bytes)?;
+        let scheme = given.get(..7)?;
+        if !scheme.eq_ignore_ascii_case(b"bearer ") {
+            return None;
+        }
+        tokens.find(given[7..].trim_ascii())
     }
 
     fn origin_allowed(&self, origin: &[u8]) -> bool {
@@ -484,7 +476,7 @@ pub(crate) async fn serve(
     let app = Arc::new(App {
         mcp,
         sessions: manager,
-        token: options.token.clone(),
+        tokens: Known::new(options.tokens.clone()),
         origins: limits.allowed_origins.clone(),
         hosts,
         max_body: limits.max_body_bytes,
@@ -492,6 +484,31 @@ pub(crate) async fn serve(
         catalog: catalog.clone(),
         runtime: runtime.clone(),
     });
+    // SIGHUP reads the token file again; sessions stay open.
+    if let Some(path) = options.token_file.clone() {
+        let app = Arc::downgrade(&app);
+        tokio::spawn(async move {
+            let Ok(mut hangups) =
+                tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup())
+            else {
+                return;
+            };
+            while hangups.recv().await.is_some() {
+                let Some(app) = app.upgrade() else { return };
+                match super::principals::read(&path) {
+                    Ok(tokens) => {
+                        eprintln!(
+                            "jianmu mcp: reloaded {} principal(s) from {}",
+                            tokens.len(),
+                            path.display()
+                        );
+                        app.tokens.set(tokens);
+                    }
+                    Err(e) => eprintln!("jianmu mcp: kept the tokens in force: {e:#}"),
+                }
+            }
+        });
+    }
     // Idle connections hold descriptors: allow as many as the system lets this user.
     if let Err(e) = jianmu_process::raise_open_files_limit() {
         tracing::warn!("cannot raise the open-files limit: {e}");

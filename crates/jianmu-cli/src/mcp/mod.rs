@@ -30,6 +30,7 @@ use serde_json::{Map, Value};
 mod frame;
 pub(crate) mod http;
 mod metrics;
+mod principals;
 mod progress;
 
 /// How long calls still running may take to answer once the client closed its input.
@@ -225,7 +226,17 @@ impl ServerHandler for Server {
             .arguments
             .map_or(Value::Object(Map::new()), Value::Object);
         let call_id = format!("mcp-{}", context.id);
+        // Over HTTP, the principal the request was authorized as: in the call's
+        // events, and so in its audit line.
+        let principal = context
+            .extensions
+            .get::<hyper::http::request::Parts>()
+            .and_then(|parts| parts.extensions.get::<principals::Principal>())
+            .map(|p| serde_json::json!({"principal": &*p.0}));
         let mut options = ExecuteOptions::default().call_id(&call_id);
+        if let Some(principal) = &principal {
+            options = options.event_context(principal);
+        }
         // A client that sent a progress token gets the tool's reports as progress
         // notifications, no more often than `PROGRESS_THROTTLE`, and none after the
         // answer.

@@ -673,3 +673,138 @@ fn connections_past_the_cap_wait_for_a_free_place() {
     assert_eq!(&buf[9..12], b"200");
     assert_eq!(server.terminate(), Some(0));
 }
+
+/// A stateless (2026-07-28) `tools/call` of `calculator` as `token`: the status and
+/// the whole response text.
+fn stateless_call(url: &str, token: &str, input: &str) -> (u16, String) {
+    use std::io::Read as _;
+    let addr = url
+        .trim_start_matches("http://")
+        .split('/')
+        .next()
+        .unwrap()
+        .to_owned();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
+        "name": "calculator", "arguments": {"input": input},
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
+    stream
+        .set_read_timeout(Some(Duration::from_secs(20)))
+        .unwrap();
+    stream
+        .write_all(
+            format!(
+                "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+                 Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+                 MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: calculator\r\n\
+                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            )
+            .as_bytes(),
+        )
+        .unwrap();
+    // A refusal may come before the body is read: the server then resets the
+    // connection after its answer, which is kept.
+    let mut all = Vec::new();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        all.extend_from_slice(&buf[..n]);
+    }
+    let all = String::from_utf8_lossy(&all).into_owned();
+    (
+        all.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0),
+        all,
+    )
+}
+
+/// `--token-file` names principals: each authorized by its own token (compared in
+/// constant time), named in the audit line of each of its calls; SIGHUP reloads the
+/// file (a bad file keeps the tokens in force).
+#[test]
+fn principals_are_named_in_the_audit_log_and_reloaded_on_sighup() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let tokens = dir.path().join("tokens");
+    let audit = dir.path().join("audit.jsonl");
+    let (alice, bob, bob2) = (
+        "alice-token-0123456789",
+        "bob-token-0123456789ab",
+        "bob-token-renewed-0123",
+    );
+    std::fs::write(
+        &tokens,
+        format!("# who may call\n\nalice {alice}\nbob {bob}\n"),
+    )
+    .unwrap();
+    let server = Served::start(
+        &ws,
+        &[
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
+    );
+    let url = server.url.clone();
+    let (status, text) = stateless_call(&url, alice, "6*7");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("\"42\""), "{text}");
+    assert_eq!(stateless_call(&url, bob, "1+1").0, 200);
+    assert_eq!(
+        stateless_call(&url, "nobody-0123456789abcdef", "1+1").0,
+        401
+    );
+    // The old single-token variable is not a principal any more here.
+    assert_eq!(stateless_call(&url, TOKEN, "1+1").0, 401);
+    let lines: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    let who: Vec<(&str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["principal"].as_str().unwrap(),
+                l["arguments"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(who, [("alice", "6*7"), ("bob", "1+1")]);
+    // Reload: bob's token renewed.
+    std::fs::write(&tokens, format!("alice {alice}\nbob {bob2}\n")).unwrap();
+    let hup = |pid: u32| {
+        assert!(
+            jianmu_process::std_command("kill")
+                .args(["-HUP", &pid.to_string()])
+                .status()
+                .unwrap()
+                .success()
+        );
+    };
+    hup(server.pid());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while stateless_call(&url, bob, "1").0 != 401 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    assert_eq!(
+        stateless_call(&url, bob, "1").0,
+        401,
+        "the old token still works"
+    );
+    assert_eq!(stateless_call(&url, bob2, "1").0, 200);
+    assert_eq!(stateless_call(&url, alice, "1").0, 200);
+    // A bad file is refused: the tokens in force stay.
+    std::fs::write(&tokens, "alice short\n").unwrap();
+    hup(server.pid());
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(stateless_call(&url, alice, "2").0, 200);
+    assert_eq!(stateless_call(&url, bob2, "2").0, 200);
+    assert_eq!(server.terminate(), Some(0));
+}
