@@ -12,25 +12,11 @@ use crate::Failure;
 /// The first of SIGTERM, SIGINT or SIGHUP, by number (never, if they cannot be
 /// watched).
 pub(crate) async fn terminated() -> i32 {
-    use tokio::signal::unix::{SignalKind, signal};
-    let (Ok(mut term), Ok(mut int), Ok(mut hup)) = (
-        signal(SignalKind::terminate()),
-        signal(SignalKind::interrupt()),
-        signal(SignalKind::hangup()),
-    ) else {
-        return std::future::pending().await;
-    };
-    tokio::select! {
-        _ = term.recv() => 15,
-        _ = int.recv() => 2,
-        _ = hup.recv() => 1,
-    }
+    stopped_by(true).await
 }
 
-/// As [`terminated`], but SIGHUP does not stop: it is left to whoever reloads on it
-/// (`jianmu mcp --http --token-file`).
-#[cfg(feature = "mcp")]
-pub(crate) async fn terminated_but_not_by_hangup() -> i32 {
+/// The number of the stop signal that came: SIGTERM, SIGINT, and SIGHUP when `hangup`.
+async fn stopped_by(hangup: bool) -> i32 {
     use tokio::signal::unix::{SignalKind, signal};
     let (Ok(mut term), Ok(mut int)) = (
         signal(SignalKind::terminate()),
@@ -38,10 +24,23 @@ pub(crate) async fn terminated_but_not_by_hangup() -> i32 {
     ) else {
         return std::future::pending().await;
     };
+    let mut hup = if hangup {
+        signal(SignalKind::hangup()).ok()
+    } else {
+        None
+    };
     tokio::select! {
         _ = term.recv() => 15,
         _ = int.recv() => 2,
+        Some(_) = async { hup.as_mut()?.recv().await } => 1,
     }
+}
+
+/// As [`terminated`], but SIGHUP does not stop: it is left to whoever reloads on it
+/// (`jianmu mcp --http --token-file`).
+#[cfg(feature = "mcp")]
+pub(crate) async fn terminated_but_not_by_hangup() -> i32 {
+    stopped_by(false).await
 }
 
 pub(crate) fn init_tracing() {

@@ -486,8 +486,11 @@ fn raw(url: &str, head: &str, body: &[u8]) -> u16 {
     raw_answer(url, head, body).0
 }
 
-/// As [`raw`] (with `Connection: close`): the status and the body as JSON.
-fn raw_answer(url: &str, head: &str, body: &[u8]) -> (u16, Value) {
+/// Sends `request` (whole, with `Connection: close`) to the server at `url` and reads
+/// the answer: its status (0 when none came) and its text. A refusal may come before
+/// the body is read: the server then resets the connection after its answer, which
+/// is kept.
+fn exchange(url: &str, request: &[u8]) -> (u16, String) {
     use std::io::Read as _;
     let addr = url
         .trim_start_matches("http://")
@@ -499,15 +502,28 @@ fn raw_answer(url: &str, head: &str, body: &[u8]) -> (u16, Value) {
     stream
         .set_read_timeout(Some(Duration::from_secs(20)))
         .unwrap();
-    stream
-        .write_all(format!("{head}\r\nConnection: close\r\n\r\n").as_bytes())
-        .unwrap();
-    stream.write_all(body).unwrap();
+    stream.write_all(request).unwrap();
     let mut all = Vec::new();
-    stream.read_to_end(&mut all).unwrap();
-    let text = String::from_utf8_lossy(&all);
-    let status = text[9..12].parse().unwrap();
-    let (_, payload) = text.split_once("\r\n\r\n").unwrap();
+    let mut buf = [0u8; 4096];
+    while let Ok(n) = stream.read(&mut buf) {
+        if n == 0 {
+            break;
+        }
+        all.extend_from_slice(&buf[..n]);
+    }
+    let all = String::from_utf8_lossy(&all).into_owned();
+    (
+        all.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0),
+        all,
+    )
+}
+
+/// As [`raw`]: the status and the body as JSON.
+fn raw_answer(url: &str, head: &str, body: &[u8]) -> (u16, Value) {
+    let mut request = format!("{head}\r\nConnection: close\r\n\r\n").into_bytes();
+    request.extend_from_slice(body);
+    let (status, text) = exchange(url, &request);
+    let payload = text.split_once("\r\n\r\n").map_or("", |(_, p)| p);
     (status, serde_json::from_str(payload).unwrap_or(Value::Null))
 }
 
@@ -677,49 +693,20 @@ fn connections_past_the_cap_wait_for_a_free_place() {
 /// A stateless (2026-07-28) `tools/call` of `calculator` as `token`: the status and
 /// the whole response text.
 fn stateless_call(url: &str, token: &str, input: &str) -> (u16, String) {
-    use std::io::Read as _;
-    let addr = url
-        .trim_start_matches("http://")
-        .split('/')
-        .next()
-        .unwrap()
-        .to_owned();
+    let addr = url.trim_start_matches("http://").split('/').next().unwrap();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
         "name": "calculator", "arguments": {"input": input},
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                   "io.modelcontextprotocol/clientCapabilities": {}}}})
     .to_string();
-    let mut stream = std::net::TcpStream::connect(&addr).unwrap();
-    stream
-        .set_read_timeout(Some(Duration::from_secs(20)))
-        .unwrap();
-    stream
-        .write_all(
-            format!(
-                "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
-                 Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-                 MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: calculator\r\n\
-                 Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            )
-            .as_bytes(),
-        )
-        .unwrap();
-    // A refusal may come before the body is read: the server then resets the
-    // connection after its answer, which is kept.
-    let mut all = Vec::new();
-    let mut buf = [0u8; 4096];
-    while let Ok(n) = stream.read(&mut buf) {
-        if n == 0 {
-            break;
-        }
-        all.extend_from_slice(&buf[..n]);
-    }
-    let all = String::from_utf8_lossy(&all).into_owned();
-    (
-        all.get(9..12).and_then(|s| s.parse().ok()).unwrap_or(0),
-        all,
-    )
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: calculator\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    exchange(url, request.as_bytes())
 }
 
 /// `--token-file` names principals: each authorized by its own token (compared in
