@@ -255,10 +255,7 @@ impl Jail {
             parts.push("private network (loopback only)".into());
         } else if isolate && settings.network {
             parts.push("host network".into());
-        } else if isolate
-            && !settings.network
-            && (seccomp.is_some() || (landlock.is_some() && offered.landlock_abi >= 4))
-        {
+        } else if seccomp.is_some() || (landlock.is_some() && offered.landlock_abi >= 4) {
             parts.push("no network (no private network on this kernel)".into());
         }
         let summary = if isolate && landlock.is_some() {

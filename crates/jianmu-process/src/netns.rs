@@ -58,15 +58,11 @@ impl PrivateNet {
         // child while it shares this memory; it runs `make_main` on its own stack with
         // `make`, which outlives it (this thread waits until it exits: CLONE_VFORK).
         unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-            let pid = libc::clone(make_main, stack.top(), flags, (&raw mut make).cast());
-            let err = io::Error::last_os_error();
-            libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+            let pid = crate::spawn::with_signals_blocked(|| {
+                libc::clone(make_main, stack.top(), flags, (&raw mut make).cast())
+            });
             if pid < 0 {
-                return Err(err);
+                return Err(io::Error::last_os_error());
             }
             let mut status = 0;
             libc::waitpid(pid, &mut status, libc::__WALL);
@@ -187,25 +183,5 @@ impl Network {
     /// The kernel refused to make it (no network namespaces here, or a limit).
     pub fn make(&self) -> io::Result<()> {
         self.get().map(drop)
-    }
-
-    /// Whether it has been made (its first command has started).
-    pub fn is_made(&self) -> bool {
-        self.made
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .is_some()
-    }
-
-    /// The kernel's identity of the network namespace (`net:[ID]` in `/proc/PID/ns/net`),
-    /// once made.
-    pub fn id(&self) -> Option<u64> {
-        let made = self.made.lock().unwrap_or_else(PoisonError::into_inner);
-        let net = made.as_ref()?;
-        // SAFETY: `fstat` into a zeroed buffer on an open descriptor.
-        unsafe {
-            let mut st: libc::stat = std::mem::zeroed();
-            (libc::fstat(net.net.as_raw_fd(), &mut st) == 0).then_some(st.st_ino)
-        }
     }
 }

@@ -69,8 +69,7 @@ fn socket_filter(allowed: &[libc::c_int]) -> Option<Vec<libc::sock_filter>> {
         ];
         // Each allowed family jumps over the ones after it and the refusal.
         for (i, family) in allowed.iter().enumerate() {
-            let skip = n - 1 - u8::try_from(i).ok()? + 1;
-            program.push(jump(jeq, *family as u32, skip, 0));
+            program.push(jump(jeq, *family as u32, n - u8::try_from(i).ok()?, 0));
         }
         program.push(stmt(ret, errno(libc::EACCES)));
         program.push(stmt(ret, libc::SECCOMP_RET_ALLOW));

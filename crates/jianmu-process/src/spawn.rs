@@ -320,8 +320,9 @@ pub(crate) fn spawn(
 }
 
 /// Calls `f` with every signal of this thread blocked, so that no handler runs in a
-/// child that shares this memory before it resets them.
-unsafe fn with_signals_blocked(f: impl FnOnce() -> libc::c_int) -> libc::c_int {
+/// child that shares this memory before it resets them. `errno` is `f`'s (restoring
+/// the mask does not set it).
+pub(crate) unsafe fn with_signals_blocked(f: impl FnOnce() -> libc::c_int) -> libc::c_int {
     // SAFETY: masks are zeroed then filled; the old mask is restored.
     unsafe {
         let mut all: libc::sigset_t = std::mem::zeroed();
