@@ -58,12 +58,17 @@ pub(crate) enum Verdict {
     Answer(Value),
 }
 
-fn error(id: Value, code: i64, message: impl Into<String>) -> Verdict {
-    Verdict::Answer(json!({
+/// A JSON-RPC error response.
+fn error_response(id: Value, code: i64, message: impl Into<String>) -> Value {
+    json!({
         "jsonrpc": "2.0",
         "id": id,
         "error": {"code": code, "message": message.into()},
-    }))
+    })
+}
+
+fn error(id: Value, code: i64, message: impl Into<String>) -> Verdict {
+    Verdict::Answer(error_response(id, code, message))
 }
 
 /// The longest request id kept, in bytes: ids of requests in flight are remembered.
@@ -90,8 +95,8 @@ fn skip_ws(text: &[u8], mut i: usize) -> usize {
     i
 }
 
-/// The JSON string starting at `i` (a `"`), and the index after it.
-fn string_at(text: &[u8], i: usize) -> Option<(String, usize)> {
+/// The index after the JSON string starting at `i` (a `"`).
+fn string_end(text: &[u8], i: usize) -> Option<usize> {
     if text.get(i) != Some(&b'"') {
         return None;
     }
@@ -99,26 +104,30 @@ fn string_at(text: &[u8], i: usize) -> Option<(String, usize)> {
     loop {
         match text.get(j)? {
             b'\\' => j += 2,
-            b'"' => break,
+            b'"' => return Some(j + 1),
             _ => j += 1,
         }
     }
-    let s = serde_json::from_slice(text.get(i..=j)?).ok()?;
-    Some((s, j + 1))
+}
+
+/// The JSON string starting at `i` (a `"`), decoded, and the index after it.
+fn string_at(text: &[u8], i: usize) -> Option<(String, usize)> {
+    let end = string_end(text, i)?;
+    Some((serde_json::from_slice(&text[i..end]).ok()?, end))
 }
 
 /// The index after the JSON value starting at `i`, read only as far as needed to skip
 /// it (strings and brackets); `None` when it does not end within `text`.
 fn skip_value(text: &[u8], i: usize) -> Option<usize> {
     match *text.get(i)? {
-        b'"' => Some(string_at(text, i)?.1),
+        b'"' => string_end(text, i),
         b'{' | b'[' => {
             let mut depth = 0usize;
             let mut j = i;
             loop {
                 match *text.get(j)? {
                     b'"' => {
-                        j = string_at(text, j)?.1;
+                        j = string_end(text, j)?;
                         continue;
                     }
                     b'{' | b'[' => depth += 1,
@@ -173,6 +182,9 @@ pub(crate) fn leading_id(text: &[u8]) -> Option<Value> {
     }
 }
 
+/// The answer to an id that is not a string or an integer.
+const BAD_ID: &str = "Invalid Request: `id` must be a string (at most 256 bytes) or an integer";
+
 /// The deepest nesting read (as `serde_json`'s own limit).
 const MAX_DEPTH: usize = 128;
 
@@ -215,27 +227,16 @@ pub(crate) fn precheck(body: &[u8]) -> Option<Value> {
         id: Option<Value>,
     }
     if nested_deeper_than(body, MAX_DEPTH) {
-        return match error(
+        return Some(error_response(
             leading_id(body).unwrap_or(Value::Null),
             -32700,
             format!("Parse error: nested deeper than {MAX_DEPTH}"),
-        ) {
-            Verdict::Answer(answer) => Some(answer),
-            _ => None,
-        };
+        ));
     }
-    let answer = match serde_json::from_slice::<Head>(body) {
+    match serde_json::from_slice::<Head>(body) {
         Ok(Head { id: Some(id) }) if matches!(&id, Value::Number(_)) && id_key(&id).is_none() => {
-            error(
-                Value::Null,
-                -32600,
-                "Invalid Request: `id` must be a string (at most 256 bytes) or an integer",
-            )
+            Some(error_response(Value::Null, -32600, BAD_ID))
         }
-        _ => return None,
-    };
-    match answer {
-        Verdict::Answer(answer) => Some(answer),
         _ => None,
     }
 }
@@ -258,7 +259,7 @@ pub(crate) fn judge(line: &[u8], in_flight: &InFlight) -> Verdict {
     let message: Value = match serde_json::from_slice(line) {
         Ok(v) => v,
         // Too deep to read whole: its id may still be read from its start.
-        Err(e) if e.to_string().starts_with("recursion limit exceeded") => {
+        Err(e) if nested_deeper_than(line, MAX_DEPTH) => {
             return error(
                 leading_id(line).unwrap_or(Value::Null),
                 -32700,
@@ -290,11 +291,7 @@ pub(crate) fn judge(line: &[u8], in_flight: &InFlight) -> Verdict {
     if let Some(id) = id
         && id_key(id).is_none()
     {
-        return error(
-            Value::Null,
-            -32600,
-            "Invalid Request: `id` must be a string (at most 256 bytes) or an integer",
-        );
+        return error(Value::Null, -32600, BAD_ID);
     }
     match message.get("method") {
         None if message.contains_key("result") || message.contains_key("error") => Verdict::Forward,
