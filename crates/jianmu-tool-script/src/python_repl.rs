@@ -342,14 +342,7 @@ impl PythonRepl {
             }
             text.push_str(value);
         }
-        let stderr = field("stderr");
-        if !stderr.is_empty() {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str("[stderr]\n");
-            text.push_str(stderr);
-        }
+        append_stderr(&mut text, field("stderr"));
         if let Some(error) = answer.get("error").and_then(Value::as_str) {
             let mut message = String::new();
             if !text.is_empty() {
@@ -382,6 +375,18 @@ async fn send(interp: &mut Interpreter, message: &Value) -> Result<(), Lost> {
     interp.input.flush().await.map_err(|_| Lost::Exited)
 }
 
+/// Appends what the code wrote to stderr, if anything, under a `[stderr]` line.
+fn append_stderr(text: &mut String, stderr: &str) {
+    if stderr.is_empty() {
+        return;
+    }
+    if !text.is_empty() && !text.ends_with('\n') {
+        text.push('\n');
+    }
+    text.push_str("[stderr]\n");
+    text.push_str(stderr);
+}
+
 /// What a request printed so far, from its `partial` lines: kept up to a bound.
 #[derive(Default)]
 struct Printed {
@@ -408,13 +413,7 @@ impl Printed {
     /// characters with start and end kept.
     fn text(&self, limit: usize) -> String {
         let mut text = self.stdout.clone();
-        if !self.stderr.is_empty() {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            text.push_str("[stderr]\n");
-            text.push_str(&self.stderr);
-        }
+        append_stderr(&mut text, &self.stderr);
         truncate(&text, limit)
     }
 }

@@ -748,6 +748,15 @@ async fn read_until<R: AsyncRead + Unpin>(
 mod tests {
     use super::*;
 
+    /// The exports of `state` as text pairs.
+    fn env_of(state: &State) -> Vec<(String, String)> {
+        state
+            .env
+            .iter()
+            .map(|(k, v)| (k.to_string_lossy().into(), v.to_string_lossy().into()))
+            .collect()
+    }
+
     /// `declare -px` as bash prints it is read as data: double quotes, `$'...'`
     /// escapes, flags, arrays and unset names left out.
     #[test]
@@ -756,11 +765,7 @@ mod tests {
         let mut raw = b"/w\0p\0".to_vec();
         raw.extend_from_slice(text);
         let state = parse_state(&raw).unwrap();
-        let env: Vec<(String, String)> = state
-            .env
-            .iter()
-            .map(|(k, v)| (k.to_string_lossy().into(), v.to_string_lossy().into()))
-            .collect();
+        let env = env_of(&state);
         let want = [
             ("A", "x\ny\"z$`\\'q\u{1}\u{7f}\t\u{1b}"),
             ("B", "pl\"ain $(x)"),
@@ -782,11 +787,7 @@ mod tests {
         // One variable too long to hand to a new program is left out.
         raw.extend_from_slice(format!("export HUGE='{}'\n#", "h".repeat(MAX_VAR)).as_bytes());
         let state = parse_state(&raw).unwrap();
-        let env: Vec<(String, String)> = state
-            .env
-            .iter()
-            .map(|(k, v)| (k.to_string_lossy().into(), v.to_string_lossy().into()))
-            .collect();
+        let env = env_of(&state);
         let want = [
             ("A", "1"),
             ("B", "it's $(x)\nline"),
