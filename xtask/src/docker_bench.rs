@@ -248,7 +248,6 @@ fn containers_of(pid: u32) -> usize {
 /// `pool_size = 1` (its container taken at start) against `pool_size = 0` (started by
 /// the first call), and its second call. Medians over 5 servers each.
 fn stdio_first_call() -> anyhow::Result<()> {
-    use std::io::{BufRead as _, Write as _};
     let jianmu = root().join("target/release/jianmu");
     let first = |pool: usize, tool: &str| -> anyhow::Result<(f64, f64)> {
         let dir = std::env::temp_dir().join(format!("jm-bench-stdio-{}", std::process::id()));
@@ -266,27 +265,11 @@ fn stdio_first_call() -> anyhow::Result<()> {
             .stdout(std::process::Stdio::piped())
             .stderr(std::process::Stdio::null())
             .spawn()?;
-        let mut input = child.stdin.take().context("no stdin")?;
-        let mut output = std::io::BufReader::new(child.stdout.take().context("no stdout")?);
-        let mut line = String::new();
-        let mut request = |text: &str, reply: bool| -> anyhow::Result<String> {
-            input.write_all(text.as_bytes())?;
-            input.write_all(b"\n")?;
-            input.flush()?;
-            line.clear();
-            if reply {
-                output.read_line(&mut line)?;
-            }
-            Ok(line.clone())
-        };
-        request(
-            r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#,
-            true,
-        )?;
-        request(
-            r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
-            false,
-        )?;
+        let mut lines = crate::mcp_bench::Lines::new(
+            child.stdin.take().context("no stdin")?,
+            std::io::BufReader::new(child.stdout.take().context("no stdout")?),
+        );
+        lines.handshake()?;
         // Up long enough for the warm case's two containers (its own and a spare);
         // the cold case waits as long.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
@@ -306,12 +289,12 @@ fn stdio_first_call() -> anyhow::Result<()> {
             }
         };
         let start = std::time::Instant::now();
-        let reply = request(&call(1), true)?;
+        let reply = lines.ask(&call(1))?;
         let first = start.elapsed().as_secs_f64() * 1e3;
         let start = std::time::Instant::now();
-        request(&call(2), true)?;
+        lines.ask(&call(2))?;
         let second = start.elapsed().as_secs_f64() * 1e3;
-        drop(input);
+        drop(lines);
         let _ = child.wait();
         let _ = std::fs::remove_dir_all(&dir);
         if !reply.contains("\"result\"") || reply.contains("\"isError\":true") {

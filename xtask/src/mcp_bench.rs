@@ -52,36 +52,59 @@ pub(crate) fn start_stdio(
     Ok((child, input, output))
 }
 
+/// The `initialize` request a benchmark client opens with.
+pub(crate) const INITIALIZE: &str = r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#;
+
+/// A stdio MCP server's pipes, one JSON-RPC line each way.
+pub(crate) struct Lines {
+    input: std::process::ChildStdin,
+    output: BufReader<std::process::ChildStdout>,
+}
+
+impl Lines {
+    pub(crate) fn new(
+        input: std::process::ChildStdin,
+        output: BufReader<std::process::ChildStdout>,
+    ) -> Self {
+        Self { input, output }
+    }
+
+    /// Sends one line (a notification: no answer is read).
+    pub(crate) fn send(&mut self, line: &str) -> anyhow::Result<()> {
+        self.input.write_all(line.as_bytes())?;
+        self.input.write_all(b"\n")?;
+        self.input.flush()?;
+        Ok(())
+    }
+
+    /// Sends one line and reads the next line back.
+    pub(crate) fn ask(&mut self, line: &str) -> anyhow::Result<String> {
+        self.send(line)?;
+        let mut answer = String::new();
+        self.output.read_line(&mut answer)?;
+        Ok(answer)
+    }
+
+    /// `initialize`, then `notifications/initialized`.
+    pub(crate) fn handshake(&mut self) -> anyhow::Result<()> {
+        self.ask(INITIALIZE)?;
+        self.send(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)
+    }
+}
+
 pub(crate) fn run() -> anyhow::Result<()> {
     let jianmu = binary()?;
     let dir = std::env::temp_dir();
-    let (mut child, mut input, mut output) = start_stdio(&jianmu, &dir, None)?;
-    let mut line = String::new();
-    let mut request = |text: String, expect_reply: bool| -> anyhow::Result<String> {
-        input.write_all(text.as_bytes())?;
-        input.write_all(b"\n")?;
-        input.flush()?;
-        line.clear();
-        if expect_reply {
-            output.read_line(&mut line)?;
-        }
-        Ok(line.clone())
-    };
-    request(
-        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#.into(),
-        true,
-    )?;
-    request(
-        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#.into(),
-        false,
-    )?;
+    let (mut child, input, output) = start_stdio(&jianmu, &dir, None)?;
+    let mut lines = Lines::new(input, output);
+    lines.handshake()?;
     let mut times: Vec<Duration> = Vec::new();
     for id in 1..=3000u32 {
         let call = format!(
             r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"calculator","arguments":{{"input":"(12+34)*5-67//8"}}}}}}"#
         );
         let start = Instant::now();
-        let reply = request(call, true)?;
+        let reply = lines.ask(&call)?;
         let took = start.elapsed();
         if !reply.contains("\"222\"") {
             bail!("unexpected reply: {reply}");

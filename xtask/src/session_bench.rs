@@ -6,14 +6,13 @@
 //! session adds to the server, and a no-op call through `ToolSet` and the full
 //! runner stack (the `dispatch` criterion bench of each tree).
 
-use std::io::{BufRead as _, Write as _};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 
-use crate::mcp_bench::{Http, start_http, start_stdio};
+use crate::mcp_bench::{Http, INITIALIZE, Lines, start_http, start_stdio};
 use crate::{cargo, output, root, run as run_cmd};
 
 /// Idle HTTP sessions opened to measure their memory.
@@ -182,18 +181,10 @@ fn tempfile_dir(what: &str) -> anyhow::Result<PathBuf> {
 /// The first `tools/list` after the handshake (ms), the median of 200 more (µs), and
 /// how many processes the server has below it.
 fn stdio_list(jianmu: &Path, work: &Path, tmp: &Path) -> anyhow::Result<(f64, f64, usize)> {
-    let (mut child, mut input, mut output) = start_stdio(jianmu, work, Some(tmp))?;
-    let mut ask = |line: &str| -> anyhow::Result<String> {
-        input.write_all(line.as_bytes())?;
-        input.write_all(b"\n")?;
-        input.flush()?;
-        let mut answer = String::new();
-        output.read_line(&mut answer)?;
-        Ok(answer)
-    };
-    ask(
-        r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#,
-    )?;
+    let (mut child, input, output) = start_stdio(jianmu, work, Some(tmp))?;
+    let mut lines = Lines::new(input, output);
+    let mut ask = |line: &str| lines.ask(line);
+    ask(INITIALIZE)?;
     let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
     let started = Instant::now();
     let first = ask(list)?;
@@ -208,7 +199,7 @@ fn stdio_list(jianmu: &Path, work: &Path, tmp: &Path) -> anyhow::Result<(f64, f6
         times.push(started.elapsed().as_secs_f64() * 1e6);
     }
     let children = children_of(child.id());
-    drop(input);
+    drop(lines);
     let _ = child.wait();
     Ok((first_ms, median(times), children))
 }
