@@ -62,7 +62,7 @@ pub use jianmu_tool_core::{
 };
 pub use layer::RunnerExt;
 pub use runner::ToolRunner;
-pub use session::{Backend, Closed, Runtime, Session, SessionError, SessionSettings};
+pub use session::{Backend, Closed, Opening, Runtime, Session, SessionError, SessionSettings};
 
 #[cfg(feature = "docker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]

@@ -79,6 +79,38 @@ impl SessionSettings {
     }
 }
 
+/// How one session is opened beyond the runtime's settings ([`Runtime::open_with`]).
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct Opening {
+    /// The session works in this folder (made if missing, kept when it closes)
+    /// instead of the runtime's workspace or a new folder of its own.
+    pub workspace: Option<PathBuf>,
+    /// Tool settings laid over the runtime's for this session: (tool, key, value).
+    pub settings: Vec<(String, String, Value)>,
+}
+
+impl Opening {
+    /// As the runtime's settings say.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Works in `dir` (made if missing, kept when the session closes).
+    #[must_use]
+    pub fn in_folder(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.workspace = Some(dir.into());
+        self
+    }
+
+    /// Sets `key` of `[tools.TOOL]` to `value` for this session, over the runtime's.
+    #[must_use]
+    pub fn with_setting(mut self, tool: &str, key: &str, value: Value) -> Self {
+        self.settings.push((tool.to_owned(), key.to_owned(), value));
+        self
+    }
+}
+
 /// Why a runtime or a session could not be opened.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -223,6 +255,15 @@ impl Runtime {
     /// [`SessionError::Full`] at the session limit; a folder or sandbox that cannot
     /// be made.
     pub fn open(&self) -> Result<Session, SessionError> {
+        self.open_with(Opening::default())
+    }
+
+    /// Opens a session as [`Runtime::open`] does, with `opening`'s folder and
+    /// settings.
+    ///
+    /// # Errors
+    /// As [`Runtime::open`].
+    pub fn open_with(&self, opening: Opening) -> Result<Session, SessionError> {
         let shared = &self.shared;
         let max = shared.settings.max_sessions;
         shared
@@ -231,9 +272,22 @@ impl Runtime {
                 (n < max).then_some(n + 1)
             })
             .map_err(|_| SessionError::Full(max))?;
-        let folder = match &shared.settings.own_folders {
-            Some(root) => match own_folder(root) {
-                Ok(dir) => Some(dir),
+        let folder = match (&opening.workspace, &shared.settings.own_folders) {
+            (Some(dir), _) => match std::fs::create_dir_all(dir) {
+                Ok(()) => Some(Folder {
+                    path: dir.clone(),
+                    kept: true,
+                }),
+                Err(source) => {
+                    shared.open.fetch_sub(1, Ordering::AcqRel);
+                    return Err(SessionError::Folder {
+                        root: dir.clone(),
+                        source,
+                    });
+                }
+            },
+            (None, Some(root)) => match own_folder(root) {
+                Ok(path) => Some(Folder { path, kept: false }),
                 Err(source) => {
                     shared.open.fetch_sub(1, Ordering::AcqRel);
                     return Err(SessionError::Folder {
@@ -242,9 +296,9 @@ impl Runtime {
                     });
                 }
             },
-            None => None,
+            (None, None) => None,
         };
-        Session::start(self, folder)
+        Session::start(self, folder, &opening.settings)
     }
 
     /// Waits (up to `limit`) for sessions being closed in the background, then stops
@@ -286,6 +340,28 @@ fn own_folder(root: &Path) -> std::io::Result<PathBuf> {
     Ok(dir)
 }
 
+/// A session's folder of its own: removed when it closes unless `kept`.
+#[derive(Debug, Clone)]
+struct Folder {
+    path: PathBuf,
+    kept: bool,
+}
+
+impl Folder {
+    /// Removes the folder unless it is kept.
+    async fn remove(self) {
+        if !self.kept {
+            let _ = tokio::fs::remove_dir_all(&self.path).await;
+        }
+    }
+
+    fn remove_now(self) {
+        if !self.kept {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
 /// One conversation's tools, runner stack, workspace and sandbox; see the module
 /// docs. Share it behind an `Arc`: calls and [`Session::close`] take `&self`.
 pub struct Session {
@@ -294,7 +370,7 @@ pub struct Session {
     /// removal ends it at once).
     parts: std::sync::Mutex<Option<Arc<Parts>>>,
     /// The session's own folder, if it has one.
-    folder: Option<PathBuf>,
+    folder: Option<Folder>,
     runtime: Runtime,
     /// Opened by [`Session::open`]: closing the session shuts the runtime down too.
     owns_runtime: bool,
@@ -331,20 +407,24 @@ impl Session {
 
     /// Opens a session of `runtime` whose count is already taken, in `folder` when
     /// it has one of its own.
-    fn start(runtime: &Runtime, folder: Option<PathBuf>) -> Result<Self, SessionError> {
+    fn start(
+        runtime: &Runtime,
+        folder: Option<Folder>,
+        settings: &[(String, String, Value)],
+    ) -> Result<Self, SessionError> {
         let mut session = Self {
             parts: std::sync::Mutex::new(None),
             folder,
             runtime: runtime.clone(),
             owns_runtime: false,
         };
-        let parts = match session.build() {
+        let parts = match session.build(settings) {
             Ok(parts) => parts,
             Err(e) => {
                 // Nothing was built: give the count back and remove the folder here
                 // (dropping a session without parts releases nothing).
-                if let Some(dir) = session.folder.take() {
-                    let _ = std::fs::remove_dir_all(dir);
+                if let Some(folder) = session.folder.take() {
+                    folder.remove_now();
                 }
                 runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
                 return Err(e);
@@ -358,12 +438,15 @@ impl Session {
     }
 
     /// The tool set (the session's own scope and workspace) and the runner.
-    fn build(&self) -> Result<Parts, SessionError> {
+    fn build(&self, overrides: &[(String, String, Value)]) -> Result<Parts, SessionError> {
         let shared = &self.runtime.shared;
         let settings = &shared.settings;
         let mut tools = settings.tools.clone().with_new_scope();
-        if let Some(dir) = &self.folder {
-            tools = tools.with_workspace(dir);
+        if let Some(folder) = &self.folder {
+            tools = tools.with_workspace(&folder.path);
+        }
+        for (tool, key, value) in overrides {
+            tools = tools.with_setting(tool, key, value.clone());
         }
         #[cfg(feature = "docker")]
         let mut docker = None;
@@ -371,7 +454,7 @@ impl Session {
             Backend::Local => shared.local.clone(),
             #[cfg(feature = "docker")]
             Backend::Docker(docker_settings) => {
-                let sandbox = match &self.folder {
+                let sandbox = match self.folder.as_ref().map(|f| &f.path) {
                     // A folder of its own is a mount of its own: a sandbox of its
                     // own, outside the shared pool.
                     Some(dir) => {
@@ -412,9 +495,10 @@ impl Session {
 
     /// The folder the session's tools work in.
     pub fn workspace(&self) -> &Path {
-        self.folder
-            .as_deref()
-            .unwrap_or_else(|| self.runtime.shared.settings.tools.workspace())
+        self.folder.as_ref().map_or_else(
+            || self.runtime.shared.settings.tools.workspace(),
+            |f| &f.path,
+        )
     }
 
     /// Readies the session before its first call: with the Docker backend, takes its
@@ -507,7 +591,7 @@ impl Session {
 
 /// Gives the session's count back, then ends what `parts` hold, in order: tools
 /// (their processes), container, folder.
-async fn close(parts: Arc<Parts>, folder: Option<PathBuf>, runtime: &Runtime) -> Closed {
+async fn close(parts: Arc<Parts>, folder: Option<Folder>, runtime: &Runtime) -> Closed {
     // A closing session no longer counts against the limit: what it releases from
     // here is not the client's to wait for.
     runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
@@ -522,8 +606,8 @@ async fn close(parts: Arc<Parts>, folder: Option<PathBuf>, runtime: &Runtime) ->
     if let Some(docker) = docker {
         closed.pulled = docker.close().await;
     }
-    if let Some(dir) = folder {
-        let _ = tokio::fs::remove_dir_all(&dir).await;
+    if let Some(folder) = folder {
+        folder.remove().await;
     }
     closed
 }
@@ -556,8 +640,8 @@ impl Drop for Session {
             // goes, and the container is removed by the next sandbox's sweep of
             // containers whose owner is gone.
             drop(parts);
-            if let Some(dir) = folder {
-                let _ = std::fs::remove_dir_all(dir);
+            if let Some(folder) = folder {
+                folder.remove_now();
             }
             runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
         }

@@ -202,6 +202,23 @@ impl ToolConfig {
         self
     }
 
+    /// Sets one setting of `tool`, over what its settings say (a setting that is not
+    /// a table becomes one).
+    #[must_use]
+    pub fn with_setting(mut self, tool: &str, key: &str, value: Value) -> Self {
+        let entry = self
+            .settings
+            .entry(tool.to_owned())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if !entry.is_object() {
+            *entry = Value::Object(Map::new());
+        }
+        if let Value::Object(map) = entry {
+            map.insert(key.to_owned(), value);
+        }
+        self
+    }
+
     /// Sets the settings of one tool.
     #[must_use]
     pub fn with_settings(mut self, tool: impl Into<String>, settings: Value) -> Self {

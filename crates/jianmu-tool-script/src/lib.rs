@@ -20,7 +20,7 @@ use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
 mod python_repl;
 mod rhai_repl;
 
-pub use python_repl::{PythonArgs, PythonRepl, PythonSettings};
+pub use python_repl::{PythonArgs, PythonRepl, PythonSettings, WithoutSession};
 pub use rhai_repl::{RhaiArgs, RhaiRepl, RhaiSettings};
 
 /// `text` cut to `max` characters, with the Python tools' truncation notice when cut

@@ -10,7 +10,7 @@
 
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use jianmu_process::{IsolationSettings, Jail, Spec, Stream, Supervised};
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
@@ -43,6 +43,26 @@ pub struct PythonSettings {
     pub cwd: Option<PathBuf>,
     /// How the interpreter is isolated (`[tools.python_repl.isolation]`).
     pub isolation: IsolationSettings,
+    /// Most named interpreters (`session`) kept at once.
+    pub max_sessions: usize,
+    /// Seconds after which an unused named interpreter is stopped and forgotten.
+    pub session_idle_secs: u64,
+    /// What a call without `session` runs in: `kept`, one interpreter kept across
+    /// calls (the client's connection is the scope), or `fresh`, a new interpreter
+    /// for each such call (for clients that hold no connection: only named sessions
+    /// keep state).
+    pub without_session: WithoutSession,
+}
+
+/// What a `python_repl` call without `session` runs in.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize, serde::Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum WithoutSession {
+    /// One interpreter, kept across calls.
+    #[default]
+    Kept,
+    /// A new interpreter for each call, stopped when it answers.
+    Fresh,
 }
 
 impl Default for PythonSettings {
@@ -55,6 +75,9 @@ impl Default for PythonSettings {
             globals: Map::new(),
             cwd: None,
             isolation: IsolationSettings::default(),
+            max_sessions: 8,
+            session_idle_secs: 3600,
+            without_session: WithoutSession::Kept,
         }
     }
 }
@@ -72,8 +95,14 @@ pub struct PythonArgs {
     /// lost.
     #[schemars(range(min = 0.001, max = 3600.0))]
     pub timeout: Option<f64>,
-    /// Start a fresh interpreter before running `code`: every name and import is
-    /// forgotten.
+    /// A named interpreter: calls with the same name share its names and imports,
+    /// apart from other names'. Pass one (any name you choose) to keep state between
+    /// calls wherever the client holds no connection; without it, such a call runs
+    /// in a fresh interpreter.
+    #[schemars(regex(pattern = r"^[A-Za-z0-9_.-]{1,64}$"))]
+    pub session: Option<String>,
+    /// Start a fresh interpreter (the named one with `session`) before running
+    /// `code`: every name and import is forgotten.
     #[serde(default)]
     pub reset: bool,
 }
@@ -120,13 +149,106 @@ impl Drop for InFlight<'_> {
     }
 }
 
-/// The `python_repl` tool. Calls on one instance run one at a time.
+type Slot = Arc<Mutex<State>>;
+
+/// The named interpreters (`session`), each with when it was last used.
+#[derive(Default)]
+struct Named {
+    map: std::sync::Mutex<std::collections::HashMap<String, (Slot, Instant)>>,
+    /// Set once a task stops idle interpreters on its own.
+    watched: std::sync::atomic::AtomicBool,
+}
+
+impl Named {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, std::collections::HashMap<String, (Slot, Instant)>> {
+        self.map
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Removes the interpreters unused for `idle` and not in a call; they stop when
+    /// the returned slots are dropped (outside the lock).
+    fn take_idle(&self, idle: Duration) -> Vec<Slot> {
+        let now = Instant::now();
+        let mut map = self.lock();
+        let names: Vec<String> = map
+            .iter()
+            .filter(|(_, (slot, used))| {
+                now.duration_since(*used) >= idle && slot.try_lock().is_ok()
+            })
+            .map(|(name, _)| name.clone())
+            .collect();
+        names
+            .iter()
+            .filter_map(|name| map.remove(name).map(|(slot, _)| slot))
+            .collect()
+    }
+
+    /// Stops interpreters unused for `idle` without waiting for a call: a task looks
+    /// every quarter of `idle` (1 s to 60 s) for as long as the tool exists.
+    fn watch(self: &Arc<Self>, idle: Duration) {
+        use std::sync::atomic::Ordering;
+        if self.watched.swap(true, Ordering::Relaxed) {
+            return;
+        }
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            self.watched.store(false, Ordering::Relaxed);
+            return;
+        };
+        let named = Arc::downgrade(self);
+        let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(named) = named.upgrade() else { return };
+                drop(named.take_idle(idle));
+            }
+        });
+    }
+
+    /// The interpreter named `name`, made (empty) if there is room.
+    fn open(&self, name: &str, max: usize, idle: Duration) -> Result<Slot, ToolError> {
+        if name.is_empty()
+            || name.len() > 64
+            || !name
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'_' | b'.' | b'-'))
+        {
+            return Err(ToolError::failed(
+                "`session` is 1 to 64 letters, digits, `_`, `.` or `-`",
+            ));
+        }
+        drop(self.take_idle(idle));
+        let mut map = self.lock();
+        if let Some((slot, used)) = map.get_mut(name) {
+            *used = Instant::now();
+            return Ok(Arc::clone(slot));
+        }
+        if map.len() >= max {
+            let mut names: Vec<&str> = map.keys().map(String::as_str).collect();
+            names.sort_unstable();
+            return Err(ToolError::failed(format!(
+                "there are already {max} Python sessions, the limit; reuse one of them ({}), or wait until one has been idle for {} s",
+                names.join(", "),
+                idle.as_secs()
+            )));
+        }
+        let slot = Slot::default();
+        map.insert(name.to_owned(), (Arc::clone(&slot), Instant::now()));
+        Ok(slot)
+    }
+}
+
+/// The `python_repl` tool. Calls on one interpreter run one at a time.
 #[derive(Clone)]
 pub struct PythonRepl {
     settings: Arc<PythonSettings>,
     cwd: PathBuf,
     jail: Jail,
-    state: Arc<Mutex<State>>,
+    state: Slot,
+    named: Arc<Named>,
 }
 
 impl std::fmt::Debug for PythonRepl {
@@ -159,6 +281,7 @@ impl PythonRepl {
             cwd,
             jail,
             state: Arc::default(),
+            named: Arc::default(),
         })
     }
 
@@ -230,7 +353,19 @@ impl PythonRepl {
     /// The code's exception (its traceback's last lines), a timeout, or an interpreter
     /// that died; the last two lose the interpreter's state, and say so.
     pub async fn run(&self, args: &PythonArgs) -> Result<ToolOutput, ToolError> {
-        let mut state = self.state.lock().await;
+        let slot = match &args.session {
+            Some(name) => {
+                let idle = Duration::from_secs(self.settings.session_idle_secs);
+                self.named.watch(idle);
+                self.named.open(name, self.settings.max_sessions, idle)?
+            }
+            None if self.settings.without_session == WithoutSession::Fresh => {
+                // Its own interpreter, stopped when the slot is dropped after the call.
+                Slot::default()
+            }
+            None => Arc::clone(&self.state),
+        };
+        let mut state = slot.lock().await;
         if args.reset {
             // Dropping the interpreter stops it and everything it started.
             state.interpreter = None;
@@ -482,7 +617,9 @@ impl Tool for PythonRepl {
     const DESCRIPTION: &'static str = "Runs Python code in a persistent CPython interpreter and returns what it printed, \
      then the value of its last line when that is an expression, as a notebook cell \
      shows it (stderr appended).\n\
-     Names and imports persist between calls (`reset` starts afresh). An exception comes back as the end of its \
+     Names and imports persist between calls. Pass `session` (a name you choose) to keep \
+     them in that named interpreter: where the client keeps no connection between requests, \
+     a call without `session` runs in a fresh interpreter. `reset` starts afresh. An exception comes back as the end of its \
      traceback. A call past its time limit (30 s by default) answers with what it printed \
      until then and stops the interpreter: its state is lost, and the next call's answer \
      starts by saying so. Processes the code starts end with its call. Where the host allows, \

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 
-use jianmu_runtime::{Runtime, Session, SessionError, SessionSettings};
+use jianmu_runtime::{Opening, Runtime, Session, SessionError, SessionSettings};
 use jianmu_test_support::running_with;
 use jianmu_tool_core::{Policy, ToolConfig, ToolError};
 use serde_json::json;
@@ -210,6 +210,65 @@ async fn own_folders_are_made_per_session_and_removed_when_it_closes() {
     runtime.shutdown(Duration::from_secs(5)).await;
     assert!(!folder.exists());
     assert_eq!(std::fs::read_dir(root.path()).unwrap().count(), 0);
+}
+
+#[tokio::test]
+async fn a_session_opened_in_a_folder_keeps_it_and_takes_its_own_settings() {
+    let root = tempfile::tempdir().unwrap();
+    let mut s = settings(root.path());
+    // Over per-session folders too: the given folder wins.
+    s.own_folders = Some(root.path().to_owned());
+    let runtime = Runtime::new(s).unwrap();
+    let dir = root.path().join("alice");
+    let opening = Opening::new().in_folder(&dir).with_setting(
+        "python_repl",
+        "without_session",
+        json!("fresh"),
+    );
+    let a = runtime.open_with(opening.clone()).unwrap();
+    assert_eq!(a.workspace(), dir);
+    a.call("write_file", json!({"path": "note.txt", "content": "kept"}))
+        .await
+        .unwrap();
+    a.call("python_repl", json!({"code": "x = 41"}))
+        .await
+        .unwrap();
+    let lost = a
+        .call("python_repl", json!({"code": "x + 1"}))
+        .await
+        .unwrap_err();
+    assert!(lost.to_string().contains("NameError"), "{lost}");
+    a.call("python_repl", json!({"code": "x = 41", "session": "s"}))
+        .await
+        .unwrap();
+    let kept = a
+        .call("python_repl", json!({"code": "x + 1", "session": "s"}))
+        .await
+        .unwrap();
+    assert_eq!(kept.text, "42");
+    a.close().await;
+    assert_eq!(
+        std::fs::read_to_string(dir.join("note.txt")).unwrap(),
+        "kept"
+    );
+    // A later session in the same folder finds it; another session's settings are
+    // the runtime's.
+    let b = runtime.open_with(Opening::new().in_folder(&dir)).unwrap();
+    let seen = b
+        .call("read_file", json!({"path": "note.txt"}))
+        .await
+        .unwrap();
+    assert!(seen.text.contains("kept"), "{}", seen.text);
+    b.call("python_repl", json!({"code": "x = 41"}))
+        .await
+        .unwrap();
+    let kept = b
+        .call("python_repl", json!({"code": "x + 1"}))
+        .await
+        .unwrap();
+    assert_eq!(kept.text, "42");
+    b.close().await;
+    assert!(dir.is_dir());
 }
 
 #[tokio::test]

@@ -432,3 +432,90 @@ async fn python_settings_modules_globals_and_a_missing_interpreter() {
         "{err}"
     );
 }
+
+#[tokio::test]
+async fn named_python_sessions_keep_their_own_state_within_limits() {
+    let p = python(PythonSettings {
+        max_sessions: 2,
+        session_idle_secs: 1,
+        ..PythonSettings::default()
+    });
+    assert_eq!(call(&p, json!({"code": "x = 'default'"})).await, "");
+    assert_eq!(
+        call(&p, json!({"code": "x = 'a'", "session": "a"})).await,
+        ""
+    );
+    assert_eq!(
+        call(&p, json!({"code": "x = 'b'", "session": "b"})).await,
+        ""
+    );
+    assert_eq!(call(&p, json!({"code": "x", "session": "a"})).await, "a");
+    assert_eq!(call(&p, json!({"code": "x", "session": "b"})).await, "b");
+    assert_eq!(call(&p, json!({"code": "x"})).await, "default");
+    // One more than the limit is refused, naming those to reuse.
+    let full = call(&p, json!({"code": "1", "session": "c"})).await;
+    assert!(
+        full.contains("already 2 Python sessions") && full.contains("(a, b)"),
+        "{full}"
+    );
+    let bad = call(&p, json!({"code": "1", "session": "../x"})).await;
+    assert!(bad.starts_with("error:"), "{bad}");
+    // `reset` with a name forgets that interpreter only.
+    assert_eq!(
+        call(
+            &p,
+            json!({"code": "'x' in dir()", "session": "a", "reset": true})
+        )
+        .await,
+        "False"
+    );
+    assert_eq!(call(&p, json!({"code": "x", "session": "b"})).await, "b");
+    // Idle ones are stopped without a call: the interpreter is gone (found by a
+    // process name it gives itself).
+    let name = format!("jmidle{}", std::process::id() % 100_000);
+    let renamed = call(
+        &p,
+        json!({"code": format!("import ctypes; ctypes.CDLL(None).prctl(15, b'{name}', 0, 0, 0)"), "session": "b"}),
+    )
+    .await;
+    assert_eq!(renamed, "0");
+    let named = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .flatten()
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("comm")).is_ok_and(|c| c.trim() == name)
+            })
+            .count()
+    };
+    assert_eq!(named(), 1);
+    let gone = Instant::now() + Duration::from_secs(10);
+    while named() > 0 && Instant::now() < gone {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert_eq!(named(), 0, "an idle interpreter is stopped");
+    assert_eq!(
+        call(&p, json!({"code": "'x' in dir()", "session": "b"})).await,
+        "False",
+        "an idle session is forgotten"
+    );
+}
+
+#[tokio::test]
+async fn without_a_session_a_fresh_setting_keeps_nothing() {
+    let p = python(PythonSettings {
+        without_session: jianmu_tool_script::WithoutSession::Fresh,
+        ..PythonSettings::default()
+    });
+    assert_eq!(call(&p, json!({"code": "x = 41"})).await, "");
+    let lost = call(&p, json!({"code": "x + 1"})).await;
+    assert!(lost.contains("NameError"), "{lost}");
+    assert_eq!(
+        call(&p, json!({"code": "x = 41", "session": "s"})).await,
+        ""
+    );
+    assert_eq!(
+        call(&p, json!({"code": "x + 1", "session": "s"})).await,
+        "42"
+    );
+}
