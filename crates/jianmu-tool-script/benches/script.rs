@@ -30,11 +30,13 @@ fn bench(c: &mut Criterion) {
     let args = PythonArgs {
         code: "x + 1".into(),
         timeout: None,
+        session: None,
         reset: false,
     };
     rt.block_on(python.run(&PythonArgs {
         code: "x = 41".into(),
         timeout: None,
+        session: None,
         reset: false,
     }))
     .unwrap();
