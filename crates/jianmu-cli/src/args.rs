@@ -118,6 +118,11 @@ pub(crate) struct McpArgs {
     /// workspace, removed when the session ends.
     #[arg(long, value_name = "DIR", requires = "http")]
     pub(crate) workspace_per_session: Option<PathBuf>,
+    /// With --http: give each principal (each token of --token-file) a folder of its
+    /// own, DIR/NAME, as its workspace, kept across its sessions (adds to
+    /// `[mcp.http] principal_workspaces`).
+    #[arg(long, value_name = "DIR", requires = "http")]
+    pub(crate) workspace_per_principal: Option<PathBuf>,
 }
 
 /// `jianmu sandbox ...`.

@@ -57,6 +57,47 @@ pub(crate) struct HttpLimits {
     /// `Host` headers accepted (DNS rebinding); empty: loopback names when bound to
     /// loopback, any host otherwise (a token is then required).
     pub(crate) allowed_hosts: Vec<String>,
+    /// Each principal works in a folder of its own, `DIR/NAME` (made on first use and
+    /// kept), instead of the workspace; `--workspace-per-principal` sets it too.
+    pub(crate) principal_workspaces: Option<PathBuf>,
+    /// `[mcp.http.principal]`: what every principal gets, unless its own table says
+    /// otherwise.
+    pub(crate) principal: PrincipalSettings,
+    /// `[mcp.http.principals.NAME]`: one principal's own settings, over
+    /// `[mcp.http.principal]`.
+    pub(crate) principals: std::collections::BTreeMap<String, PrincipalSettings>,
+}
+
+/// What one principal gets (`[mcp.http.principal]`, `[mcp.http.principals.NAME]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub(crate) struct PrincipalSettings {
+    /// Most protocol sessions the principal may have open at once (more get 503);
+    /// the server's `max_sessions` bounds all of them together.
+    pub(crate) max_sessions: Option<usize>,
+    /// With `principal_workspaces`: this principal works in the shared workspace.
+    pub(crate) shared_workspace: Option<bool>,
+    /// Tool settings over `[tools.NAME]` for this principal's calls, such as
+    /// `[mcp.http.principal.tools.bash] max_jobs = 4`.
+    pub(crate) tools: std::collections::BTreeMap<String, Map<String, Value>>,
+}
+
+impl PrincipalSettings {
+    /// `self` over `base`: each setting `self` has wins.
+    pub(crate) fn over(&self, base: &Self) -> Self {
+        let mut tools = base.tools.clone();
+        for (tool, keys) in &self.tools {
+            let entry = tools.entry(tool.clone()).or_default();
+            for (key, value) in keys {
+                entry.insert(key.clone(), value.clone());
+            }
+        }
+        Self {
+            max_sessions: self.max_sessions.or(base.max_sessions),
+            shared_workspace: self.shared_workspace.or(base.shared_workspace),
+            tools,
+        }
+    }
 }
 
 impl Default for HttpLimits {
@@ -70,6 +111,9 @@ impl Default for HttpLimits {
             shutdown_grace_secs: 10,
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
+            principal_workspaces: None,
+            principal: PrincipalSettings::default(),
+            principals: std::collections::BTreeMap::new(),
         }
     }
 }
@@ -93,6 +137,17 @@ impl HttpLimits {
         }
         if self.shutdown_grace_secs > 3600 {
             bail!("mcp.http.shutdown_grace_secs must be at most 3600");
+        }
+        let named = self
+            .principals
+            .iter()
+            .map(|(n, p)| (format!("principals.{n}"), p));
+        for (name, principal) in
+            std::iter::once(("principal".to_owned(), &self.principal)).chain(named)
+        {
+            if principal.max_sessions == Some(0) {
+                bail!("mcp.http.{name}.max_sessions must be at least 1");
+            }
         }
         Ok(())
     }
@@ -151,6 +206,12 @@ impl Config {
         {
             let base = path.parent().unwrap_or(Path::new("."));
             config.workspace = Some(base.join(ws));
+        }
+        if let Some(dir) = &config.mcp.http.principal_workspaces
+            && dir.is_relative()
+        {
+            let base = path.parent().unwrap_or(Path::new("."));
+            config.mcp.http.principal_workspaces = Some(base.join(dir));
         }
         if let Some(t) = config.execution.timeout_secs
             && !(t.is_finite() && t > 0.0)

@@ -153,6 +153,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     settings.mcp_http.clone(),
                     &mcp_args.allow_origin,
                     mcp_args.workspace_per_session.clone(),
+                    mcp_args.workspace_per_principal.clone(),
                 )?;
                 let rt = tokio::runtime::Builder::new_multi_thread()
                     .enable_all()

@@ -220,24 +220,32 @@ fn nested_deeper_than(text: &[u8], max: usize) -> bool {
 /// What a request body sent over HTTP is answered with before the MCP service reads
 /// it, as on stdio: an id that is neither a string nor an integer gets -32600 with
 /// `"id": null`; a body too deep to read gets -32700 with its id when that can be read
-/// from its start. `None`: the service reads it (and answers anything else wrong).
-pub(crate) fn precheck(body: &[u8]) -> Option<Value> {
+/// from its start. `Ok`: the service reads it (and answers anything else wrong); with
+/// the request's method when it has one.
+pub(crate) fn precheck(body: &[u8]) -> Result<Option<String>, Value> {
     #[derive(serde::Deserialize)]
     struct Head {
         id: Option<Value>,
+        method: Option<Value>,
     }
     if nested_deeper_than(body, MAX_DEPTH) {
-        return Some(error_response(
+        return Err(error_response(
             leading_id(body).unwrap_or(Value::Null),
             -32700,
             format!("Parse error: nested deeper than {MAX_DEPTH}"),
         ));
     }
     match serde_json::from_slice::<Head>(body) {
-        Ok(Head { id: Some(id) }) if matches!(&id, Value::Number(_)) && id_key(&id).is_none() => {
-            Some(error_response(Value::Null, -32600, BAD_ID))
+        Ok(Head { id: Some(id), .. })
+            if matches!(&id, Value::Number(_)) && id_key(&id).is_none() =>
+        {
+            Err(error_response(Value::Null, -32600, BAD_ID))
         }
-        _ => None,
+        Ok(Head {
+            method: Some(Value::String(method)),
+            ..
+        }) => Ok(Some(method)),
+        _ => Ok(None),
     }
 }
 

@@ -37,6 +37,7 @@ use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, Stream
 use tokio_util::sync::CancellationToken;
 
 use super::principals::{Known, Principal, Tokens};
+use super::scopes::{ARRIVAL, Arrival, Outcome, Scopes};
 use super::{Catalog, Server};
 use crate::config::HttpLimits;
 use crate::settings::Settings;
@@ -52,6 +53,15 @@ pub(crate) struct Options {
     pub(crate) limits: HttpLimits,
     /// `--workspace-per-session DIR`.
     pub(crate) per_session: Option<PathBuf>,
+    /// `--workspace-per-principal DIR` (or `principal_workspaces`).
+    pub(crate) per_principal: Option<PathBuf>,
+}
+
+/// `dir`, made if missing, as an absolute path.
+fn folder(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    dir.canonicalize()
+        .with_context(|| format!("cannot resolve {}", dir.display()))
 }
 
 impl Options {
@@ -64,6 +74,7 @@ impl Options {
         mut limits: HttpLimits,
         allow_origin: &[String],
         per_session: Option<PathBuf>,
+        per_principal: Option<PathBuf>,
     ) -> anyhow::Result<Self> {
         let tokens = match token_file {
             Some(path) => Some(super::principals::read(path)?),
@@ -83,56 +94,22 @@ impl Options {
                 bail!("allowed origin `{origin}` must start with http:// or https://");
             }
         }
-        let per_session = match per_session {
-            Some(dir) => {
-                std::fs::create_dir_all(&dir)
-                    .with_context(|| format!("cannot create {}", dir.display()))?;
-                Some(
-                    dir.canonicalize()
-                        .with_context(|| format!("cannot resolve {}", dir.display()))?,
-                )
-            }
-            None => None,
-        };
+        let per_principal = per_principal.or_else(|| limits.principal_workspaces.clone());
+        if per_session.is_some() && per_principal.is_some() {
+            bail!(
+                "a workspace per session and a workspace per principal exclude each other: choose one"
+            );
+        }
+        let per_session = per_session.as_deref().map(folder).transpose()?;
+        let per_principal = per_principal.as_deref().map(folder).transpose()?;
         Ok(Self {
             addr,
             tokens,
             token_file: token_file.map(std::path::Path::to_owned),
             limits,
             per_session,
+            per_principal,
         })
-    }
-}
-
-/// Opens each new client session.
-struct Opener {
-    catalog: Catalog,
-    runtime: Runtime,
-}
-
-impl Opener {
-    /// A new session's server, or an error at the session limit.
-    fn open(&self) -> std::io::Result<Server> {
-        let session = self.runtime.open().map_err(std::io::Error::other)?;
-        let metrics = &self.catalog.metrics;
-        metrics.sessions_open.inc();
-        metrics.sessions_total.inc();
-        let counted = Counted(Arc::clone(metrics));
-        Ok(Server::session(
-            self.catalog.clone(),
-            Arc::new(session),
-            Some(Arc::new(counted)),
-        ))
-    }
-}
-
-/// A session's place in the open-sessions gauge, given back when its last server is
-/// dropped (its session then closes in the background).
-struct Counted(Arc<super::metrics::Metrics>);
-
-impl Drop for Counted {
-    fn drop(&mut self) {
-        self.0.sessions_open.dec();
     }
 }
 
@@ -150,10 +127,14 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
 
 /// A 503 for a new session past the limit, with when to retry.
 fn full(limit: usize) -> Response<Body> {
-    let mut response = text(
-        StatusCode::SERVICE_UNAVAILABLE,
-        format!("the server has its limit of {limit} open sessions; retry later\n"),
-    );
+    refused(format!(
+        "the server has its limit of {limit} open sessions; retry later"
+    ))
+}
+
+/// A 503 saying `why`, with when to retry.
+fn refused(why: String) -> Response<Body> {
+    let mut response = text(StatusCode::SERVICE_UNAVAILABLE, format!("{why}\n"));
     response.headers_mut().insert(
         hyper::header::RETRY_AFTER,
         hyper::header::HeaderValue::from_static("5"),
@@ -165,6 +146,7 @@ fn full(limit: usize) -> Response<Body> {
 struct App {
     mcp: StreamableHttpService<Server, LocalSessionManager>,
     sessions: Arc<LocalSessionManager>,
+    scopes: Arc<Scopes>,
     tokens: Known,
     origins: Vec<String>,
     /// The `Host` values accepted (any when empty).
@@ -267,7 +249,7 @@ impl App {
             );
             return response;
         };
-        request.extensions_mut().insert(principal);
+        request.extensions_mut().insert(principal.clone());
         if path == "/metrics" {
             if request.method() != Method::GET {
                 return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
@@ -281,24 +263,27 @@ impl App {
             );
             return response;
         }
-        // A POST without a session id opens one (or is a stateless request, which
-        // holds tools while it runs).
         let limit = self.runtime.settings().max_sessions;
-        let opens =
-            request.method() == Method::POST && !request.headers().contains_key("mcp-session-id");
-        if opens && self.runtime.is_full() {
-            metrics.refused("sessions");
-            return full(limit);
+        let session_id = request
+            .headers()
+            .get("mcp-session-id")
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_owned);
+        // A protocol session is its principal's: to any other, it does not exist.
+        if let Some(id) = &session_id
+            && !self.scopes.may_use(id, &principal)
+        {
+            metrics.refused("principal");
+            return text(
+                StatusCode::NOT_FOUND,
+                "not found: no such session (it was closed or expired)\n",
+            );
         }
         let delete = request.method() == Method::DELETE;
-        if delete
-            && let Some(id) = request
-                .headers()
-                .get("mcp-session-id")
-                .and_then(|v| v.to_str().ok())
-        {
+        if delete && let Some(id) = &session_id {
             use rmcp::transport::streamable_http_server::session::SessionManager as _;
-            let id: rmcp::transport::streamable_http_server::session::SessionId = id.into();
+            let id: rmcp::transport::streamable_http_server::session::SessionId =
+                id.as_str().into();
             if !self.sessions.has_session(&id).await.unwrap_or(false) {
                 return text(
                     StatusCode::NOT_FOUND,
@@ -306,17 +291,52 @@ impl App {
                 );
             }
         }
-        let request = if request.method() == Method::POST {
+        let (request, method) = if request.method() == Method::POST {
             match self.body(request).await {
-                Ok(request) => request,
+                Ok(read) => read,
                 Err(response) => return response,
             }
         } else {
-            request.map(http_body_util::BodyExt::boxed)
+            (request.map(http_body_util::BodyExt::boxed), None)
         };
-        let mut response = self.mcp.handle(request).await;
-        // The limit was reached while this request opened its session.
-        if opens && response.status() == StatusCode::INTERNAL_SERVER_ERROR && self.runtime.is_full()
+        // An `initialize` without a session id opens a protocol session; any other
+        // request without one stands alone and runs in its principal's scope.
+        let opens = session_id.is_none() && method.as_deref() == Some("initialize");
+        if opens && self.runtime.is_full() {
+            metrics.refused("sessions");
+            return full(limit);
+        }
+        let arrival = Arrival {
+            principal,
+            opens,
+            outcome: Arc::default(),
+        };
+        let outcome = Arc::clone(&arrival.outcome);
+        let mut response = ARRIVAL.scope(arrival, self.mcp.handle(request)).await;
+        match std::mem::take(
+            &mut *outcome
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner),
+        ) {
+            Outcome::Opened(held) => {
+                if let Some(id) = response
+                    .headers()
+                    .get("mcp-session-id")
+                    .and_then(|v| v.to_str().ok())
+                {
+                    held.bind(id);
+                }
+            }
+            Outcome::Refused(why) => {
+                metrics.refused("sessions");
+                return refused(why);
+            }
+            Outcome::Nothing => {}
+        }
+        // The limit was reached while this request opened its session or scope.
+        if session_id.is_none()
+            && response.status() == StatusCode::INTERNAL_SERVER_ERROR
+            && self.runtime.is_full()
         {
             metrics.refused("sessions");
             return full(limit);
@@ -332,10 +352,11 @@ impl App {
     /// The request with its body read whole: refused at once when it declares more
     /// than `max_body_bytes` (413), cut at that size, and given `body_timeout_secs` to
     /// arrive (408).
+    /// With the request, its method when it has one.
     async fn body(
         &self,
         request: Request<Incoming>,
-    ) -> Result<Request<BoxBody<Bytes, hyper::Error>>, Response<Body>> {
+    ) -> Result<(Request<BoxBody<Bytes, hyper::Error>>, Option<String>), Response<Body>> {
         let too_big = || {
             text(
                 StatusCode::PAYLOAD_TOO_LARGE,
@@ -359,19 +380,25 @@ impl App {
         match tokio::time::timeout(self.body_deadline, limited.collect()).await {
             Ok(Ok(collected)) => {
                 let bytes = collected.to_bytes();
-                if let Some(answer) = super::frame::precheck(&bytes) {
-                    let mut response =
-                        Response::new(Full::new(Bytes::from(answer.to_string())).boxed());
-                    *response.status_mut() = StatusCode::BAD_REQUEST;
-                    response.headers_mut().insert(
-                        hyper::header::CONTENT_TYPE,
-                        hyper::header::HeaderValue::from_static("application/json"),
-                    );
-                    return Err(response);
-                }
-                Ok(Request::from_parts(
-                    parts,
-                    Full::new(bytes).map_err(|never| match never {}).boxed(),
+                let method = match super::frame::precheck(&bytes) {
+                    Ok(method) => method,
+                    Err(answer) => {
+                        let mut response =
+                            Response::new(Full::new(Bytes::from(answer.to_string())).boxed());
+                        *response.status_mut() = StatusCode::BAD_REQUEST;
+                        response.headers_mut().insert(
+                            hyper::header::CONTENT_TYPE,
+                            hyper::header::HeaderValue::from_static("application/json"),
+                        );
+                        return Err(response);
+                    }
+                };
+                Ok((
+                    Request::from_parts(
+                        parts,
+                        Full::new(bytes).map_err(|never| match never {}).boxed(),
+                    ),
+                    method,
                 ))
             }
             Ok(Err(e)) if e.is::<http_body_util::LengthLimitError>() => {
@@ -437,10 +464,12 @@ pub(crate) async fn serve(
     // The first clients' sessions take warm containers.
     runtime.fill_pool();
     let catalog = Catalog::new(&specs, runtime.policy());
-    let sessions = Arc::new(Opener {
-        catalog: catalog.clone(),
-        runtime: runtime.clone(),
-    });
+    let scopes = Scopes::new(
+        runtime.clone(),
+        catalog.clone(),
+        &limits,
+        options.per_principal.clone(),
+    );
     let stop_sessions = CancellationToken::new();
     let mut manager = LocalSessionManager::default();
     manager.session_config.keep_alive = Some(Duration::from_secs(limits.session_idle_secs));
@@ -470,12 +499,13 @@ pub(crate) async fn serve(
     } else {
         config.with_allowed_hosts(hosts.clone())
     };
-    let opener = Arc::clone(&sessions);
+    let opener = Arc::clone(&scopes);
     let manager = Arc::new(manager);
-    let mcp = StreamableHttpService::new(move || opener.open(), Arc::clone(&manager), config);
+    let mcp = StreamableHttpService::new(move || opener.server(), Arc::clone(&manager), config);
     let app = Arc::new(App {
         mcp,
         sessions: manager,
+        scopes: Arc::clone(&scopes),
         tokens: Known::new(options.tokens.clone()),
         origins: limits.allowed_origins.clone(),
         hosts,
@@ -579,8 +609,9 @@ pub(crate) async fn serve(
     stop_sessions.cancel();
     let _ = tokio::time::timeout(Duration::from_secs(2), graceful.shutdown()).await;
     drop(app);
-    drop(sessions);
-    // Opener end as their workers notice the cancellation; each one closes (its
+    scopes.close_all().await;
+    drop(scopes);
+    // Sessions end as their workers notice the cancellation; each one closes (its
     // processes, container and folder released) when its last server is dropped.
     let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
     while runtime.open_sessions() > 0 && tokio::time::Instant::now() < deadline {

@@ -48,6 +48,20 @@ pub(crate) struct Metrics {
     /// Requests refused: no or a wrong token (401), a foreign origin (403), the
     /// session limit (503).
     refused: Family<RefusedLabel, Counter>,
+    /// Per principal (names come from the token file, so they are bounded).
+    principal_calls: Family<PrincipalCallLabels, Counter>,
+    principal_sessions: Family<PrincipalLabel, Gauge>,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PrincipalLabel {
+    principal: String,
+}
+
+#[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct PrincipalCallLabels {
+    principal: String,
+    outcome: &'static str,
 }
 
 #[derive(Debug, Clone, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -65,6 +79,18 @@ impl Metrics {
         let sessions_open = Gauge::default();
         let sessions_total = Counter::default();
         let refused = Family::<RefusedLabel, Counter>::default();
+        let principal_calls = Family::<PrincipalCallLabels, Counter>::default();
+        let principal_sessions = Family::<PrincipalLabel, Gauge>::default();
+        registry.register(
+            "principal_tool_calls",
+            "Tool calls answered over HTTP, by principal and outcome (ok, error)",
+            principal_calls.clone(),
+        );
+        registry.register(
+            "principal_sessions_open",
+            "Protocol sessions open now, by principal",
+            principal_sessions.clone(),
+        );
         registry.register("tool_calls", "Tool calls answered, by tool", calls.clone());
         registry.register(
             "tool_errors",
@@ -93,7 +119,7 @@ impl Metrics {
         );
         registry.register(
             "http_refused",
-            "HTTP requests refused, by reason (unauthorized, origin, host, sessions)",
+            "HTTP requests refused, by reason (unauthorized, origin, host, sessions, body, principal)",
             refused.clone(),
         );
         Self {
@@ -105,7 +131,28 @@ impl Metrics {
             sessions_open,
             sessions_total,
             refused,
+            principal_calls,
+            principal_sessions,
         }
+    }
+
+    /// The gauge of `principal`'s open protocol sessions.
+    pub(crate) fn principal_sessions(&self, principal: &str) -> Gauge {
+        self.principal_sessions
+            .get_or_create(&PrincipalLabel {
+                principal: principal.to_owned(),
+            })
+            .clone()
+    }
+
+    /// Counts one answered call of `principal`.
+    pub(crate) fn principal_call(&self, principal: &str, ok: bool) {
+        self.principal_calls
+            .get_or_create(&PrincipalCallLabels {
+                principal: principal.to_owned(),
+                outcome: if ok { "ok" } else { "error" },
+            })
+            .inc();
     }
 
     /// Counts a call as running until the guard is dropped.

@@ -32,6 +32,7 @@ pub(crate) mod http;
 mod metrics;
 mod principals;
 mod progress;
+mod scopes;
 
 /// How long calls still running may take to answer once the client closed its input.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -232,10 +233,13 @@ impl ServerHandler for Server {
             .extensions
             .get::<hyper::http::request::Parts>()
             .and_then(|parts| parts.extensions.get::<principals::Principal>())
+            .cloned();
+        let event_context = principal
+            .as_ref()
             .map(|p| serde_json::json!({"principal": &*p.0}));
         let mut options = ExecuteOptions::default().call_id(&call_id);
-        if let Some(principal) = &principal {
-            options = options.event_context(principal);
+        if let Some(event_context) = &event_context {
+            options = options.event_context(event_context);
         }
         // A client that sent a progress token gets the tool's reports as progress
         // notifications, no more often than `PROGRESS_THROTTLE`, and none after the
@@ -256,6 +260,9 @@ impl ServerHandler for Server {
         let answer = tokio::select! {
             outcome = call => {
                 metrics.record(tool, started.elapsed(), outcome.as_ref().map(drop));
+                if let Some(principal) = &principal {
+                    metrics.principal_call(&principal.0, outcome.is_ok());
+                }
                 result(outcome).map(Into::into)
             }
             why = async {

@@ -45,13 +45,15 @@ impl Tokens {
                 [name, token] => (*name, *token),
                 _ => bail!("line {}: expected `NAME TOKEN` (or a token alone)", n + 1),
             };
+            // A name is also a folder's name (`principal_workspaces`).
             if !name
                 .chars()
                 .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.'))
+                || !name.starts_with(|c: char| c.is_ascii_alphanumeric())
                 || name.len() > 64
             {
                 bail!(
-                    "line {}: a principal's name is 1 to 64 letters, digits, `_`, `-` or `.`",
+                    "line {}: a principal's name is 1 to 64 letters, digits, `_`, `-` or `.`, starting with a letter or digit",
                     n + 1
                 );
             }
@@ -160,6 +162,8 @@ mod tests {
             "alice short\n",
             "alice 0123456789abcdef x\n",
             "al/ce 0123456789abcdef\n",
+            ".. 0123456789abcdef\n",
+            "-a 0123456789abcdef\n",
             "a 0123456789abcdef\na 0123456789abcdeX\n",
             "a 0123456789abcdef\nb 0123456789abcdef\n",
         ] {

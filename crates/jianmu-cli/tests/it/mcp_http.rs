@@ -81,10 +81,15 @@ pub(crate) struct Client {
 
 impl Client {
     pub(crate) fn start(url: &str, scenario: &str) -> Self {
+        Self::start_with(url, TOKEN, scenario)
+    }
+
+    /// With `token` (for `handles`, two: `ALICE,BOB`).
+    pub(crate) fn start_with(url: &str, token: &str, scenario: &str) -> Self {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_http_client.py");
         let mut child = jianmu_process::std_command(crate::mcp::python())
             .arg(&script)
-            .args([url, TOKEN, scenario])
+            .args([url, token, scenario])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .spawn()
@@ -225,8 +230,8 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
     assert_eq!(observed["anonymous"], 401);
     let metrics = observed["metrics"][2].as_str().unwrap();
     assert!(
-        metrics.lines().any(|l| l == "jianmu_mcp_sessions_total 5"),
-        "two raw handshakes, the legacy client, one stateless request per call: {metrics}"
+        metrics.lines().any(|l| l == "jianmu_mcp_sessions_total 3"),
+        "two raw handshakes and the legacy client (stateless requests open no session): {metrics}"
     );
     assert_eq!(observed["metrics"][0], 200);
     assert!(
@@ -793,5 +798,132 @@ fn principals_are_named_in_the_audit_log_and_reloaded_on_sighup() {
     std::thread::sleep(Duration::from_millis(300));
     assert_eq!(stateless_call(&url, alice, "2").0, 200);
     assert_eq!(stateless_call(&url, bob2, "2").0, 200);
+    assert_eq!(server.terminate(), Some(0));
+}
+
+#[test]
+fn stateless_clients_keep_state_through_handles_and_principals_never_meet() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let homes = dir.path().join("principals");
+    let tokens = dir.path().join("tokens");
+    let (alice, bob) = ("alice-token-0123456789", "bob-token-0123456789ab");
+    std::fs::write(&tokens, format!("alice {alice}\nbob {bob}\n")).unwrap();
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        "[mcp.http]\nsession_idle_secs = 4\n\
+         [mcp.http.principals.bob]\nmax_sessions = 1\n\
+         [mcp.http.principals.bob.tools.bash]\nmax_jobs = 1\n",
+    )
+    .unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let server = Served::start(
+        &ws,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--workspace-per-principal",
+            homes.to_str().unwrap(),
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
+    );
+    let mut client = Client::start_with(&server.url, &format!("{alice},{bob}"), "handles");
+    let a = client.step();
+    assert_eq!(a["version"], "2026-07-28", "{a}");
+    assert_eq!(a["named"], "42", "a named interpreter keeps its names: {a}");
+    assert!(
+        a["unnamed"].as_str().unwrap().contains("NameError"),
+        "without a handle, each call is fresh: {a}"
+    );
+    assert_eq!(a["shell"], "alice\nsub\n", "{a}");
+    assert!(a["jobs"].as_str().unwrap().contains("sleep 300"), "{a}");
+    let b = client.step();
+    assert!(
+        b["named"].as_str().unwrap().contains("NameError"),
+        "bob's `s` is not alice's: {b}"
+    );
+    assert_eq!(
+        b["shell"], "[]\nbob\n",
+        "bob's shell starts in his folder: {b}"
+    );
+    assert!(
+        !b["jobs"].as_str().unwrap().contains("sleep"),
+        "bob sees no job of alice's: {b}"
+    );
+    for key in ["output", "kill", "note"] {
+        assert!(
+            b[key].as_str().unwrap().starts_with("error: "),
+            "{key}: {b}"
+        );
+    }
+    assert!(
+        b["second_job"].as_str().unwrap().starts_with("error: "),
+        "bob's limit of one job: {b}"
+    );
+    let again = client.step();
+    assert_eq!(again["named"], "41", "{again}");
+    assert_eq!(again["shell"], "alice\n", "{again}");
+    assert!(
+        again["output"].as_str().unwrap().contains("up"),
+        "alice's job answers her next client: {again}"
+    );
+    let legacy = client.step();
+    assert_eq!(legacy["version"], "2025-11-25", "{legacy}");
+    assert_eq!(
+        legacy["unnamed"], "1",
+        "a protocol session keeps its default state"
+    );
+    assert!(
+        legacy["note"].as_str().unwrap().contains("alice's"),
+        "one folder per principal, across revisions: {legacy}"
+    );
+    let bound = client.step();
+    assert_eq!(bound["opened"], 200, "{bound}");
+    assert_eq!(bound["as_bob"], 404, "another principal's session: {bound}");
+    assert_ne!(bound["as_alice"], 404, "{bound}");
+    assert_eq!(bound["bob_first"], 200, "{bound}");
+    assert_eq!(bound["bob_second"][0], 503, "{bound}");
+    assert!(
+        bound["bob_second"][1]
+            .as_str()
+            .unwrap()
+            .contains("`bob` has its limit of 1"),
+        "{bound}"
+    );
+    let metrics = client.step();
+    let metrics = metrics["text"].as_str().unwrap();
+    for line in [
+        "jianmu_principal_tool_calls_total{principal=\"bob\",outcome=\"ok\"} 3",
+        "jianmu_principal_sessions_open{principal=\"bob\"} 1",
+    ] {
+        assert!(metrics.lines().any(|l| l == line), "{line} in {metrics}");
+    }
+    client.finish();
+    // Each principal has its own folder; the shared workspace was not touched.
+    assert_eq!(
+        std::fs::read_to_string(homes.join("alice/note.txt")).unwrap(),
+        "alice's"
+    );
+    assert!(homes.join("bob").is_dir());
+    assert!(std::fs::read_dir(&ws).unwrap().next().is_none());
+    // Every audit line names its principal.
+    let principals: std::collections::BTreeSet<String> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str::<Value>(l).unwrap()["principal"].to_string())
+        .collect();
+    assert_eq!(
+        principals.into_iter().collect::<Vec<_>>(),
+        ["\"alice\"", "\"bob\""]
+    );
+    // Unused past session_idle_secs, the scopes close: their interpreters, shells and
+    // jobs end while the server goes on.
+    assert!(!descendants(server.pid()).is_empty());
+    until_no_descendants(server.pid());
     assert_eq!(server.terminate(), Some(0));
 }

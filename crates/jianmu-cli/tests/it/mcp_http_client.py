@@ -4,9 +4,11 @@ Usage: mcp_http_client.py URL TOKEN [SCENARIO]. Prints JSON lines: {"step": ...}
 what it saw. After the step "held" it waits for a line on stdin before closing its sessions, so
 the caller can look at the server's processes and folders while they are open and again after.
 Scenarios: `main` (the default), `workspaces` (two sessions of a server with a folder per
-session), `slow` (a call still running when the caller stops the server).
+session), `slow` (a call still running when the caller stops the server), `handles` (two
+principals, TOKEN being `ALICE,BOB`, keeping state through handles on the stateless revision).
 """
 import json
+import re
 import sys
 
 import anyio
@@ -108,7 +110,75 @@ async def limits(url, token):
     say("room_again", status=status)
 
 
+async def handles(url, tokens):
+    """Two principals (TOKEN is `ALICE,BOB`) on a server with a folder per principal."""
+    alice, bob = tokens.split(",")
+
+    async def call(c, tool, args):
+        r = await c.call_tool(tool, args)
+        return ("error: " if r.is_error else "") + text(r)
+
+    # The stateless revision: state lives under handles the calls name.
+    async with client(url, alice, "2026-07-28") as a:
+        seen = {"version": a.protocol_version}
+        await call(a, "python_repl", {"code": "x = 41", "session": "s"})
+        seen["named"] = await call(a, "python_repl", {"code": "x + 1", "session": "s"})
+        await call(a, "python_repl", {"code": "y = 1"})
+        seen["unnamed"] = await call(a, "python_repl", {"code": "y"})
+        await call(a, "bash", {"command": "mkdir -p sub && cd sub && export WHO=alice", "session": "s"})
+        seen["shell"] = await call(a, "bash", {"command": "echo $WHO; basename $PWD", "session": "s"})
+        started = await call(a, "bash", {"command": "echo up; exec sleep 300", "background": True, "yield_ms": 200})
+        seen["job_started"] = started
+        seen["jobs"] = await call(a, "bash_jobs", {})
+        await call(a, "write_file", {"path": "note.txt", "content": "alice's"})
+        say("alice", **seen)
+    job = int(re.search(r'"job": (\d+)', started).group(1))
+    # Another principal with the same handles sees none of it.
+    async with client(url, bob, "2026-07-28") as b:
+        seen = {}
+        seen["named"] = await call(b, "python_repl", {"code": "x", "session": "s"})
+        seen["shell"] = await call(b, "bash", {"command": "echo \"[$WHO]\"; basename $PWD", "session": "s"})
+        seen["jobs"] = await call(b, "bash_jobs", {})
+        seen["output"] = await call(b, "bash_output", {"job": job})
+        seen["kill"] = await call(b, "bash_kill", {"job": job})
+        seen["note"] = await call(b, "read_file", {"path": "note.txt"})
+        # Bob's limits: one background job at most.
+        await call(b, "bash", {"command": "exec sleep 300", "background": True, "yield_ms": 50})
+        seen["second_job"] = await call(b, "bash", {"command": "exec sleep 300", "background": True, "yield_ms": 50})
+        say("bob", job=job, **seen)
+    # Alice again, in a new client: her handles, job and folder are still there.
+    async with client(url, alice, "2026-07-28") as a:
+        seen = {}
+        seen["named"] = await call(a, "python_repl", {"code": "x", "session": "s"})
+        seen["shell"] = await call(a, "bash", {"command": "echo $WHO", "session": "s"})
+        seen["output"] = await call(a, "bash_output", {"job": job})
+        say("alice_again", **seen)
+    # A handshake-era session of alice's: the session is the default scope, in her folder.
+    async with client(url, alice, "legacy") as a:
+        seen = {"version": a.protocol_version}
+        await call(a, "python_repl", {"code": "z = 1"})
+        seen["unnamed"] = await call(a, "python_repl", {"code": "z"})
+        seen["note"] = await call(a, "read_file", {"path": "note.txt"})
+        say("alice_legacy", **seen)
+    # A protocol session is its principal's: bob cannot use alice's.
+    status, _, headers = await raw_post(url, {"Authorization": f"Bearer {alice}"}, INIT)
+    sid = headers.get("mcp-session-id")
+    ping = {"jsonrpc": "2.0", "id": 2, "method": "ping"}
+    as_bob, _, _ = await raw_post(url, {"Authorization": f"Bearer {bob}", "Mcp-Session-Id": sid}, ping)
+    as_alice, _, _ = await raw_post(url, {"Authorization": f"Bearer {alice}", "Mcp-Session-Id": sid}, ping)
+    # Bob's own limit: one protocol session at a time.
+    first, _, _ = await raw_post(url, {"Authorization": f"Bearer {bob}"}, INIT)
+    second, body, _ = await raw_post(url, {"Authorization": f"Bearer {bob}"}, INIT)
+    say("bound", opened=status, as_bob=as_bob, as_alice=as_alice, bob_first=first, bob_second=[second, body])
+    base = url.rsplit("/", 1)[0]
+    async with httpx2.AsyncClient() as http:
+        metrics = await http.get(f"{base}/metrics", headers={"Authorization": f"Bearer {alice}"})
+    say("metrics", text=metrics.text)
+
+
 async def main(url, token, scenario="main"):
+    if scenario == "handles":
+        return await handles(url, token)
     if scenario == "containers":
         return await containers(url, token)
     if scenario == "limits":

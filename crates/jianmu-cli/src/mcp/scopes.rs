@@ -1,0 +1,346 @@
+//! Where the calls of an HTTP request run: the state scopes of `jianmu mcp --http`.
+//!
+//! - A protocol session (a 2025-x client's `initialize`, then `Mcp-Session-Id`) gets a
+//!   runtime session of its own, as on stdio: its interpreters, shell sessions, jobs
+//!   and private network last as long as it does. It is bound to the principal that
+//!   opened it: another principal's requests with its id get 404, as an unknown one.
+//! - A request that stands alone (revision 2026-07-28 removed protocol sessions) runs
+//!   in its principal's stateless scope: one runtime session per principal, opened
+//!   on first use and closed after `session_idle_secs` without a request. There, a
+//!   tool keeps state only under the handles calls name (`bash` and `python_repl`'s
+//!   `session`, a job's id): `python_repl` without `session` runs in a fresh
+//!   interpreter, so two conversations of one principal never share unnamed state.
+//!   Background jobs are the principal's: `bash_jobs` lists them all.
+//!
+//! Principals never share a scope, so one cannot read, stop or guess another's
+//! handles. Each principal has its own limits (`[mcp.http.principal]`,
+//! `[mcp.http.principals.NAME]`: open protocol sessions, and tool settings such as
+//! `bash`'s `max_jobs`), and with `principal_workspaces` a folder of its own.
+//!
+//! The MCP service asks for a server without saying for which request; the request's
+//! [`Arrival`] (task-local, set by the HTTP handler around the service) says who sent
+//! it and whether it opens a protocol session.
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, PoisonError, Weak};
+use std::time::{Duration, Instant};
+
+use jianmu_runtime::{Opening, Runtime, Session};
+use serde_json::Value;
+
+use super::principals::Principal;
+use super::{Catalog, Server};
+use crate::config::PrincipalSettings;
+
+tokio::task_local! {
+    /// The request the MCP service is handling on this task.
+    pub(crate) static ARRIVAL: Arrival;
+}
+
+/// Who sent the request being handled, and what it opens.
+#[derive(Debug, Clone)]
+pub(crate) struct Arrival {
+    pub(crate) principal: Principal,
+    /// An `initialize`: it opens a protocol session.
+    pub(crate) opens: bool,
+    /// What the request opened or was refused, for the handler to finish with.
+    pub(crate) outcome: Arc<Mutex<Outcome>>,
+}
+
+/// What the service's server factory did for one request.
+#[derive(Debug, Default)]
+pub(crate) enum Outcome {
+    #[default]
+    Nothing,
+    /// A protocol session opened; the handler binds its id to the principal.
+    Opened(Arc<Held>),
+    /// Refused at a limit: the message for the 503.
+    Refused(String),
+}
+
+/// The state scopes of one HTTP server.
+pub(crate) struct Scopes {
+    runtime: Runtime,
+    catalog: Catalog,
+    /// `principal_workspaces`.
+    workspaces: Option<PathBuf>,
+    /// `[mcp.http.principal]`.
+    defaults: PrincipalSettings,
+    /// `[mcp.http.principals.NAME]`, each over the defaults.
+    each: HashMap<String, PrincipalSettings>,
+    /// How long a stateless scope lives without a request.
+    idle: Duration,
+    state: Mutex<State>,
+}
+
+#[derive(Default)]
+struct State {
+    /// Each principal's stateless scope, and when a request last used it.
+    stateless: HashMap<Arc<str>, (Arc<Session>, Instant)>,
+    /// Protocol sessions open per principal.
+    open: HashMap<Arc<str>, usize>,
+    /// Each protocol session's principal, by session id.
+    owners: HashMap<String, Arc<str>>,
+}
+
+/// What a protocol session's server holds beyond its session: its place in the
+/// counts and its binding, given back when the last server clone is dropped.
+#[derive(Debug)]
+pub(crate) struct Held {
+    scopes: Weak<Scopes>,
+    principal: Arc<str>,
+    /// Set once the service named the session.
+    id: Mutex<Option<String>>,
+}
+
+impl Held {
+    /// Binds the session's id to its principal.
+    pub(crate) fn bind(&self, id: &str) {
+        let Some(scopes) = self.scopes.upgrade() else {
+            return;
+        };
+        *self.id.lock().unwrap_or_else(PoisonError::into_inner) = Some(id.to_owned());
+        scopes
+            .lock()
+            .owners
+            .insert(id.to_owned(), Arc::clone(&self.principal));
+    }
+}
+
+impl Drop for Held {
+    fn drop(&mut self) {
+        let Some(scopes) = self.scopes.upgrade() else {
+            return;
+        };
+        let metrics = &scopes.catalog.metrics;
+        metrics.sessions_open.dec();
+        metrics.principal_sessions(&self.principal).dec();
+        let id = self
+            .id
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .take();
+        let mut state = scopes.lock();
+        if let Some(id) = id {
+            state.owners.remove(&id);
+        }
+        if let Some(n) = state.open.get_mut(&self.principal) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                state.open.remove(&self.principal);
+            }
+        }
+    }
+}
+
+impl Scopes {
+    pub(crate) fn new(
+        runtime: Runtime,
+        catalog: Catalog,
+        limits: &crate::config::HttpLimits,
+        workspaces: Option<PathBuf>,
+    ) -> Arc<Self> {
+        let scopes = Arc::new(Self {
+            runtime,
+            catalog,
+            workspaces,
+            each: limits
+                .principals
+                .iter()
+                .map(|(name, own)| (name.clone(), own.over(&limits.principal)))
+                .collect(),
+            defaults: limits.principal.clone(),
+            idle: Duration::from_secs(limits.session_idle_secs),
+            state: Mutex::default(),
+        });
+        scopes.expire_idle();
+        scopes
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    fn settings_of(&self, principal: &str) -> &PrincipalSettings {
+        self.each.get(principal).unwrap_or(&self.defaults)
+    }
+
+    /// How a session of `principal` is opened: its folder, its tool settings, and
+    /// for a stateless scope, state kept only under handles.
+    fn opening(&self, principal: &str, stateless: bool) -> Opening {
+        let settings = self.settings_of(principal);
+        let mut opening = Opening::new();
+        if let Some(root) = &self.workspaces
+            && settings.shared_workspace != Some(true)
+        {
+            opening = opening.in_folder(root.join(principal));
+        }
+        for (tool, keys) in &settings.tools {
+            for (key, value) in keys {
+                opening = opening.with_setting(tool, key, value.clone());
+            }
+        }
+        if stateless {
+            opening = opening.with_setting(
+                "python_repl",
+                "without_session",
+                Value::String("fresh".into()),
+            );
+        }
+        opening
+    }
+
+    /// The server for the request on this task (see [`ARRIVAL`]).
+    pub(crate) fn server(self: &Arc<Self>) -> std::io::Result<Server> {
+        let arrival = ARRIVAL.try_with(Clone::clone).unwrap_or_else(|_| Arrival {
+            principal: Principal("default".into()),
+            opens: true,
+            outcome: Arc::default(),
+        });
+        if arrival.opens {
+            self.open_protocol(&arrival)
+        } else {
+            self.stateless(&arrival.principal)
+        }
+    }
+
+    fn refuse(arrival: &Arrival, why: String) -> std::io::Error {
+        *arrival
+            .outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Outcome::Refused(why.clone());
+        std::io::Error::other(why)
+    }
+
+    /// A new protocol session of the arrival's principal, within its limit.
+    fn open_protocol(self: &Arc<Self>, arrival: &Arrival) -> std::io::Result<Server> {
+        let principal = &arrival.principal.0;
+        let max = self.settings_of(principal).max_sessions;
+        {
+            let mut state = self.lock();
+            let open = state.open.entry(Arc::clone(principal)).or_default();
+            if max.is_some_and(|max| *open >= max) {
+                let max = max.unwrap_or_default();
+                return Err(Self::refuse(
+                    arrival,
+                    format!(
+                        "the principal `{principal}` has its limit of {max} open sessions; close one or retry later"
+                    ),
+                ));
+            }
+            *open += 1;
+        }
+        let held = Arc::new(Held {
+            scopes: Arc::downgrade(self),
+            principal: Arc::clone(principal),
+            id: Mutex::new(None),
+        });
+        let metrics = &self.catalog.metrics;
+        metrics.sessions_open.inc();
+        metrics.sessions_total.inc();
+        metrics.principal_sessions(principal).inc();
+        // From here, dropping `held` gives the counts back.
+        let session = match self.runtime.open_with(self.opening(principal, false)) {
+            Ok(session) => session,
+            Err(e) => {
+                let why = e.to_string();
+                drop(held);
+                return Err(Self::refuse(arrival, why));
+            }
+        };
+        *arrival
+            .outcome
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = Outcome::Opened(Arc::clone(&held));
+        Ok(Server::session(
+            self.catalog.clone(),
+            Arc::new(session),
+            Some(held),
+        ))
+    }
+
+    /// The principal's stateless scope, opened on first use.
+    fn stateless(&self, principal: &Principal) -> std::io::Result<Server> {
+        let name = &principal.0;
+        let mut state = self.lock();
+        if let Some((session, used)) = state.stateless.get_mut(name)
+            && !session.is_closed()
+        {
+            *used = Instant::now();
+            return Ok(Server::session(
+                self.catalog.clone(),
+                Arc::clone(session),
+                None,
+            ));
+        }
+        let session = Arc::new(
+            self.runtime
+                .open_with(self.opening(name, true))
+                .map_err(std::io::Error::other)?,
+        );
+        state
+            .stateless
+            .insert(Arc::clone(name), (Arc::clone(&session), Instant::now()));
+        Ok(Server::session(self.catalog.clone(), session, None))
+    }
+
+    /// Whether `principal` may use the protocol session `id`: not when another
+    /// principal opened it.
+    pub(crate) fn may_use(&self, id: &str, principal: &Principal) -> bool {
+        self.lock()
+            .owners
+            .get(id)
+            .is_none_or(|owner| **owner == *principal.0)
+    }
+
+    /// Closes stateless scopes no request has used for `idle` and no call holds,
+    /// every quarter of `idle` (1 s to 60 s), for as long as the scopes exist.
+    fn expire_idle(self: &Arc<Self>) {
+        let Ok(rt) = tokio::runtime::Handle::try_current() else {
+            return;
+        };
+        let scopes = Arc::downgrade(self);
+        let every = (self.idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        rt.spawn(async move {
+            loop {
+                tokio::time::sleep(every).await;
+                let Some(scopes) = scopes.upgrade() else {
+                    return;
+                };
+                let expired: Vec<Arc<Session>> = {
+                    let mut state = scopes.lock();
+                    let names: Vec<Arc<str>> = state
+                        .stateless
+                        .iter()
+                        .filter(|(_, (session, used))| {
+                            used.elapsed() >= scopes.idle && Arc::strong_count(session) == 1
+                        })
+                        .map(|(name, _)| Arc::clone(name))
+                        .collect();
+                    names
+                        .iter()
+                        .filter_map(|name| state.stateless.remove(name).map(|(s, _)| s))
+                        .collect()
+                };
+                drop(scopes);
+                for session in expired {
+                    session.close().await;
+                }
+            }
+        });
+    }
+
+    /// Closes every stateless scope (the server is stopping).
+    pub(crate) async fn close_all(&self) {
+        let all: Vec<Arc<Session>> = self
+            .lock()
+            .stateless
+            .drain()
+            .map(|(_, (session, _))| session)
+            .collect();
+        for session in all {
+            session.close().await;
+        }
+    }
+}
