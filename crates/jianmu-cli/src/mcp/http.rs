@@ -4,7 +4,7 @@
 //! (no token needed), `GET /metrics` (Prometheus text). Checks before a request
 //! reaches the endpoint, in order: a `Host` that is not allowed gets 403 on every
 //! route (DNS rebinding: by default, on a loopback address, only loopback names), a
-//! browser `Origin` that is not allowed 403, a missing or wrong bearer token 401, a
+//! browser `Origin` that is neither `--allow-origin`'s nor of an allowed host 403, a missing or wrong bearer token 401, a
 //! declared body over `max_body_bytes` 413 at once, a body not sent within
 //! `body_timeout_secs` 408, a new session past the limit 503 (with `Retry-After`, also
 //! when the limit is reached while it opens), a `DELETE` of an unknown session 404.
@@ -439,12 +439,22 @@ impl App {
         tokens.find(given[7..].trim_ascii())
     }
 
+    /// An origin given with `--allow-origin`, or a page of the server's own
+    /// allowed hosts (on a loopback address: `http://localhost:PORT` and the like).
     fn origin_allowed(&self, origin: &[u8]) -> bool {
         let origin = String::from_utf8_lossy(origin);
         let origin = origin.trim().trim_end_matches('/');
-        self.origins
-            .iter()
-            .any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(origin))
+        let own_host = origin
+            .strip_prefix("http://")
+            .or_else(|| origin.strip_prefix("https://"))
+            .is_some_and(|host| {
+                !self.hosts.is_empty() && !host.contains('/') && host_allowed(host, &self.hosts)
+            });
+        own_host
+            || self
+                .origins
+                .iter()
+                .any(|o| o.trim_end_matches('/').eq_ignore_ascii_case(origin))
     }
 }
 
@@ -481,9 +491,8 @@ pub(crate) async fn serve(
     let mut config = StreamableHttpServerConfig::default()
         .with_max_request_body_bytes(limits.max_body_bytes)
         .with_sse_retry(None)
-        .with_cancellation_token(stop_sessions.clone())
-        .with_allowed_origins(limits.allowed_origins.clone())
-        .enforce_origin_validation();
+        // Origins are checked before the endpoint (see `App::origin_allowed`).
+        .with_cancellation_token(stop_sessions.clone());
     // Checked on every route before the endpoint (see `App::handle`), and by rmcp.
     let hosts: Vec<String> = if !limits.allowed_hosts.is_empty() {
         limits.allowed_hosts.clone()

@@ -4,8 +4,9 @@
 //!
 //! The error's class decides how a failed call is answered: what the model should read
 //! and act on (bad arguments, a refused path, a tool's error, a policy denial, a
-//! timeout, an unknown tool) is a result with `isError: true`; what broke around the
-//! tool (the sandbox, an internal error, a cancellation) is a JSON-RPC error. A
+//! timeout) is a result with `isError: true`; a tool that does not exist is the
+//! JSON-RPC error -32602, as the specification says; what broke around the tool (the
+//! sandbox, an internal error, a cancellation) is a JSON-RPC error too. A
 //! cancelled request drops its call, which stops the work.
 //! Tools are built once per session (on stdio: once), so stateful tools keep their
 //! state for the session. Every line a stdio client sends is answered: `frame`
@@ -33,6 +34,9 @@ mod metrics;
 mod principals;
 mod progress;
 mod scopes;
+
+/// How long a client may keep the tool list before asking again (`ttlMs`).
+const LIST_TTL_MS: u64 = 5 * 60 * 1000;
 
 /// How long calls still running may take to answer once the client closed its input.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
@@ -191,6 +195,11 @@ fn result(outcome: Result<ToolOutput, ToolError>) -> Result<CallToolResult, Erro
             r.structured_content = out.structured;
             Ok(r)
         }
+        // As the specification says: a tool that does not exist is a protocol error
+        // (-32602), naming the tools that do.
+        Err(e @ (ToolError::UnknownTool { .. } | ToolError::NotCompiled { .. })) => Err(
+            ErrorData::invalid_params(jianmu_tool_core::error_chain(&e), None),
+        ),
         Err(e) if e.is_model_facing() => Ok(CallToolResult::error(vec![ContentBlock::text(
             jianmu_tool_core::error_chain(&e),
         )])),
@@ -213,9 +222,13 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        Ok(ListToolsResult::with_all_items(
-            self.catalog.listed.as_ref().clone(),
-        ))
+        // The list is the server's, the same for every client while it runs: any
+        // cache may keep it for a while.
+        Ok(
+            ListToolsResult::with_all_items(self.catalog.listed.as_ref().clone())
+                .with_ttl_ms(LIST_TTL_MS)
+                .with_cache_scope(rmcp::model::CacheScope::Public),
+        )
     }
 
     async fn call_tool(

@@ -174,7 +174,16 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
             "refused `../outside.txt`: the path is outside the workspace"
         ])
     );
-    assert_eq!(seen["unknown"][0], true);
+    // A tool that does not exist is a protocol error naming the known ones.
+    assert_eq!(seen["unknown"][0], -32602, "{}", seen["unknown"]);
+    assert!(
+        seen["unknown"][1]
+            .as_str()
+            .unwrap()
+            .contains("unknown tool `no_such_tool`; known tools: apply_patch"),
+        "{}",
+        seen["unknown"]
+    );
     assert_eq!(seen["structured"]["bytes_written"], 2);
     // A stateful tool keeps its state for the session.
     assert_eq!(seen["stateful"], json!([false, "kept"]));

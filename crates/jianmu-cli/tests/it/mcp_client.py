@@ -44,8 +44,11 @@ async def main(jianmu, workspace, audit_log, *flags):
             seen["bad_arguments"] = [bad.is_error, text(bad)]
             refused = await session.call_tool("read_file", {"path": "../outside.txt"})
             seen["refused"] = [refused.is_error, text(refused)]
-            unknown = await session.call_tool("no_such_tool", {})
-            seen["unknown"] = [unknown.is_error, text(unknown)]
+            try:
+                await session.call_tool("no_such_tool", {})
+                seen["unknown"] = ["answered"]
+            except Exception as e:
+                seen["unknown"] = [getattr(getattr(e, "error", None), "code", None), str(e)]
             await session.call_tool("python_repl", {"code": "state = 'kept'"})
             kept = await session.call_tool("python_repl", {"code": "state"})
             seen["stateful"] = [kept.is_error, text(kept)]

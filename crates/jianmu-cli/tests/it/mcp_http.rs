@@ -927,3 +927,67 @@ fn stateless_clients_keep_state_through_handles_and_principals_never_meet() {
     until_no_descendants(server.pid());
     assert_eq!(server.terminate(), Some(0));
 }
+
+/// The server scenarios of the MCP conformance suite that apply to a tool server,
+/// ported to `conformance.py` (see its docs), on both revisions.
+#[test]
+fn the_conformance_scenarios_pass_on_both_revisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let server = Served::start(&ws, &[]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/conformance.py");
+    let out = jianmu_process::std_command(crate::mcp::python())
+        .arg(&script)
+        .args([server.url.as_str(), TOKEN])
+        .arg(&ws)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(&out.stdout).unwrap();
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|(_, outcome)| *outcome != "ok")
+        .map(|(check, why)| format!("{check}: {why}"))
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+    let mut expected = vec![
+        "caching".to_owned(),
+        "dns-rebinding-protection".to_owned(),
+        "http-standard-headers Mcp-Method".to_owned(),
+        "http-standard-headers Mcp-Name".to_owned(),
+        "server/discover".to_owned(),
+    ];
+    for check in [
+        "server-identifies-in-result-meta",
+        "request-meta-invalid",
+        "request-meta-client-info-optional",
+        "server-unsupported-version-error",
+        "http-server-header-mismatch-400",
+        "http-server-method-not-found-404",
+        "server-no-independent-requests-and-no-log",
+    ] {
+        expected.push(format!("server-stateless sep-2575-{check}"));
+    }
+    for revision in ["2026-07-28", "2025-11-25"] {
+        for scenario in [
+            "tools-list",
+            "tools-call-simple-text",
+            "tools-call-error",
+            "tools-call-image",
+            "tools-call-with-progress",
+            "tools-call-unknown-tool",
+            "resources-read-unknown",
+        ] {
+            expected.push(format!("{revision} {scenario}"));
+        }
+    }
+    expected.sort();
+    assert_eq!(results.keys().cloned().collect::<Vec<_>>(), expected);
+    assert_eq!(server.terminate(), Some(0));
+}
