@@ -1,7 +1,6 @@
 //! `file_info`: what a path is, how big, when it changed.
 
 use std::sync::Arc;
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WorkspaceError, show};
@@ -46,7 +45,10 @@ impl FileInfo {
         } else {
             jianmu_workspace::kind_of(&meta).trim_start_matches("a ")
         };
-        let modified = meta.modified().ok().map(|m| rfc3339(m.into_std()));
+        let modified = meta
+            .modified()
+            .ok()
+            .map(|m| jianmu_tool_core::rfc3339(m.into_std()));
         let name = rel
             .file_name()
             .map(|n| n.to_string_lossy().into_owned())
@@ -93,31 +95,6 @@ impl FileInfo {
         };
         Ok(ToolOutput::text(text).with_data(&out))
     }
-}
-
-/// `2026-11-30T09:45:12Z`, from days since the epoch by the civil calendar.
-fn rfc3339(t: SystemTime) -> String {
-    let secs = match t.duration_since(UNIX_EPOCH) {
-        Ok(d) => d.as_secs() as i64,
-        Err(e) => -(e.duration().as_secs() as i64),
-    };
-    let (days, rem) = (secs.div_euclid(86_400), secs.rem_euclid(86_400));
-    // Howard Hinnant's days-to-civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}Z",
-        rem / 3600,
-        rem % 3600 / 60,
-        rem % 60
-    )
 }
 
 /// The structured result of `file_info`.
@@ -167,7 +144,7 @@ mod tests {
 
     #[test]
     fn rfc3339_dates() {
-        let at = |s| super::rfc3339(UNIX_EPOCH + Duration::from_secs(s));
+        let at = |s| jianmu_tool_core::rfc3339(UNIX_EPOCH + Duration::from_secs(s));
         assert_eq!(at(0), "1970-01-01T00:00:00Z");
         assert_eq!(at(951_782_400), "2000-02-29T00:00:00Z");
         assert_eq!(at(1_796_031_912), "2026-11-30T09:45:12Z");

@@ -34,6 +34,7 @@ mod metrics;
 mod principals;
 mod progress;
 mod scopes;
+mod tasks;
 
 /// How long a client may keep the tool list before asking again (`ttlMs`).
 const LIST_TTL_MS: u64 = 5 * 60 * 1000;
@@ -211,8 +212,29 @@ fn result(outcome: Result<ToolOutput, ToolError>) -> Result<CallToolResult, Erro
 }
 
 impl ServerHandler for Server {
+    async fn get_task(
+        &self,
+        request: rmcp::model::GetTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetTaskResult, ErrorData> {
+        tasks::get(&self.session, &request.task_id).await
+    }
+
+    async fn cancel_task(
+        &self,
+        request: rmcp::model::CancelTaskParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<(), ErrorData> {
+        tasks::cancel(&self.session, &request.task_id).await
+    }
+
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(ServerCapabilities::builder().enable_tools().build())
+        ServerConfig::new(
+            ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tasks()
+                .build(),
+        )
             .with_server_info(Implementation::new("jianmu", env!("CARGO_PKG_VERSION")))
             .with_instructions("Built-in tools: files and search confined to one workspace, a calculator, and more. Tool errors come back as results to read and act on.")
     }
@@ -239,6 +261,13 @@ impl ServerHandler for Server {
         let args = request
             .arguments
             .map_or(Value::Object(Map::new()), Value::Object);
+        // A background job asked for by a client that speaks the tasks extension is
+        // answered as a task: `tasks/get` polls it, `tasks/cancel` stops it.
+        let as_task = jianmu_provider::canonical_tool_name(&request.name) == "bash"
+            && args.get("background") == Some(&Value::Bool(true))
+            && context
+                .client_capabilities()
+                .is_some_and(|caps| caps.supports_tasks());
         let call_id = format!("mcp-{}", context.id);
         // Over HTTP, the principal the request was authorized as: in the call's
         // events, and so in its audit line.
@@ -276,7 +305,11 @@ impl ServerHandler for Server {
                 if let Some(principal) = &principal {
                     metrics.principal_call(&principal.0, outcome.is_ok());
                 }
-                result(outcome).map(Into::into)
+                match outcome {
+                    Ok(out) if as_task => tasks::created(&out)
+                        .map_or_else(|| result(Ok(out)).map(Into::into), |task| Ok(CallToolResponse::Task(task))),
+                    outcome => result(outcome).map(Into::into),
+                }
             }
             why = async {
                 tokio::select! {

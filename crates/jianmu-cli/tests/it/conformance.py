@@ -21,7 +21,8 @@ MODERN = "2026-07-28"
 LEGACY = "2025-11-25"
 CAPABILITIES = {}
 CLIENT_INFO = {"name": "conformance-port", "version": "0"}
-NAME_HEADER = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name"}
+NAME_HEADER = {"tools/call": "name", "resources/read": "uri", "prompts/get": "name",
+               "tasks/get": "taskId", "tasks/cancel": "taskId", "tasks/update": "taskId"}
 
 
 def meta(version=MODERN, **drop):
@@ -383,6 +384,73 @@ async def raw_call(url, authorization, params, name_header):
     return status, answer
 
 
+TASKS = {"extensions": {"io.modelcontextprotocol/tasks": {}}}
+
+
+async def with_tasks(c, method, params):
+    params = {**params, "_meta": {**meta(), "io.modelcontextprotocol/clientCapabilities": TASKS}}
+    r, msgs = await c.send(method, params, with_meta=False)
+    final = [m for m in msgs if "result" in m or "error" in m]
+    return r.status_code, (final[-1] if final else {})
+
+
+ISO = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d")
+
+
+async def tasks_lifecycle(c):
+    """tasks-lifecycle: a background job is a task; tasks/get inlines its result."""
+    status, created = await with_tasks(c, "tools/call", {"name": "bash", "arguments": {
+        "command": "echo started; sleep 1.5; echo finished", "background": True, "yield_ms": 100}})
+    result = created.get("result", {})
+    if status != 200 or result.get("resultType") != "task" or not result.get("taskId"):
+        return f"sep-2663-result-type-task-on-create: HTTP {status}: {created}"
+    if result.get("status") != "working" or "result" in result:
+        return f"a running job is a working task without a result: {result}"
+    if not (ISO.match(result.get("createdAt", "")) and ISO.match(result.get("lastUpdatedAt", ""))):
+        return f"timestamps are not ISO 8601: {result}"
+    task_id = result["taskId"]
+    _, got = await with_tasks(c, "tasks/get", {"taskId": task_id})
+    if got.get("result", {}).get("status") != "working" or got["result"].get("taskId") != task_id:
+        return f"sep-2663-tasks-get-status-working: {got}"
+    # The job is a job too.
+    jobs, _ = await c.request("tools/call", {"name": "bash_jobs", "arguments": {}})
+    if "finished" not in json.dumps(jobs):
+        return f"bash_jobs does not list the task's job: {jobs}"
+    for _ in range(50):
+        await asyncio.sleep(0.1)
+        _, got = await with_tasks(c, "tasks/get", {"taskId": task_id})
+        if got.get("result", {}).get("status") != "working":
+            break
+    done = got.get("result", {})
+    content = (done.get("result") or {}).get("content") or []
+    if done.get("status") != "completed" or not content or "finished" not in content[0].get("text", ""):
+        return f"sep-2663-tasks-get-status-completed: {done}"
+    if done["result"].get("isError"):
+        return "a job that exited 0 is not an error"
+
+
+async def tasks_cancel(c):
+    _, created = await with_tasks(c, "tools/call", {"name": "bash", "arguments": {
+        "command": "exec sleep 300", "background": True, "yield_ms": 50}})
+    task_id = created.get("result", {}).get("taskId")
+    if not task_id:
+        return f"no task: {created}"
+    status, ack = await with_tasks(c, "tasks/cancel", {"taskId": task_id})
+    if status != 200 or "result" not in ack:
+        return f"tasks/cancel: HTTP {status}: {ack}"
+    _, got = await with_tasks(c, "tasks/get", {"taskId": task_id})
+    if got.get("result", {}).get("status") == "working":
+        return f"still working after tasks/cancel: {got}"
+    status, unknown = await with_tasks(c, "tasks/get", {"taskId": "nonexistent-12345"})
+    if unknown.get("error", {}).get("code") != -32602:
+        return f"an unknown taskId: HTTP {status}: {unknown}"
+    # Without the extension declared, the same call answers at once, as a result.
+    plain, _ = await c.request("tools/call", {"name": "bash", "arguments": {
+        "command": "echo plain", "background": True, "yield_ms": 500}})
+    if plain.get("resultType") == "task" or "plain" not in plain["content"][0]["text"]:
+        return f"a client without the extension got {plain}"
+
+
 async def dns_rebinding(url, token):
     auth = {"Authorization": f"Bearer {token}"}
     body = {"jsonrpc": "2.0", "id": 1, "method": "server/discover", "params": {"_meta": meta()}}
@@ -423,6 +491,8 @@ async def main(url, token, workspace):
             "server-stateless sep-2575-http-server-header-mismatch-400": header_mismatch,
             "server-stateless sep-2575-http-server-method-not-found-404": method_not_found,
             "server-stateless sep-2575-server-no-independent-requests-and-no-log": only_answers_on_the_stream,
+            "tasks-lifecycle": tasks_lifecycle,
+            "tasks-cancel": tasks_cancel,
             "http-standard-headers Mcp-Method": mcp_method_header,
             "http-standard-headers Mcp-Name": mcp_name_header,
         }.items():

@@ -962,6 +962,8 @@ fn the_conformance_scenarios_pass_on_both_revisions() {
         "http-standard-headers Mcp-Method".to_owned(),
         "http-standard-headers Mcp-Name".to_owned(),
         "server/discover".to_owned(),
+        "tasks-cancel".to_owned(),
+        "tasks-lifecycle".to_owned(),
     ];
     for check in [
         "server-identifies-in-result-meta",
