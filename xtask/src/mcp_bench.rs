@@ -123,7 +123,9 @@ pub(crate) fn run() -> anyhow::Result<()> {
         p(0.5).as_secs_f64() * 1e6,
         p(0.99).as_secs_f64() * 1e6
     );
-    http_load(&jianmu, &dir, p(0.5))
+    http_load(&jianmu, &dir, p(0.5))?;
+    handles_mix(&jianmu)?;
+    idle_handles(&jianmu)
 }
 
 /// Sessions opened at once by the HTTP load test, and calls per session.
@@ -139,9 +141,19 @@ pub(crate) fn start_http(
     jianmu: &std::path::Path,
     dir: &std::path::Path,
 ) -> anyhow::Result<(std::process::Child, String)> {
+    start_http_with(jianmu, dir, &[])
+}
+
+/// [`start_http`] with more flags.
+fn start_http_with(
+    jianmu: &std::path::Path,
+    dir: &std::path::Path,
+    flags: &[&std::ffi::OsStr],
+) -> anyhow::Result<(std::process::Child, String)> {
     let mut child = Command::new(jianmu)
         .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
         .arg(dir)
+        .args(flags)
         .env("JIANMU_MCP_TOKEN", TOKEN)
         .stdin(Stdio::null())
         .stdout(Stdio::null())
@@ -183,22 +195,8 @@ fn http_load(
         times.extend(t);
     }
     let wall = start.elapsed();
-    let peak = std::fs::read_to_string(format!("/proc/{pid}/status"))?
-        .lines()
-        .find_map(|l| l.strip_prefix("VmHWM:"))
-        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
-        .unwrap_or(0);
-    // utime + stime, in clock ticks (100 per second).
-    let cpu_ticks: u64 = std::fs::read_to_string(format!("/proc/{pid}/stat"))?
-        .rsplit_once(')')
-        .map(|(_, rest)| {
-            rest.split_whitespace()
-                .skip(11)
-                .take(2)
-                .filter_map(|t| t.parse::<u64>().ok())
-                .sum()
-        })
-        .unwrap_or(0);
+    let peak = memory_kb(pid, "VmHWM:")?;
+    let cpu_ticks = cpu_ticks(pid)?;
     drop(child.kill());
     let _ = child.wait();
     times.sort();
@@ -211,6 +209,226 @@ fn http_load(
         peak as f64 / 1024.0,
         cpu_ticks as f64 * 1e4 / times.len() as f64,
         stdio_p50.as_secs_f64() * 1e6,
+    );
+    Ok(())
+}
+
+/// A process's memory figure `field` (`VmHWM:` peak, `VmRSS:` now), in kB.
+fn memory_kb(pid: u32, field: &str) -> anyhow::Result<u64> {
+    Ok(std::fs::read_to_string(format!("/proc/{pid}/status"))?
+        .lines()
+        .find_map(|l| l.strip_prefix(field))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        .unwrap_or(0))
+}
+
+/// A process's CPU time so far (utime + stime), in clock ticks (100 per second).
+fn cpu_ticks(pid: u32) -> anyhow::Result<u64> {
+    Ok(std::fs::read_to_string(format!("/proc/{pid}/stat"))?
+        .rsplit_once(')')
+        .map(|(_, rest)| {
+            rest.split_whitespace()
+                .skip(11)
+                .take(2)
+                .filter_map(|t| t.parse::<u64>().ok())
+                .sum()
+        })
+        .unwrap_or(0))
+}
+
+/// A server whose principal may keep `n` shell sessions and `n` jobs, in a folder of
+/// its own.
+fn roomy_server(
+    jianmu: &std::path::Path,
+    n: usize,
+) -> anyhow::Result<(Scratch, std::process::Child, String)> {
+    let dir = Scratch::new(&format!("jm-bench-handles-{n}"))?;
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.http]\nmax_sessions = 1000\n[mcp.http.principal.tools.bash]\nmax_sessions = {n}\nmax_jobs = {n}\n"
+        ),
+    )?;
+    let (child, addr) = start_http_with(
+        jianmu,
+        dir.path(),
+        &["--config".as_ref(), config.as_os_str()],
+    )?;
+    Ok((dir, child, addr))
+}
+
+/// A folder of the bench's own, removed when dropped.
+struct Scratch(std::path::PathBuf);
+
+impl Scratch {
+    fn new(name: &str) -> anyhow::Result<Self> {
+        let dir = std::env::temp_dir().join(format!("{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir)?;
+        Ok(Self(dir))
+    }
+
+    fn path(&self) -> &std::path::Path {
+        &self.0
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// The p50 and p99 of `times` (sorted here).
+fn percentiles(times: &mut [Duration]) -> (Duration, Duration) {
+    times.sort();
+    let p = |q: f64| times[((times.len() as f64 - 1.0) * q) as usize];
+    (p(0.5), p(0.99))
+}
+
+/// 50 handshake-era sessions and 50 stateless (2026-07-28) clients at once, each
+/// making [`CALLS`] calls: the sessions call `calculator`; each stateless client
+/// starts a background job (its handle) and then reads it with `bash_output`, a call
+/// that finds the job through the principal's scope.
+fn handles_mix(jianmu: &std::path::Path) -> anyhow::Result<()> {
+    let (_dir, mut child, addr) = roomy_server(jianmu, 2 * SESSIONS)?;
+    let pid = child.id();
+    let cpu_before = cpu_ticks(pid)?;
+    let start = Instant::now();
+    let legacy: Vec<_> = (0..SESSIONS)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || session(&addr))
+        })
+        .collect();
+    let stateless: Vec<_> = (0..SESSIONS)
+        .map(|_| {
+            let addr = addr.clone();
+            std::thread::spawn(move || handle_client(&addr))
+        })
+        .collect();
+    let collect = |threads: Vec<std::thread::JoinHandle<anyhow::Result<Vec<Duration>>>>| {
+        let mut times = Vec::new();
+        for t in threads {
+            times.extend(
+                t.join()
+                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))??,
+            );
+        }
+        anyhow::Ok(times)
+    };
+    let mut legacy = collect(legacy)?;
+    let mut stateless = collect(stateless)?;
+    let wall = start.elapsed();
+    let cpu = cpu_ticks(pid)? - cpu_before;
+    let peak = memory_kb(pid, "VmHWM:")?;
+    drop(child.kill());
+    let _ = child.wait();
+    let calls = legacy.len() + stateless.len();
+    let (lp50, lp99) = percentiles(&mut legacy);
+    let (sp50, sp99) = percentiles(&mut stateless);
+    println!(
+        "MCP over Streamable HTTP, {SESSIONS} handshake sessions (calculator) and {SESSIONS} stateless clients with handles (bash_output of their job) at once, {CALLS} calls each: {:.0} calls/s; sessions p50 {:.0} us, p99 {:.0} us; stateless p50 {:.0} us, p99 {:.0} us; server peak RSS {:.1} MB, server CPU {:.0} us per call (goals: >= 15000 calls/s, p99 <= 5 ms each)",
+        calls as f64 / wall.as_secs_f64(),
+        lp50.as_secs_f64() * 1e6,
+        lp99.as_secs_f64() * 1e6,
+        sp50.as_secs_f64() * 1e6,
+        sp99.as_secs_f64() * 1e6,
+        peak as f64 / 1024.0,
+        cpu as f64 * 1e4 / calls as f64,
+    );
+    Ok(())
+}
+
+/// A stateless request's body: `method` with `params` and the per-request `_meta`.
+fn stateless_body(id: usize, method: &str, params: &str) -> String {
+    format!(
+        r#"{{"jsonrpc":"2.0","id":{id},"method":"{method}","params":{{{params},"_meta":{{"io.modelcontextprotocol/protocolVersion":"2026-07-28","io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#
+    )
+}
+
+/// One stateless client: starts a job, then reads it [`CALLS`] times.
+fn handle_client(addr: &str) -> anyhow::Result<Vec<Duration>> {
+    let mut http = Http::stateless(addr)?;
+    let start = stateless_body(
+        0,
+        "tools/call",
+        r#""name":"bash","arguments":{"command":"exec sleep 600","background":true,"yield_ms":0}"#,
+    );
+    let (status, _, body) = http.call("bash", &start)?;
+    let job = body
+        .split("\"job\":")
+        .nth(1)
+        .and_then(|rest| rest.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .with_context(|| format!("no job in {status}: {body}"))?;
+    let mut times = Vec::with_capacity(CALLS);
+    for id in 1..=CALLS {
+        let read = stateless_body(
+            id,
+            "tools/call",
+            &format!(r#""name":"bash_output","arguments":{{"job":{job}}}"#),
+        );
+        let started = Instant::now();
+        let (status, _, body) = http.call("bash_output", &read)?;
+        times.push(started.elapsed());
+        if status != 200 || !body.contains("\"running\":true") {
+            bail!("unexpected answer {status}: {body}");
+        }
+    }
+    let stop = stateless_body(
+        0,
+        "tools/call",
+        &format!(r#""name":"bash_kill","arguments":{{"job":{job}}}"#),
+    );
+    http.call("bash_kill", &stop)?;
+    Ok(times)
+}
+
+/// 1,000 idle handles (named shell sessions, each with its shell) held by one
+/// principal's scope: the server's resident memory with them.
+fn idle_handles(jianmu: &std::path::Path) -> anyhow::Result<()> {
+    const HANDLES: usize = 1000;
+    let (_dir, mut child, addr) = roomy_server(jianmu, HANDLES)?;
+    let pid = child.id();
+    let before = memory_kb(pid, "VmRSS:")?;
+    let started = Instant::now();
+    let workers: Vec<_> = (0..4)
+        .map(|w| {
+            let addr = addr.clone();
+            std::thread::spawn(move || -> anyhow::Result<()> {
+                let mut http = Http::stateless(&addr)?;
+                for i in (w..HANDLES).step_by(4) {
+                    let body = stateless_body(
+                        i,
+                        "tools/call",
+                        &format!(
+                            r#""name":"bash","arguments":{{"command":"export N={i}","session":"h{i}"}}"#
+                        ),
+                    );
+                    let (status, _, answer) = http.call("bash", &body)?;
+                    if status != 200 || answer.contains("\"isError\":true") {
+                        bail!("handle h{i}: {status}: {answer}");
+                    }
+                }
+                Ok(())
+            })
+        })
+        .collect();
+    for w in workers {
+        w.join()
+            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
+    }
+    let opened = started.elapsed();
+    std::thread::sleep(Duration::from_millis(500));
+    let rss = memory_kb(pid, "VmRSS:")?;
+    drop(child.kill());
+    let _ = child.wait();
+    println!(
+        "{HANDLES} idle handles (named shell sessions, each with its bash) in one principal's scope: server RSS {:.1} MB (it was {:.1} MB before them), opened in {:.1} s (goal: RSS <= 100 MB)",
+        rss as f64 / 1024.0,
+        before as f64 / 1024.0,
+        opened.as_secs_f64(),
     );
     Ok(())
 }
@@ -240,6 +458,8 @@ pub(crate) struct Http {
     writer: TcpStream,
     reader: BufReader<TcpStream>,
     session: Option<String>,
+    /// A stateless client's tool being called.
+    modern: Option<String>,
 }
 
 impl Http {
@@ -253,6 +473,7 @@ impl Http {
             writer: stream.try_clone()?,
             reader: BufReader::new(stream),
             session: None,
+            modern: None,
         };
         let (_, headers, _) = http.post(
             r#"{"jsonrpc":"2.0","id":0,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"bench","version":"0"}}}"#,
@@ -267,6 +488,26 @@ impl Http {
         }
         http.post(r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#)?;
         Ok(http)
+    }
+
+    /// Connects to `addr` as a stateless (2026-07-28) client: no handshake.
+    pub(crate) fn stateless(addr: &str) -> anyhow::Result<Self> {
+        let stream = TcpStream::connect(addr)?;
+        stream.set_nodelay(true)?;
+        stream.set_read_timeout(Some(Duration::from_secs(30)))?;
+        Ok(Http {
+            addr: addr.to_owned(),
+            writer: stream.try_clone()?,
+            reader: BufReader::new(stream),
+            session: None,
+            modern: None,
+        })
+    }
+
+    /// A stateless `tools/call` of `tool` (its standard headers say so).
+    pub(crate) fn call(&mut self, tool: &str, body: &str) -> anyhow::Result<(u16, String, String)> {
+        self.modern = Some(tool.to_owned());
+        self.request("POST", body)
     }
 
     pub(crate) fn post(&mut self, body: &str) -> anyhow::Result<(u16, String, String)> {
@@ -287,6 +528,11 @@ impl Http {
         if let Some(id) = &self.session {
             head.push_str(&format!(
                 "Mcp-Session-Id: {id}\r\nMcp-Protocol-Version: 2025-06-18\r\n"
+            ));
+        }
+        if let Some(tool) = &self.modern {
+            head.push_str(&format!(
+                "Mcp-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n"
             ));
         }
         head.push_str("\r\n");
