@@ -489,6 +489,9 @@ pub(crate) async fn serve(
     manager.session_config.sse_retry = None;
     manager.session_config.completed_cache_ttl = Duration::ZERO;
     let mut config = StreamableHttpServerConfig::default()
+        // A stateless request's single answer goes back as JSON, not as a stream (a
+        // call that reports progress still gets a stream).
+        .with_json_response(true)
         .with_max_request_body_bytes(limits.max_body_bytes)
         .with_sse_retry(None)
         // Origins are checked before the endpoint (see `App::origin_allowed`).
