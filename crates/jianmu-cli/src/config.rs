@@ -82,6 +82,7 @@ pub(crate) struct PrincipalSettings {
     pub(crate) tools: std::collections::BTreeMap<String, Map<String, Value>>,
 }
 
+#[cfg(feature = "mcp")]
 impl PrincipalSettings {
     /// `self` over `base`: each setting `self` has wins.
     pub(crate) fn over(&self, base: &Self) -> Self {

@@ -698,16 +698,21 @@ fn connections_past_the_cap_wait_for_a_free_place() {
 /// A stateless (2026-07-28) `tools/call` of `calculator` as `token`: the status and
 /// the whole response text.
 fn stateless_call(url: &str, token: &str, input: &str) -> (u16, String) {
+    stateless_tool(url, token, "calculator", &json!({"input": input}))
+}
+
+/// A stateless (2026-07-28) `tools/call` of `tool` with `token`.
+fn stateless_tool(url: &str, token: &str, tool: &str, args: &Value) -> (u16, String) {
     let addr = url.trim_start_matches("http://").split('/').next().unwrap();
     let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": "calculator", "arguments": {"input": input},
+        "name": tool, "arguments": args,
         "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
                   "io.modelcontextprotocol/clientCapabilities": {}}}})
     .to_string();
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
          Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: calculator\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
@@ -769,6 +774,9 @@ fn principals_are_named_in_the_audit_log_and_reloaded_on_sighup() {
         })
         .collect();
     assert_eq!(who, [("alice", "6*7"), ("bob", "1+1")]);
+    // Alice keeps a named interpreter across the reload.
+    let keep = json!({"code": "kept = 'yes'", "session": "k"});
+    assert_eq!(stateless_tool(&url, alice, "python_repl", &keep).0, 200);
     // Reload: bob's token renewed.
     std::fs::write(&tokens, format!("alice {alice}\nbob {bob2}\n")).unwrap();
     let hup = |pid: u32| {
@@ -792,6 +800,16 @@ fn principals_are_named_in_the_audit_log_and_reloaded_on_sighup() {
     );
     assert_eq!(stateless_call(&url, bob2, "1").0, 200);
     assert_eq!(stateless_call(&url, alice, "1").0, 200);
+    let (status, kept) = stateless_tool(
+        &url,
+        alice,
+        "python_repl",
+        &json!({"code": "kept", "session": "k"}),
+    );
+    assert!(
+        status == 200 && kept.contains(r#""text":"yes""#),
+        "a reload drops no state: {kept}"
+    );
     // A bad file is refused: the tokens in force stay.
     std::fs::write(&tokens, "alice short\n").unwrap();
     hup(server.pid());
