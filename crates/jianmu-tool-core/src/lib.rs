@@ -40,6 +40,7 @@ mod export;
 mod function;
 mod node;
 mod output;
+mod periodic;
 mod policy;
 mod progress;
 mod registry;
@@ -56,6 +57,7 @@ pub use export::{Annotations, SchemaFormat};
 pub use function::FunctionTool;
 pub use node::ToolNode;
 pub use output::{Image, IntoToolOutput, Json, ToolOutput, cut_chars};
+pub use periodic::spawn_periodic;
 pub use policy::{Policy, WRITE_EFFECTS};
 pub use progress::{Progress, ProgressSink};
 pub use registry::{

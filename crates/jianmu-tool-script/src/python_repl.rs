@@ -193,19 +193,13 @@ impl Named {
         if self.watched.swap(true, Ordering::Relaxed) {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.watched.store(false, Ordering::Relaxed);
-            return;
-        };
-        let named = Arc::downgrade(self);
         let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
-        rt.spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(named) = named.upgrade() else { return };
-                drop(named.take_idle(idle));
-            }
+        let started = jianmu_tool_core::spawn_periodic(Arc::downgrade(self), every, move |named| {
+            drop(named.take_idle(idle));
         });
+        if !started {
+            self.watched.store(false, Ordering::Relaxed);
+        }
     }
 
     /// The interpreter named `name`, made (empty) if there is room.

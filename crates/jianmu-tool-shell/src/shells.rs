@@ -133,18 +133,9 @@ impl Shells {
         if self.watched.swap(true, Ordering::Relaxed) {
             return;
         }
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            self.watched.store(false, Ordering::Relaxed);
-            return;
-        };
-        let sessions = Arc::downgrade(self);
         let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
-        rt.spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(sessions) = sessions.upgrade() else {
-                    return;
-                };
+        let started =
+            jianmu_tool_core::spawn_periodic(Arc::downgrade(self), every, move |sessions| {
                 let expired = sessions
                     .inner
                     .lock()
@@ -152,8 +143,10 @@ impl Shells {
                     .take_idle(idle);
                 // Dropped outside the lock: ending a shell waits for it to go.
                 drop(expired);
-            }
-        });
+            });
+        if !started {
+            self.watched.store(false, Ordering::Relaxed);
+        }
     }
 
     /// Opens `id` (afresh with `reset`), creating it if there is room.
