@@ -273,7 +273,7 @@ impl Runtime {
             })
             .map_err(|_| SessionError::Full(max))?;
         let folder = match (&opening.workspace, &shared.settings.own_folders) {
-            (Some(dir), _) => match std::fs::create_dir_all(dir) {
+            (Some(dir), _) => match kept_folder(dir) {
                 Ok(()) => Some(Folder {
                     path: dir.clone(),
                     kept: true,
@@ -327,17 +327,36 @@ fn stack(runner: ToolRunner, settings: &SessionSettings, events: &EventBus) -> T
 /// A new folder beneath `root`, owned by `root`'s owner (a Docker sandbox runs as
 /// the workspace's owner).
 fn own_folder(root: &Path) -> std::io::Result<PathBuf> {
-    use std::os::unix::fs::MetadataExt as _;
     let dir = root.join(jianmu_tool_core::random_hex());
     std::fs::create_dir(&dir)?;
-    let owner = std::fs::metadata(root)?;
-    if std::fs::metadata(&dir)?.uid() != owner.uid()
-        && let Err(e) = std::os::unix::fs::chown(&dir, Some(owner.uid()), Some(owner.gid()))
-    {
+    if let Err(e) = owned_as_parent(&dir) {
         let _ = std::fs::remove_dir(&dir);
         return Err(e);
     }
     Ok(dir)
+}
+
+/// `dir`, made if missing: a folder made here gets its parent's owner, as
+/// [`own_folder`]'s do.
+fn kept_folder(dir: &Path) -> std::io::Result<()> {
+    if dir.is_dir() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(dir)?;
+    owned_as_parent(dir)
+}
+
+/// Gives `dir` its parent's owner when they differ.
+fn owned_as_parent(dir: &Path) -> std::io::Result<()> {
+    use std::os::unix::fs::MetadataExt as _;
+    let Some(parent) = dir.parent() else {
+        return Ok(());
+    };
+    let owner = std::fs::metadata(parent)?;
+    if std::fs::metadata(dir)?.uid() != owner.uid() {
+        std::os::unix::fs::chown(dir, Some(owner.uid()), Some(owner.gid()))?;
+    }
+    Ok(())
 }
 
 /// A session's folder of its own: removed when it closes unless `kept`.

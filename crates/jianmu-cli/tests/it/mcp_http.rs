@@ -1011,3 +1011,114 @@ fn the_conformance_scenarios_pass_on_both_revisions() {
     assert_eq!(results.keys().cloned().collect::<Vec<_>>(), expected);
     assert_eq!(server.terminate(), Some(0));
 }
+
+/// The text a stateless `tools/call` answered with (an error's text too).
+fn stateless_text(url: &str, token: &str, tool: &str, args: &Value) -> String {
+    let (status, response) = stateless_tool(url, token, tool, args);
+    assert_eq!(status, 200, "{response}");
+    // A single answer comes back as JSON with its length.
+    let body = response.split_once("\r\n\r\n").map_or("", |(_, body)| body);
+    let answer: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{response}"));
+    answer["result"]["content"][0]["text"]
+        .as_str()
+        .unwrap_or_else(|| panic!("{answer}"))
+        .to_owned()
+}
+
+#[test]
+fn each_principal_gets_a_container_and_a_folder_of_its_own_in_the_docker_sandbox() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let homes = dir.path().join("principals");
+    for folder in [&ws, &homes] {
+        std::fs::create_dir(folder).unwrap();
+        crate::docker::give_to_sandbox_user(folder);
+    }
+    let tokens = dir.path().join("tokens");
+    let (alice, bob) = ("alice-token-0123456789", "bob-token-0123456789ab");
+    std::fs::write(&tokens, format!("alice {alice}\nbob {bob}\n")).unwrap();
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.http]\nsession_idle_secs = 3\n[execution.docker]\nimage = \"{}\"\n",
+            crate::docker::test_image()
+        ),
+    )
+    .unwrap();
+    let server = Served::start(
+        &ws,
+        &[
+            "--sandbox",
+            "docker",
+            "--config",
+            config.to_str().unwrap(),
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--workspace-per-principal",
+            homes.to_str().unwrap(),
+        ],
+    );
+    let url = server.url.clone();
+    let host = |token| stateless_text(&url, token, "bash", &json!({"command": "hostname"}));
+    let a = host(alice).trim().to_owned();
+    stateless_text(
+        &url,
+        alice,
+        "python_repl",
+        &json!({"code": "x = 'alice'", "session": "s"}),
+    );
+    stateless_text(
+        &url,
+        alice,
+        "write_file",
+        &json!({"path": "note.txt", "content": "alice's"}),
+    );
+    let b = host(bob).trim().to_owned();
+    assert_ne!(a, b, "one container per principal");
+    assert_eq!(host(alice).trim(), a, "the same container across requests");
+    assert_eq!(
+        stateless_text(
+            &url,
+            alice,
+            "python_repl",
+            &json!({"code": "x", "session": "s"})
+        ),
+        "alice"
+    );
+    assert!(
+        stateless_text(
+            &url,
+            bob,
+            "python_repl",
+            &json!({"code": "x", "session": "s"})
+        )
+        .contains("NameError")
+    );
+    assert_eq!(
+        std::fs::read_to_string(homes.join("alice/note.txt")).unwrap(),
+        "alice's"
+    );
+    let running = running_containers();
+    for id in [&a, &b] {
+        assert!(
+            running.lines().any(|c| c.starts_with(id.as_str())),
+            "{id} in {running}"
+        );
+    }
+    // Idle past session_idle_secs, each scope's container goes while the server runs.
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let running = running_containers();
+        if !running
+            .lines()
+            .any(|c| c.starts_with(a.as_str()) || c.starts_with(b.as_str()))
+        {
+            break;
+        }
+        assert!(Instant::now() < deadline, "left running: {running}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(homes.join("alice/note.txt").is_file(), "the folder is kept");
+    assert_eq!(server.terminate(), Some(0));
+}
