@@ -17,6 +17,13 @@ pub(crate) fn isolate(plan: &Plan, fresh_proc: bool) -> io::Result<()> {
         if fresh_proc {
             own_proc(&plan.paths)?;
         }
+        if let Some(bytes) = plan.memory {
+            let limit = libc::rlimit {
+                rlim_cur: bytes,
+                rlim_max: bytes,
+            };
+            check_int(libc::setrlimit(libc::RLIMIT_DATA, &limit))?;
+        }
         if plan.landlock.is_some() || plan.seccomp.is_some() {
             check_int(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
         }

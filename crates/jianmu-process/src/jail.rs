@@ -54,6 +54,10 @@ pub struct IsolationSettings {
     pub network: bool,
     /// Paths writable besides the workspace and the private temporary directory.
     pub writable: Vec<PathBuf>,
+    /// The most memory each process may allocate (its data: heap and private
+    /// mappings), in MiB; past it, allocations fail (Python raises `MemoryError`).
+    /// No limit when absent. Address space a program only reserves does not count.
+    pub max_memory_mb: Option<u64>,
 }
 
 impl Default for IsolationSettings {
@@ -62,6 +66,7 @@ impl Default for IsolationSettings {
             mode: IsolationMode::Auto,
             network: false,
             writable: Vec::new(),
+            max_memory_mb: None,
         }
     }
 }
@@ -258,6 +263,12 @@ impl Jail {
         } else if seccomp.is_some() || (landlock.is_some() && offered.landlock_abi >= 4) {
             parts.push("no network (no private network on this kernel)".into());
         }
+        let memory = settings
+            .max_memory_mb
+            .map(|mb| mb.saturating_mul(1024 * 1024));
+        if let Some(mb) = settings.max_memory_mb {
+            parts.push(format!("memory {mb} MiB per process"));
+        }
         let summary = if isolate && landlock.is_some() {
             format!("{} (writes: workspace, private tmp)", parts.join(", "))
         } else {
@@ -271,6 +282,7 @@ impl Jail {
                 namespaces_failed: std::sync::atomic::AtomicBool::new(false),
                 landlock,
                 seccomp,
+                memory,
                 paths: crate::userns::Paths::new(),
             }),
             tmp,

@@ -23,6 +23,8 @@ pub(crate) struct Plan {
     pub(crate) landlock: Option<OwnedFd>,
     /// The seccomp program to install.
     pub(crate) seccomp: Option<Vec<libc::sock_filter>>,
+    /// The data limit (`RLIMIT_DATA`) of each process, in bytes.
+    pub(crate) memory: Option<u64>,
     /// `/proc/thread-self/children`, `/proc`, `proc`, `/`.
     pub(crate) paths: Paths,
 }

@@ -513,3 +513,43 @@ async fn the_supervisor_keeps_commands_in_the_private_network() {
     let (_, again) = run(&jail, "readlink /proc/self/ns/net", ws.path()).await;
     assert_eq!(again.trim(), lines[1]);
 }
+
+/// `max_memory_mb` caps what each process allocates, on every kind of jail; a
+/// command within it runs as before.
+#[tokio::test]
+async fn a_memory_limit_fails_allocations_past_it_on_every_jail() {
+    let ws = tempfile::tempdir().unwrap();
+    let offered = crate::Isolation::probe();
+    for mode in [crate::IsolationMode::Off, crate::IsolationMode::Auto] {
+        let settings = crate::IsolationSettings {
+            mode,
+            max_memory_mb: Some(200),
+            ..Default::default()
+        };
+        let no_namespaces = crate::Isolation {
+            namespaces: false,
+            ..offered
+        };
+        for kernel in [offered, no_namespaces] {
+            let jail = crate::Jail::with_kernel(&settings, ws.path(), kernel).unwrap();
+            assert!(
+                jail.describe().contains("memory 200 MiB"),
+                "{}",
+                jail.describe()
+            );
+            let (code, out) = run(
+                &jail,
+                "python3 -c 'b = bytearray(50 << 20); print(len(b) >> 20)'",
+                ws.path(),
+            )
+            .await;
+            assert_eq!((code, out.trim()), (0, "50"), "{}", jail.describe());
+            let (code, out) = run(&jail, "python3 -c 'bytearray(400 << 20)'", ws.path()).await;
+            assert!(
+                code != 0 && out.contains("MemoryError"),
+                "{}: {code} {out}",
+                jail.describe()
+            );
+        }
+    }
+}
