@@ -202,8 +202,10 @@ impl ToolConfig {
         self
     }
 
-    /// Sets one setting of `tool`, over what its settings say (a setting that is not
-    /// a table becomes one).
+    /// Sets one setting of `tool`, over what its settings say: a table is laid over
+    /// the table there key by key (so `isolation = {max_memory_mb = 512}` keeps the
+    /// other isolation keys), anything else replaces it. Settings that are not a table
+    /// become one.
     #[must_use]
     pub fn with_setting(mut self, tool: &str, key: &str, value: Value) -> Self {
         let entry = self
@@ -214,7 +216,12 @@ impl ToolConfig {
             *entry = Value::Object(Map::new());
         }
         if let Value::Object(map) = entry {
-            map.insert(key.to_owned(), value);
+            match map.get_mut(key) {
+                Some(existing) => lay_over(existing, value),
+                None => {
+                    map.insert(key.to_owned(), value);
+                }
+            }
         }
         self
     }
@@ -262,6 +269,23 @@ impl ToolConfig {
                 message: e.to_string(),
             }),
         }
+    }
+}
+
+/// `value` over `base`: tables key by key, anything else replaced.
+fn lay_over(base: &mut Value, value: Value) {
+    match (base, value) {
+        (Value::Object(base), Value::Object(value)) => {
+            for (key, value) in value {
+                match base.get_mut(&key) {
+                    Some(existing) => lay_over(existing, value),
+                    None => {
+                        base.insert(key, value);
+                    }
+                }
+            }
+        }
+        (base, value) => *base = value,
     }
 }
 

@@ -359,6 +359,26 @@ fn config_settings_decode_or_name_the_tool() {
 }
 
 #[test]
+fn a_setting_laid_over_keeps_the_rest_of_its_table() {
+    let cfg = ToolConfig::new("/ws")
+        .with_settings(
+            "bash",
+            json!({"max_jobs": 16, "isolation": {"network": true, "writable": ["/x"]}}),
+        )
+        .with_setting("bash", "isolation", json!({"max_memory_mb": 512}))
+        .with_setting("bash", "max_jobs", json!(2))
+        .with_setting("new", "k", json!(1))
+        .with_settings("scalar", json!(7))
+        .with_setting("scalar", "k", json!(1));
+    assert_eq!(
+        cfg.raw_settings("bash").unwrap(),
+        &json!({"max_jobs": 2, "isolation": {"network": true, "writable": ["/x"], "max_memory_mb": 512}})
+    );
+    assert_eq!(cfg.raw_settings("new").unwrap(), &json!({"k": 1}));
+    assert_eq!(cfg.raw_settings("scalar").unwrap(), &json!({"k": 1}));
+}
+
+#[test]
 fn object_form_of_a_bare_string_schema() {
     let spec = ToolSpec::new("c", "calc");
     assert_eq!(
