@@ -833,7 +833,8 @@ fn stateless_clients_keep_state_through_handles_and_principals_never_meet() {
         &config,
         "[mcp.http]\nsession_idle_secs = 4\n\
          [mcp.http.principals.bob]\nmax_sessions = 1\n\
-         [mcp.http.principals.bob.tools.bash]\nmax_jobs = 1\n",
+         [mcp.http.principals.bob.tools.bash]\nmax_jobs = 1\n\
+         [mcp.http.principals.bob.tools.python_repl.isolation]\nmax_memory_mb = 100\n",
     )
     .unwrap();
     let audit = dir.path().join("audit.jsonl");
@@ -860,6 +861,7 @@ fn stateless_clients_keep_state_through_handles_and_principals_never_meet() {
     );
     assert_eq!(a["shell"], "alice\nsub\n", "{a}");
     assert!(a["jobs"].as_str().unwrap().contains("sleep 300"), "{a}");
+    assert_eq!(a["memory"], "314572800", "{a}");
     let b = client.step();
     assert!(
         b["named"].as_str().unwrap().contains("NameError"),
@@ -882,6 +884,10 @@ fn stateless_clients_keep_state_through_handles_and_principals_never_meet() {
     assert!(
         b["second_job"].as_str().unwrap().starts_with("error: "),
         "bob's limit of one job: {b}"
+    );
+    assert!(
+        b["memory"].as_str().unwrap().contains("MemoryError"),
+        "bob's memory limit: {b}"
     );
     let again = client.step();
     assert_eq!(again["named"], "41", "{again}");

@@ -131,6 +131,7 @@ async def handles(url, tokens):
         seen["job_started"] = started
         seen["jobs"] = await call(a, "bash_jobs", {})
         await call(a, "write_file", {"path": "note.txt", "content": "alice's"})
+        seen["memory"] = await call(a, "python_repl", {"code": "len(bytearray(300 << 20))"})
         say("alice", **seen)
     job = int(re.search(r'"job": (\d+)', started).group(1))
     # Another principal with the same handles sees none of it.
@@ -142,6 +143,8 @@ async def handles(url, tokens):
         seen["output"] = await call(b, "bash_output", {"job": job})
         seen["kill"] = await call(b, "bash_kill", {"job": job})
         seen["note"] = await call(b, "read_file", {"path": "note.txt"})
+        # Bob's limits: 100 MiB of memory per process.
+        seen["memory"] = await call(b, "python_repl", {"code": "len(bytearray(300 << 20))"})
         # Bob's limits: one background job at most.
         await call(b, "bash", {"command": "exec sleep 300", "background": True, "yield_ms": 50})
         seen["second_job"] = await call(b, "bash", {"command": "exec sleep 300", "background": True, "yield_ms": 50})
