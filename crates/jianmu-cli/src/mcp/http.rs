@@ -125,6 +125,70 @@ fn text(status: StatusCode, body: impl Into<Bytes>) -> Response<Body> {
     response
 }
 
+/// How long a POST's event stream is gathered before it is sent as it comes.
+const GATHER: Duration = Duration::from_millis(20);
+
+/// A POST's event stream that ends within [`GATHER`] (a quick call's answer), sent as
+/// one body with its length: one write instead of one per event and one for the
+/// end. A stream still open by then (a long call: progress, keep-alive comments) goes
+/// on as a stream, after what was gathered.
+async fn coalesced(response: Response<Body>) -> Response<Body> {
+    let streams = response
+        .headers()
+        .get(hyper::header::CONTENT_TYPE)
+        .is_some_and(|t| t.as_bytes().starts_with(b"text/event-stream"));
+    if !streams {
+        return response;
+    }
+    let (mut parts, mut body) = response.into_parts();
+    let mut gathered = bytes::BytesMut::new();
+    let deadline = tokio::time::sleep(GATHER);
+    tokio::pin!(deadline);
+    loop {
+        tokio::select! {
+            frame = body.frame() => match frame {
+                Some(Ok(frame)) => {
+                    if let Ok(data) = frame.into_data() {
+                        gathered.extend_from_slice(&data);
+                    }
+                }
+                // The stream ended (an error never happens: the body is infallible).
+                _ => {
+                    parts.headers.remove(hyper::header::TRANSFER_ENCODING);
+                    return Response::from_parts(parts, Full::new(gathered.freeze()).boxed());
+                }
+            },
+            () = &mut deadline => break,
+        }
+    }
+    let rest = Prefixed {
+        first: Some(gathered.freeze()).filter(|b| !b.is_empty()),
+        rest: body,
+    };
+    Response::from_parts(parts, rest.boxed())
+}
+
+/// A body that sends `first`, then `rest`.
+struct Prefixed {
+    first: Option<Bytes>,
+    rest: Body,
+}
+
+impl hyper::body::Body for Prefixed {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, Infallible>>> {
+        if let Some(first) = self.first.take() {
+            return std::task::Poll::Ready(Some(Ok(hyper::body::Frame::data(first))));
+        }
+        std::pin::Pin::new(&mut self.rest).poll_frame(cx)
+    }
+}
+
 /// A 503 for a new session past the limit, with when to retry.
 fn full(limit: usize) -> Response<Body> {
     refused(format!(
@@ -291,7 +355,8 @@ impl App {
                 );
             }
         }
-        let (request, method) = if request.method() == Method::POST {
+        let is_post = request.method() == Method::POST;
+        let (request, method) = if is_post {
             match self.body(request).await {
                 Ok(read) => read,
                 Err(response) => return response,
@@ -345,6 +410,9 @@ impl App {
         if delete && response.status() == StatusCode::ACCEPTED {
             response = Response::new(Full::new(Bytes::new()).boxed());
             *response.status_mut() = StatusCode::NO_CONTENT;
+        }
+        if is_post {
+            return coalesced(response).await;
         }
         response
     }
