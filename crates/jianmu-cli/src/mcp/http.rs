@@ -189,6 +189,14 @@ impl hyper::body::Body for Prefixed {
     }
 }
 
+/// A 404 for a session that is not open (or is another principal's).
+fn no_session() -> Response<Body> {
+    text(
+        StatusCode::NOT_FOUND,
+        "not found: no such session (it was closed or expired)\n",
+    )
+}
+
 /// A 503 for a new session past the limit, with when to retry.
 fn full(limit: usize) -> Response<Body> {
     refused(format!(
@@ -327,7 +335,6 @@ impl App {
             );
             return response;
         }
-        let limit = self.runtime.settings().max_sessions;
         let session_id = request
             .headers()
             .get("mcp-session-id")
@@ -338,10 +345,7 @@ impl App {
             && !self.scopes.may_use(id, &principal)
         {
             metrics.refused("principal");
-            return text(
-                StatusCode::NOT_FOUND,
-                "not found: no such session (it was closed or expired)\n",
-            );
+            return no_session();
         }
         let delete = request.method() == Method::DELETE;
         if delete && let Some(id) = &session_id {
@@ -349,10 +353,7 @@ impl App {
             let id: rmcp::transport::streamable_http_server::session::SessionId =
                 id.as_str().into();
             if !self.sessions.has_session(&id).await.unwrap_or(false) {
-                return text(
-                    StatusCode::NOT_FOUND,
-                    "not found: no such session (it was closed or expired)\n",
-                );
+                return no_session();
             }
         }
         let is_post = request.method() == Method::POST;
@@ -369,7 +370,7 @@ impl App {
         let opens = session_id.is_none() && method.as_deref() == Some("initialize");
         if opens && self.runtime.is_full() {
             metrics.refused("sessions");
-            return full(limit);
+            return full(self.runtime.settings().max_sessions);
         }
         let arrival = Arrival {
             principal,
@@ -397,14 +398,6 @@ impl App {
                 return refused(why);
             }
             Outcome::Nothing => {}
-        }
-        // The limit was reached while this request opened its session or scope.
-        if session_id.is_none()
-            && response.status() == StatusCode::INTERNAL_SERVER_ERROR
-            && self.runtime.is_full()
-        {
-            metrics.refused("sessions");
-            return full(limit);
         }
         // A closed session: say so with the status clients look for.
         if delete && response.status() == StatusCode::ACCEPTED {

@@ -55,7 +55,7 @@ pub(crate) enum Outcome {
     Nothing,
     /// A protocol session opened; the handler binds its id to the principal.
     Opened(Arc<Held>),
-    /// Refused at a limit: the message for the 503.
+    /// A session or scope could not be opened (a limit): the message for the 503.
     Refused(String),
 }
 
@@ -193,15 +193,15 @@ impl Scopes {
 
     /// The server for the request on this task (see [`ARRIVAL`]).
     pub(crate) fn server(self: &Arc<Self>) -> std::io::Result<Server> {
-        let arrival = ARRIVAL.try_with(Clone::clone).unwrap_or_else(|_| Arrival {
-            principal: Principal("default".into()),
-            opens: true,
-            outcome: Arc::default(),
-        });
+        // The handler sets it around every use of the service; without it no one is
+        // known to be asking.
+        let arrival = ARRIVAL
+            .try_with(Clone::clone)
+            .map_err(|_| std::io::Error::other("a server was asked for outside a request"))?;
         if arrival.opens {
             self.open_protocol(&arrival)
         } else {
-            self.stateless(&arrival.principal)
+            self.stateless(&arrival)
         }
     }
 
@@ -261,8 +261,8 @@ impl Scopes {
     }
 
     /// The principal's stateless scope, opened on first use.
-    fn stateless(&self, principal: &Principal) -> std::io::Result<Server> {
-        let name = &principal.0;
+    fn stateless(&self, arrival: &Arrival) -> std::io::Result<Server> {
+        let name = &arrival.principal.0;
         let mut state = self.lock();
         if let Some((session, used)) = state.stateless.get_mut(name)
             && !session.is_closed()
@@ -277,7 +277,7 @@ impl Scopes {
         let session = Arc::new(
             self.runtime
                 .open_with(self.opening(name, true))
-                .map_err(std::io::Error::other)?,
+                .map_err(|e| Self::refuse(arrival, e.to_string()))?,
         );
         state
             .stateless
@@ -295,39 +295,23 @@ impl Scopes {
     }
 
     /// Closes stateless scopes no request has used for `idle` and no call holds,
-    /// every quarter of `idle` (1 s to 60 s), for as long as the scopes exist.
+    /// every quarter of `idle` (1 s to 60 s), for as long as the scopes exist. A scope
+    /// taken out here is its last holder: dropping it closes it in the background,
+    /// where the runtime's shutdown waits for it.
     fn expire_idle(self: &Arc<Self>) {
-        let Ok(rt) = tokio::runtime::Handle::try_current() else {
-            return;
-        };
-        let scopes = Arc::downgrade(self);
-        let every = (self.idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
-        rt.spawn(async move {
-            loop {
-                tokio::time::sleep(every).await;
-                let Some(scopes) = scopes.upgrade() else {
-                    return;
-                };
-                let expired: Vec<Arc<Session>> = {
-                    let mut state = scopes.lock();
-                    let names: Vec<Arc<str>> = state
-                        .stateless
-                        .iter()
-                        .filter(|(_, (session, used))| {
-                            used.elapsed() >= scopes.idle && Arc::strong_count(session) == 1
-                        })
-                        .map(|(name, _)| Arc::clone(name))
-                        .collect();
-                    names
-                        .iter()
-                        .filter_map(|name| state.stateless.remove(name).map(|(s, _)| s))
-                        .collect()
-                };
-                drop(scopes);
-                for session in expired {
-                    session.close().await;
-                }
-            }
+        let idle = self.idle;
+        let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        jianmu_tool_core::spawn_periodic(Arc::downgrade(self), every, move |scopes: &Self| {
+            let expired: Vec<Arc<Session>> = scopes
+                .lock()
+                .stateless
+                .extract_if(|_, (session, used)| {
+                    used.elapsed() >= idle && Arc::strong_count(session) == 1
+                })
+                .map(|(_, (session, _))| session)
+                .collect();
+            // Dropped outside the lock.
+            drop(expired);
         });
     }
 
