@@ -263,7 +263,8 @@ impl ServerHandler for Server {
             .map_or(Value::Object(Map::new()), Value::Object);
         // A background job asked for by a client that speaks the tasks extension is
         // answered as a task: `tasks/get` polls it, `tasks/cancel` stops it.
-        let as_task = jianmu_provider::canonical_tool_name(&request.name) == "bash"
+        let canonical = jianmu_provider::canonical_tool_name(&request.name);
+        let as_task = canonical == "bash"
             && args.get("background") == Some(&Value::Bool(true))
             && context
                 .client_capabilities()
@@ -296,7 +297,6 @@ impl ServerHandler for Server {
         let metrics = &self.catalog.metrics;
         let counted = metrics.start();
         let started = Instant::now();
-        let canonical = jianmu_provider::canonical_tool_name(&request.name);
         let tool = self.catalog.known.contains(canonical).then_some(canonical);
         let call = self.session.execute(&request.name, args, options);
         let answer = tokio::select! {

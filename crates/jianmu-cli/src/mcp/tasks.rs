@@ -60,40 +60,35 @@ pub(crate) fn created(out: &ToolOutput) -> Option<CreateTaskResult> {
     Some(CreateTaskResult::new(task))
 }
 
+/// The error for a task id that names no job of this scope.
+fn unknown(id: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("no task `{}` here", jianmu_tool_core::echo(id)),
+        Some(json!({"taskId": id})),
+    )
+}
+
 /// `(job, created)` from a task id.
-fn parse(id: &str) -> Result<(u64, String), ErrorData> {
-    let unknown = || {
-        ErrorData::invalid_params(
-            format!("no task `{}` here", jianmu_tool_core::echo(id)),
-            Some(json!({"taskId": id})),
-        )
-    };
-    let rest = id.strip_prefix("job-").ok_or_else(unknown)?;
-    let (job, millis) = rest.split_once('-').ok_or_else(unknown)?;
-    let job = job.parse::<u64>().map_err(|_| unknown())?;
-    let millis = millis.parse::<u64>().map_err(|_| unknown())?;
-    Ok((job, rfc3339(UNIX_EPOCH + Duration::from_millis(millis))))
+fn parse(id: &str) -> Option<(u64, String)> {
+    let (job, millis) = id.strip_prefix("job-")?.split_once('-')?;
+    let job = job.parse::<u64>().ok()?;
+    let millis = millis.parse::<u64>().ok()?;
+    Some((job, rfc3339(UNIX_EPOCH + Duration::from_millis(millis))))
 }
 
 /// The job behind `id`, read or stopped with `tool`.
-async fn job(
-    session: &Session,
-    id: &str,
-    tool: &str,
-) -> Result<(ToolOutput, u64, String), ErrorData> {
-    let (job, created) = parse(id)?;
-    let out = session.call(tool, json!({"job": job})).await.map_err(|_| {
-        ErrorData::invalid_params(
-            format!("no task `{}` here", jianmu_tool_core::echo(id)),
-            Some(json!({"taskId": id})),
-        )
-    })?;
-    Ok((out, job, created))
+async fn job(session: &Session, id: &str, tool: &str) -> Result<(ToolOutput, String), ErrorData> {
+    let (job, created) = parse(id).ok_or_else(|| unknown(id))?;
+    let out = session
+        .call(tool, json!({"job": job}))
+        .await
+        .map_err(|_| unknown(id))?;
+    Ok((out, created))
 }
 
 /// `tasks/get`.
 pub(crate) async fn get(session: &Session, id: &str) -> Result<GetTaskResult, ErrorData> {
-    let (out, _, created) = job(session, id, "bash_output").await?;
+    let (out, created) = job(session, id, "bash_output").await?;
     let Some((_, running, code)) = job_of(&out) else {
         return Err(ErrorData::internal_error(
             "the job's answer has no status",
