@@ -273,30 +273,28 @@ impl Runtime {
             })
             .map_err(|_| SessionError::Full(max))?;
         let folder = match (&opening.workspace, &shared.settings.own_folders) {
-            (Some(dir), _) => match kept_folder(dir) {
-                Ok(()) => Some(Folder {
-                    path: dir.clone(),
-                    kept: true,
-                }),
-                Err(source) => {
-                    shared.open.fetch_sub(1, Ordering::AcqRel);
-                    return Err(SessionError::Folder {
-                        root: dir.clone(),
-                        source,
-                    });
-                }
-            },
-            (None, Some(root)) => match own_folder(root) {
-                Ok(path) => Some(Folder { path, kept: false }),
-                Err(source) => {
-                    shared.open.fetch_sub(1, Ordering::AcqRel);
-                    return Err(SessionError::Folder {
-                        root: root.clone(),
-                        source,
-                    });
-                }
-            },
-            (None, None) => None,
+            (Some(dir), _) => kept_folder(dir)
+                .map(|()| {
+                    Some(Folder {
+                        path: dir.clone(),
+                        kept: true,
+                    })
+                })
+                .map_err(|source| (dir, source)),
+            (None, Some(root)) => own_folder(root)
+                .map(|path| Some(Folder { path, kept: false }))
+                .map_err(|source| (root, source)),
+            (None, None) => Ok(None),
+        };
+        let folder = match folder {
+            Ok(folder) => folder,
+            Err((root, source)) => {
+                shared.open.fetch_sub(1, Ordering::AcqRel);
+                return Err(SessionError::Folder {
+                    root: root.clone(),
+                    source,
+                });
+            }
         };
         Session::start(self, folder, &opening.settings)
     }
