@@ -172,17 +172,11 @@ impl Named {
     /// the returned slots are dropped (outside the lock).
     fn take_idle(&self, idle: Duration) -> Vec<Slot> {
         let now = Instant::now();
-        let mut map = self.lock();
-        let names: Vec<String> = map
-            .iter()
-            .filter(|(_, (slot, used))| {
+        self.lock()
+            .extract_if(|_, (slot, used)| {
                 now.duration_since(*used) >= idle && slot.try_lock().is_ok()
             })
-            .map(|(name, _)| name.clone())
-            .collect();
-        names
-            .iter()
-            .filter_map(|name| map.remove(name).map(|(slot, _)| slot))
+            .map(|(_, (slot, _))| slot)
             .collect()
     }
 

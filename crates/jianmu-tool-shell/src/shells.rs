@@ -229,13 +229,10 @@ impl Inner {
     /// Removes and returns the sessions unused for `idle`.
     fn take_idle(&mut self, idle: Duration) -> Vec<Arc<Shell>> {
         let now = Instant::now();
-        let ids: Vec<String> = self
-            .map
-            .iter()
-            .filter(|(_, s)| now.duration_since(s.last_used()) >= idle)
-            .map(|(id, _)| id.clone())
-            .collect();
-        ids.iter().filter_map(|id| self.map.remove(id)).collect()
+        self.map
+            .extract_if(|_, s| now.duration_since(s.last_used()) >= idle)
+            .map(|(_, s)| s)
+            .collect()
     }
 }
 
