@@ -181,31 +181,18 @@ fn http_load(
     let (mut child, addr) = start_http(jianmu, dir)?;
     let pid = child.id();
     let start = Instant::now();
-    let clients: Vec<_> = (0..SESSIONS)
-        .map(|_| {
-            let addr = addr.clone();
-            std::thread::spawn(move || session(&addr))
-        })
-        .collect();
-    let mut times = Vec::with_capacity(SESSIONS * CALLS);
-    for c in clients {
-        let t = c
-            .join()
-            .map_err(|_| anyhow::anyhow!("a client thread panicked"))??;
-        times.extend(t);
-    }
+    let mut times = joined(clients(&addr, session))?;
     let wall = start.elapsed();
     let peak = memory_kb(pid, "VmHWM:")?;
     let cpu_ticks = cpu_ticks(pid)?;
     drop(child.kill());
     let _ = child.wait();
-    times.sort();
-    let p = |q: f64| times[((times.len() as f64 - 1.0) * q) as usize];
+    let (p50, p99) = percentiles(&mut times);
     println!(
         "MCP over Streamable HTTP ({SESSIONS} sessions at once x {CALLS} calculator calls): {:.0} calls/s, p50 {:.0} us, p99 {:.0} us, server peak RSS {:.1} MB, server CPU {:.0} us per call; stdio p50 {:.0} us in the same run (goals: >= 5000 calls/s, p99 <= 5 ms, RSS <= 100 MB)",
         times.len() as f64 / wall.as_secs_f64(),
-        p(0.5).as_secs_f64() * 1e6,
-        p(0.99).as_secs_f64() * 1e6,
+        p50.as_secs_f64() * 1e6,
+        p99.as_secs_f64() * 1e6,
         peak as f64 / 1024.0,
         cpu_ticks as f64 * 1e4 / times.len() as f64,
         stdio_p50.as_secs_f64() * 1e6,
@@ -279,6 +266,30 @@ impl Drop for Scratch {
     }
 }
 
+type Client = std::thread::JoinHandle<anyhow::Result<Vec<Duration>>>;
+
+/// [`SESSIONS`] threads, each running `client` against `addr`.
+fn clients(addr: &str, client: fn(&str) -> anyhow::Result<Vec<Duration>>) -> Vec<Client> {
+    (0..SESSIONS)
+        .map(|_| {
+            let addr = addr.to_owned();
+            std::thread::spawn(move || client(&addr))
+        })
+        .collect()
+}
+
+/// The call times of every client, once all have ended.
+fn joined(clients: Vec<Client>) -> anyhow::Result<Vec<Duration>> {
+    let mut times = Vec::with_capacity(SESSIONS * CALLS);
+    for c in clients {
+        times.extend(
+            c.join()
+                .map_err(|_| anyhow::anyhow!("a client thread panicked"))??,
+        );
+    }
+    Ok(times)
+}
+
 /// The p50 and p99 of `times` (sorted here).
 fn percentiles(times: &mut [Duration]) -> (Duration, Duration) {
     times.sort();
@@ -295,30 +306,10 @@ fn handles_mix(jianmu: &std::path::Path) -> anyhow::Result<()> {
     let pid = child.id();
     let cpu_before = cpu_ticks(pid)?;
     let start = Instant::now();
-    let legacy: Vec<_> = (0..SESSIONS)
-        .map(|_| {
-            let addr = addr.clone();
-            std::thread::spawn(move || session(&addr))
-        })
-        .collect();
-    let stateless: Vec<_> = (0..SESSIONS)
-        .map(|_| {
-            let addr = addr.clone();
-            std::thread::spawn(move || handle_client(&addr))
-        })
-        .collect();
-    let collect = |threads: Vec<std::thread::JoinHandle<anyhow::Result<Vec<Duration>>>>| {
-        let mut times = Vec::new();
-        for t in threads {
-            times.extend(
-                t.join()
-                    .map_err(|_| anyhow::anyhow!("a client thread panicked"))??,
-            );
-        }
-        anyhow::Ok(times)
-    };
-    let mut legacy = collect(legacy)?;
-    let mut stateless = collect(stateless)?;
+    let legacy = clients(&addr, session);
+    let stateless = clients(&addr, handle_client);
+    let mut legacy = joined(legacy)?;
+    let mut stateless = joined(stateless)?;
     let wall = start.elapsed();
     let cpu = cpu_ticks(pid)? - cpu_before;
     let peak = memory_kb(pid, "VmHWM:")?;
