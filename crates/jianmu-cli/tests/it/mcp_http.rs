@@ -11,6 +11,29 @@ use serde_json::{Value, json};
 
 const TOKEN: &str = "test-token-0123456789abcdef";
 
+/// A temporary folder holding an empty workspace, `ws`.
+fn scratch() -> (tempfile::TempDir, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    (dir, ws)
+}
+
+/// The tokens of the two principals the tests use.
+const ALICE: &str = "alice-token-0123456789";
+const BOB: &str = "bob-token-0123456789ab";
+
+/// A token file in `dir` naming `alice` and `bob` (with a comment and a blank line).
+fn two_principals(dir: &Path) -> PathBuf {
+    let tokens = dir.join("tokens");
+    std::fs::write(
+        &tokens,
+        format!("# who may call\n\nalice {ALICE}\nbob {BOB}\n"),
+    )
+    .unwrap();
+    tokens
+}
+
 /// A `jianmu mcp --http 127.0.0.1:0` server and the URL it serves.
 pub(crate) struct Served {
     child: Child,
@@ -174,9 +197,7 @@ fn until_no_descendants(pid: u32) {
 
 #[test]
 fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (_dir, ws) = scratch();
     let server = Served::start(&ws, &["--allow-origin", "http://allowed.example"]);
     let mut client = Client::start(&server.url, "main");
 
@@ -274,10 +295,8 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
 
 #[test]
 fn each_session_gets_a_folder_of_its_own_removed_when_the_server_stops() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
+    let (dir, ws) = scratch();
     let sessions = dir.path().join("sessions");
-    std::fs::create_dir(&ws).unwrap();
     let server = Served::start(
         &ws,
         &["--workspace-per-session", sessions.to_str().unwrap()],
@@ -315,9 +334,7 @@ fn each_session_gets_a_folder_of_its_own_removed_when_the_server_stops() {
 /// call, ends what it started, and exits 0.
 #[test]
 fn sigterm_cancels_a_running_call_after_the_grace_period_and_exits_cleanly() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (dir, ws) = scratch();
     let config = dir.path().join("jianmu.toml");
     std::fs::write(&config, "[mcp.http]\nshutdown_grace_secs = 1\n").unwrap();
     let server = Served::start(&ws, &["--config", config.to_str().unwrap()]);
@@ -351,9 +368,7 @@ fn sigterm_cancels_a_running_call_after_the_grace_period_and_exits_cleanly() {
 /// gets 503, a body too big 413; an idle session expires and its interpreter ends.
 #[test]
 fn past_the_session_limit_is_503_and_idle_sessions_expire() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (dir, ws) = scratch();
     let config = dir.path().join("jianmu.toml");
     std::fs::write(
         &config,
@@ -433,9 +448,7 @@ fn running_containers() -> String {
 #[cfg(feature = "docker")]
 #[test]
 fn each_http_session_gets_its_own_container_removed_when_it_closes() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (dir, ws) = scratch();
     crate::docker::give_to_sandbox_user(&ws);
     let config = dir.path().join("jianmu.toml");
     std::fs::write(
@@ -537,9 +550,7 @@ fn raw_answer(url: &str, head: &str, body: &[u8]) -> (u16, Value) {
 /// `DELETE` of an unknown session 404, and the open-files limit raised.
 #[test]
 fn every_route_checks_host_and_bodies_are_bounded_in_size_and_time() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (dir, ws) = scratch();
     let config = dir.path().join("jianmu.toml");
     std::fs::write(&config, "[mcp.http]\nbody_timeout_secs = 1\n").unwrap();
     let server = Served::start(&ws, &["--config", config.to_str().unwrap()]);
@@ -658,9 +669,7 @@ fn every_route_checks_host_and_bodies_are_bounded_in_size_and_time() {
 #[test]
 fn connections_past_the_cap_wait_for_a_free_place() {
     use std::io::Read as _;
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (dir, ws) = scratch();
     let config = dir.path().join("jianmu.toml");
     std::fs::write(&config, "[mcp.http]\nmax_connections = 2\n").unwrap();
     let server = Served::start(&ws, &["--config", config.to_str().unwrap()]);
@@ -724,21 +733,10 @@ fn stateless_tool(url: &str, token: &str, tool: &str, args: &Value) -> (u16, Str
 /// file (a bad file keeps the tokens in force).
 #[test]
 fn principals_are_named_in_the_audit_log_and_reloaded_on_sighup() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let tokens = dir.path().join("tokens");
+    let (dir, ws) = scratch();
+    let tokens = two_principals(dir.path());
     let audit = dir.path().join("audit.jsonl");
-    let (alice, bob, bob2) = (
-        "alice-token-0123456789",
-        "bob-token-0123456789ab",
-        "bob-token-renewed-0123",
-    );
-    std::fs::write(
-        &tokens,
-        format!("# who may call\n\nalice {alice}\nbob {bob}\n"),
-    )
-    .unwrap();
+    let (alice, bob, bob2) = (ALICE, BOB, "bob-token-renewed-0123");
     let server = Served::start(
         &ws,
         &[
@@ -821,13 +819,10 @@ fn principals_are_named_in_the_audit_log_and_reloaded_on_sighup() {
 
 #[test]
 fn stateless_clients_keep_state_through_handles_and_principals_never_meet() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (dir, ws) = scratch();
     let homes = dir.path().join("principals");
-    let tokens = dir.path().join("tokens");
-    let (alice, bob) = ("alice-token-0123456789", "bob-token-0123456789ab");
-    std::fs::write(&tokens, format!("alice {alice}\nbob {bob}\n")).unwrap();
+    let tokens = two_principals(dir.path());
+    let (alice, bob) = (ALICE, BOB);
     let config = dir.path().join("jianmu.toml");
     std::fs::write(
         &config,
@@ -956,9 +951,7 @@ fn stateless_clients_keep_state_through_handles_and_principals_never_meet() {
 /// ported to `conformance.py` (see its docs), on both revisions.
 #[test]
 fn the_conformance_scenarios_pass_on_both_revisions() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (_dir, ws) = scratch();
     let server = Served::start(&ws, &[]);
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/conformance.py");
     let out = jianmu_process::std_command(crate::mcp::python())
@@ -1033,16 +1026,14 @@ fn stateless_text(url: &str, token: &str, tool: &str, args: &Value) -> String {
 
 #[test]
 fn each_principal_gets_a_container_and_a_folder_of_its_own_in_the_docker_sandbox() {
-    let dir = tempfile::tempdir().unwrap();
-    let ws = dir.path().join("ws");
+    let (dir, ws) = scratch();
     let homes = dir.path().join("principals");
+    std::fs::create_dir(&homes).unwrap();
     for folder in [&ws, &homes] {
-        std::fs::create_dir(folder).unwrap();
         crate::docker::give_to_sandbox_user(folder);
     }
-    let tokens = dir.path().join("tokens");
-    let (alice, bob) = ("alice-token-0123456789", "bob-token-0123456789ab");
-    std::fs::write(&tokens, format!("alice {alice}\nbob {bob}\n")).unwrap();
+    let tokens = two_principals(dir.path());
+    let (alice, bob) = (ALICE, BOB);
     let config = dir.path().join("jianmu.toml");
     std::fs::write(
         &config,
