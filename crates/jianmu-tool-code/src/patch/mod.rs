@@ -30,6 +30,12 @@ pub struct PatchSettings {
     /// Most bytes one patch may hold in memory: the old and new contents of every
     /// file it touches.
     pub max_total_size: u64,
+    /// Refuse what codex's apply_patch does silently: `*** Add File:` or
+    /// `*** Move to:` onto a file that exists (codex replaces it), and a hunk that
+    /// only adds lines without saying where (codex appends it to the file, even
+    /// under an `@@` line; strict places it after the `@@` line). Off by default,
+    /// so a patch codex applies is applied the same way.
+    pub strict: bool,
 }
 
 impl Default for PatchSettings {
@@ -38,6 +44,7 @@ impl Default for PatchSettings {
             max_file_size: 10 * 1024 * 1024,
             max_files: 1000,
             max_total_size: 100 * 1024 * 1024,
+            strict: false,
         }
     }
 }
@@ -93,12 +100,26 @@ struct Planned {
     report: PatchedFile,
     /// The path written and its new bytes.
     write: Option<(PathBuf, Vec<u8>)>,
-    /// The path removed (a deletion, or the source of a move).
-    remove: Option<PathBuf>,
-    /// The bytes at the written or removed path before the patch, for putting back.
-    before: Option<Vec<u8>>,
-    /// The written path did not exist before.
-    created: bool,
+    /// The bytes at the written path before the patch, for putting back (none: it
+    /// did not exist).
+    write_before: Option<Vec<u8>>,
+    /// The path removed (a deletion, or the source of a move) and its bytes before.
+    remove: Option<(PathBuf, Vec<u8>)>,
+}
+
+impl Planned {
+    /// Bytes this plan holds in memory.
+    fn held(&self) -> u64 {
+        [
+            self.write.as_ref().map(|(_, b)| b),
+            self.write_before.as_ref(),
+            self.remove.as_ref().map(|(_, b)| b),
+        ]
+        .into_iter()
+        .flatten()
+        .map(|b| b.len() as u64)
+        .sum()
+    }
 }
 
 const NOTHING: &str = "no file was changed";
@@ -132,8 +153,7 @@ impl ApplyPatch {
             let plan = self
                 .plan(op, &mut seen, &mut budget)
                 .map_err(|e| ToolError::failed(format!("{e}; {NOTHING}")))?;
-            held += plan.write.as_ref().map_or(0, |(_, b)| b.len() as u64)
-                + plan.before.as_ref().map_or(0, |b| b.len() as u64);
+            held += plan.held();
             if held > self.settings.max_total_size {
                 return Err(ToolError::failed(format!(
                     "the files the patch touches up to `{}` (patch line {}) hold over {} bytes, old and new contents together, the limit for one patch; split it; {NOTHING}",
@@ -197,7 +217,7 @@ impl ApplyPatch {
         let limit = self.settings.max_file_size;
         match &op.kind {
             parse::OpKind::Add(lines) => {
-                self.absent(&rel, "Add File")?;
+                let write_before = self.existing(&rel, "Add File")?;
                 let mut text = lines.join("\n");
                 if !lines.is_empty() {
                     text.push('\n');
@@ -206,9 +226,8 @@ impl ApplyPatch {
                 Ok(Planned {
                     report: report(shown, "A", lines.len(), 0),
                     write: Some((rel, text.into_bytes())),
+                    write_before,
                     remove: None,
-                    before: None,
-                    created: true,
                 })
             }
             parse::OpKind::Delete => {
@@ -217,9 +236,8 @@ impl ApplyPatch {
                 Ok(Planned {
                     report: report(shown, "D", 0, removed),
                     write: None,
-                    remove: Some(rel),
-                    before: Some(bytes),
-                    created: false,
+                    write_before: None,
+                    remove: Some((rel, bytes)),
                 })
             }
             parse::OpKind::Update { move_to, chunks } => {
@@ -233,9 +251,16 @@ impl ApplyPatch {
                 } else {
                     body.split('\n').collect()
                 };
-                let placed = place::place(&lines, chunks, budget)
+                let placing = if self.settings.strict {
+                    place::Placing::Strict
+                } else {
+                    place::Placing::Codex
+                };
+                let placed = place::place(&lines, chunks, placing, budget)
                     .map_err(|m| format!("`{shown}`: {}", m.0))?;
                 let mut new_text = placed.lines.join("\n");
+                // Codex ends every file it updates with a line break.
+                let ends_in_break = ends_in_break || !self.settings.strict;
                 if ends_in_break && !placed.lines.is_empty() {
                     new_text.push('\n');
                 }
@@ -256,9 +281,8 @@ impl ApplyPatch {
                         ..report(shown.clone(), "M", added, removed)
                     },
                     write: Some((rel.clone(), new_bytes)),
+                    write_before: Some(bytes),
                     remove: None,
-                    before: Some(bytes),
-                    created: false,
                 };
                 if let Some(dest) = move_to {
                     let dest_rel = self.rel(dest, &format!("`{dest}` (`*** Move to:` of {at})"))?;
@@ -269,12 +293,13 @@ impl ApplyPatch {
                                 show(&dest_rel)
                             ));
                         }
-                        self.absent(&dest_rel, "Move to")?;
+                        let dest_before = self.existing(&dest_rel, "Move to")?;
                         planned.report.status = "R".to_owned();
                         planned.report.from = Some(shown);
                         planned.report.path = show(&dest_rel);
                         planned.write = planned.write.map(|(_, b)| (dest_rel, b));
-                        planned.remove = Some(rel);
+                        let source = std::mem::replace(&mut planned.write_before, dest_before);
+                        planned.remove = source.map(|b| (rel, b));
                     }
                 }
                 Ok(planned)
@@ -288,15 +313,26 @@ impl ApplyPatch {
             .map_err(|e| format!("{at}: {e}"))
     }
 
-    /// Refuses a path that exists already: adding or moving onto it would lose a file.
-    fn absent(&self, rel: &Path, what: &str) -> Result<(), String> {
+    /// What is at a path a file is added or moved onto: nothing, or a file that
+    /// the patch replaces (as codex does). With `strict`, an existing path is
+    /// refused, since replacing it would lose a file.
+    fn existing(&self, rel: &Path, what: &str) -> Result<Option<Vec<u8>>, String> {
         match self.ws.symlink_metadata(rel) {
-            Err(WorkspaceError::NotFound { .. }) => Ok(()),
+            Err(WorkspaceError::NotFound { .. }) => Ok(None),
             Err(e) => Err(e.message()),
-            Ok(_) => Err(format!(
+            Ok(_) if self.settings.strict => Err(format!(
                 "`{}` already exists (`*** {what}:` creates a file); to change it, use `*** Update File:`",
                 show(rel)
             )),
+            Ok(meta) if !meta.is_file() => Err(format!(
+                "`{}` exists and is not a file, so `*** {what}:` cannot replace it",
+                show(rel)
+            )),
+            Ok(_) => self
+                .ws
+                .read_to_end(rel, self.settings.max_file_size)
+                .map(Some)
+                .map_err(|e| e.message()),
         }
     }
 
@@ -334,7 +370,7 @@ impl ApplyPatch {
         let mut removed: Vec<usize> = Vec::new();
         if failure.is_none() {
             for (i, plan) in plans.iter().enumerate() {
-                if let Some(rel) = &plan.remove {
+                if let Some((rel, _)) = &plan.remove {
                     match self.ws.remove_file(rel) {
                         Ok(()) => removed.push(i),
                         Err(e) => {
@@ -369,19 +405,17 @@ impl ApplyPatch {
             let Some((rel, _)) = &plan.write else {
                 continue;
             };
-            ok &= if plan.created || plan.remove.is_some() {
-                self.ws.remove_file(rel).is_ok()
-            } else {
-                plan.before.as_ref().is_some_and(|b| {
-                    self.ws
-                        .write_atomic(rel, b, &WriteOptions::default())
-                        .is_ok()
-                })
+            ok &= match &plan.write_before {
+                None => self.ws.remove_file(rel).is_ok(),
+                Some(b) => self
+                    .ws
+                    .write_atomic(rel, b, &WriteOptions::default())
+                    .is_ok(),
             };
         }
         for &i in removed {
             let plan = &plans[i];
-            if let (Some(rel), Some(before)) = (&plan.remove, &plan.before) {
+            if let Some((rel, before)) = &plan.remove {
                 ok &= self
                     .ws
                     .write_atomic(rel, before, &WriteOptions::default())
@@ -431,8 +465,10 @@ impl Tool for ApplyPatch {
      *** End Patch\n\
      No line numbers. Hunks apply in order, each after the previous one; context must \
      match the file exactly (a match ignoring whitespace is the fallback, and is \
-     reported). Lines that are only added go after their `@@` line, or at the end \
-     with `*** End of File`. Paths are relative to the workspace root. Answers with \
+     reported). A hunk without context or removed lines is appended at the end of the \
+     file: to insert lines elsewhere, give unchanged context lines around them. \
+     `*** Add File:` and `*** Move to:` replace a file that exists. Paths are \
+     relative to the workspace root. Answers with \
      the files changed (A added, M modified, D deleted, R moved) and lines added and \
      removed.";
 

@@ -73,10 +73,10 @@ impl Chunk {
 
 const BEGIN: &str = "*** Begin Patch";
 const END: &str = "*** End Patch";
-const ADD: &str = "*** Add File: ";
-const DELETE: &str = "*** Delete File: ";
-const UPDATE: &str = "*** Update File: ";
-const MOVE: &str = "*** Move to: ";
+const ADD: &str = "*** Add File:";
+const DELETE: &str = "*** Delete File:";
+const UPDATE: &str = "*** Update File:";
+const MOVE: &str = "*** Move to:";
 const EOF_MARK: &str = "*** End of File";
 
 /// Parses `text`. Leading and trailing blank lines are ignored, and so is a shell
@@ -127,11 +127,16 @@ pub(crate) fn parse(text: &str) -> Result<Patch, String> {
     let mut ops = Vec::new();
     let mut at = 0;
     while at < body.len() {
-        let (n, line) = body[at];
+        let (n, raw) = body[at];
         at += 1;
+        // A file operation's header may have whitespace around it.
+        let line = raw.trim();
         if let Some(path) = line.strip_prefix(ADD) {
             let mut added = Vec::new();
-            while let Some((_, l)) = body.get(at).filter(|(_, l)| !l.starts_with("*** ")) {
+            while let Some((_, l)) = body
+                .get(at)
+                .filter(|(_, l)| !l.trim_start().starts_with("*** "))
+            {
                 let Some(text) = l.strip_prefix('+') else {
                     return Err(format!(
                         "line {}: every line of an added file starts with `+`, not `{}`",
@@ -147,7 +152,7 @@ pub(crate) fn parse(text: &str) -> Result<Patch, String> {
             ops.push(op(path, n, OpKind::Delete)?);
         } else if let Some(path) = line.strip_prefix(UPDATE) {
             let mut move_to = None;
-            if let Some(dest) = body.get(at).and_then(|(_, l)| l.strip_prefix(MOVE)) {
+            if let Some(dest) = body.get(at).and_then(|(_, l)| l.trim().strip_prefix(MOVE)) {
                 move_to = Some(checked_path(dest, body[at].0)?);
                 at += 1;
             }
@@ -159,7 +164,7 @@ pub(crate) fn parse(text: &str) -> Result<Patch, String> {
                 ));
             }
             ops.push(op(path, n, OpKind::Update { move_to, chunks })?);
-        } else if line.trim() == END {
+        } else if line == END {
             return Err(format!(
                 "line {n}: `{END}` before the end; send one patch per call"
             ));
@@ -224,7 +229,8 @@ fn chunks(body: &[(usize, &str)], at: &mut usize) -> Result<Vec<Chunk>, String> 
             out.push(chunk);
             continue;
         }
-        if line == "@@" || line.starts_with("@@ ") {
+        let header = line.trim_end();
+        if header == "@@" || header.starts_with("@@ ") {
             if let Some(c) = current.take() {
                 if c.lines.is_empty() && c.anchor.is_some() {
                     return Err(format!(
@@ -234,7 +240,7 @@ fn chunks(body: &[(usize, &str)], at: &mut usize) -> Result<Vec<Chunk>, String> 
                 }
                 out.push(c);
             }
-            let anchor = line[2..].trim();
+            let anchor = header[2..].trim();
             current = Some(Chunk {
                 line: n,
                 anchor: (!anchor.is_empty()).then(|| anchor.to_owned()),

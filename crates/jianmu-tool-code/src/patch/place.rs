@@ -2,13 +2,26 @@
 //!
 //! A hunk's expected lines (context and removed) are searched from the end of the
 //! previous hunk onwards: exactly first, then ignoring trailing whitespace, then
-//! ignoring leading and trailing whitespace. The search runs over line hashes with
+//! ignoring leading and trailing whitespace, then also reading typographic dashes,
+//! quotes and spaces as their ASCII forms. The search runs over line hashes with
 //! Knuth–Morris–Pratt, so it is linear in the file and the hunk whatever they hold,
 //! and it also yields the longest partial match for the error message.
 
+use std::borrow::Cow;
 use std::hash::{DefaultHasher, Hash, Hasher};
 
 use super::parse::{Chunk, HunkLine};
+
+/// Where hunks go when the patch leaves room for a choice.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Placing {
+    /// As codex places them: a hunk that only adds lines goes at the end of the
+    /// file, and a hunk whose last expected line is empty is tried again without it.
+    Codex,
+    /// A hunk that only adds lines goes after its `@@` line, or at the end with
+    /// `*** End of File`, and is refused otherwise.
+    Strict,
+}
 
 /// How strictly lines are compared.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -16,17 +29,42 @@ pub(crate) enum Fit {
     Exact,
     TrailingSpace,
     Whitespace,
+    Punctuation,
 }
 
-const FITS: [Fit; 3] = [Fit::Exact, Fit::TrailingSpace, Fit::Whitespace];
+const FITS: [Fit; 4] = [
+    Fit::Exact,
+    Fit::TrailingSpace,
+    Fit::Whitespace,
+    Fit::Punctuation,
+];
 
 impl Fit {
-    fn key(self, line: &str) -> &str {
+    fn key(self, line: &str) -> Cow<'_, str> {
         match self {
-            Fit::Exact => line,
-            Fit::TrailingSpace => line.trim_end(),
-            Fit::Whitespace => line.trim(),
+            Fit::Exact => Cow::Borrowed(line),
+            Fit::TrailingSpace => Cow::Borrowed(line.trim_end()),
+            Fit::Whitespace => Cow::Borrowed(line.trim()),
+            Fit::Punctuation => {
+                let line = line.trim();
+                if line.is_ascii() {
+                    Cow::Borrowed(line)
+                } else {
+                    Cow::Owned(line.chars().map(plain).collect())
+                }
+            }
         }
+    }
+}
+
+/// The ASCII form of a typographic dash, quote or space.
+fn plain(c: char) -> char {
+    match c {
+        '\u{2010}'..='\u{2015}' | '\u{2212}' => '-',
+        '\u{2018}'..='\u{201B}' => '\'',
+        '\u{201C}'..='\u{201F}' => '"',
+        '\u{00A0}' | '\u{2002}'..='\u{200A}' | '\u{202F}' | '\u{205F}' | '\u{3000}' => ' ',
+        c => c,
     }
 }
 
@@ -66,14 +104,14 @@ pub(crate) struct Placed {
 /// Line hashes of the file under one fit, computed when first needed.
 struct Keys<'a> {
     lines: &'a [&'a str],
-    cache: [Option<Vec<u64>>; 3],
+    cache: [Option<Vec<u64>>; 4],
 }
 
 impl<'a> Keys<'a> {
     fn get(&mut self, fit: Fit) -> &[u64] {
         let lines = self.lines;
         self.cache[fit as usize]
-            .get_or_insert_with(|| lines.iter().map(|l| hash(fit.key(l))).collect())
+            .get_or_insert_with(|| lines.iter().map(|l| hash(&fit.key(l))).collect())
     }
 }
 
@@ -87,101 +125,98 @@ fn hash(s: &str) -> u64 {
 ///
 /// # Errors
 /// The first hunk that cannot be placed, with the closest part of the file.
-pub(crate) fn place(lines: &[&str], chunks: &[Chunk], budget: &mut Budget) -> Result<Placed, Miss> {
+pub(crate) fn place(
+    lines: &[&str],
+    chunks: &[Chunk],
+    placing: Placing,
+    budget: &mut Budget,
+) -> Result<Placed, Miss> {
     let mut keys = Keys {
         lines,
-        cache: [None, None, None],
+        cache: [None, None, None, None],
     };
-    // (start, old length, hunk index) of every placed hunk, in file order.
-    let mut spots: Vec<(usize, usize, usize)> = Vec::with_capacity(chunks.len());
+    // (start, old length, hunk index, the hunk's lines) of every placed hunk.
+    let mut spots: Vec<(usize, usize, usize, Cow<'_, [HunkLine]>)> =
+        Vec::with_capacity(chunks.len());
     let mut loose = Vec::new();
     let mut cursor = 0usize;
     for (k, chunk) in chunks.iter().enumerate() {
         let number = k + 1;
         if let Some(anchor) = &chunk.anchor {
-            let mut found = None;
-            for fit in FITS {
-                let want = fit.key(anchor);
-                let target = hash(want);
-                let hay = keys.get(fit);
-                let at =
-                    (cursor..hay.len()).find(|&i| hay[i] == target && fit.key(lines[i]) == want);
-                let looked = at.map_or(hay.len(), |i| i + 1).saturating_sub(cursor);
-                budget.spend(looked, number, chunk)?;
-                if at.is_some() {
-                    found = at;
-                    break;
-                }
-            }
-            match found {
-                Some(i) => cursor = i + 1,
-                None => {
-                    return Err(Miss(format!(
-                        "hunk {number} (patch line {}): its `@@ {}` line was not found{}",
-                        chunk.line,
-                        jianmu_tool_core::echo(anchor),
-                        after(cursor)
-                    )));
-                }
-            }
+            cursor = find_anchor(&mut keys, anchor, cursor, chunk, number, budget)? + 1;
         }
         let old: Vec<&str> = chunk.old().collect();
         if old.is_empty() {
-            // Only added lines: they go right after the `@@` line, or at the end with
-            // `*** End of File`, or into an empty file. Anything else would be a guess.
-            let at = if chunk.eof {
-                lines.len()
-            } else if chunk.anchor.is_some() {
-                cursor
-            } else if lines.is_empty() || (lines.len() == 1 && lines[0].is_empty()) {
-                0
-            } else {
-                return Err(Miss(format!(
-                    "hunk {number} (patch line {}) only adds lines and does not say where: give the line they follow as `@@ LINE`, or unchanged ` ` context lines around them, or end the hunk with `*** End of File` to append",
-                    chunk.line
-                )));
+            let at = match placing {
+                // Codex puts lines that are only added at the end of the file (before
+                // a last empty line), wherever the `@@` line is.
+                Placing::Codex => lines.len() - usize::from(lines.last() == Some(&"")),
+                // Only added lines: they go right after the `@@` line, or at the end
+                // with `*** End of File`, or into an empty file. Anything else would
+                // be a guess.
+                Placing::Strict if chunk.eof => lines.len(),
+                Placing::Strict if chunk.anchor.is_some() => cursor,
+                Placing::Strict
+                    if lines.is_empty() || (lines.len() == 1 && lines[0].is_empty()) =>
+                {
+                    0
+                }
+                Placing::Strict => {
+                    return Err(Miss(format!(
+                        "hunk {number} (patch line {}) only adds lines and does not say where: give the line they follow as `@@ LINE`, or unchanged ` ` context lines around them, or end the hunk with `*** End of File` to append",
+                        chunk.line
+                    )));
+                }
             };
-            spots.push((at, 0, k));
-            cursor = at;
+            spots.push((at, 0, k, Cow::Borrowed(&chunk.lines)));
+            if placing == Placing::Strict {
+                cursor = at;
+            }
             continue;
         }
-        let mut placed = None;
-        for (i, &fit) in FITS.iter().enumerate() {
-            let pattern: Vec<u64> = old.iter().map(|l| hash(fit.key(l))).collect();
-            let hay = keys.get(fit);
-            let at = if chunk.eof {
-                budget.spend(pattern.len(), number, chunk)?;
-                let start = hay.len().checked_sub(pattern.len());
-                start.filter(|&s| {
-                    s >= cursor && hay[s..] == pattern[..] && same(lines, s, &old, fit)
-                })
-            } else {
-                let (at, looked) = search(hay, &pattern, cursor, |s| same(lines, s, &old, fit));
-                budget.spend(looked + pattern.len(), number, chunk)?;
-                at
-            };
-            if let Some(at) = at {
-                placed = Some(at);
-                if i > 0 {
-                    loose.push(number);
-                }
-                break;
+        let mut found = seek(&mut keys, &old, cursor, chunk, number, budget)?;
+        let mut hunk = Cow::Borrowed(chunk.lines.as_slice());
+        let mut old_len = old.len();
+        if found.is_none()
+            && placing == Placing::Codex
+            && old.len() > 1
+            && old.last() == Some(&"")
+        {
+            // The empty last line may stand for the file's final line break.
+            let shorter = without_final_blank(&chunk.lines);
+            let old: Vec<&str> = old[..old.len() - 1].to_vec();
+            found = seek(&mut keys, &old, cursor, chunk, number, budget)?;
+            if found.is_some() {
+                hunk = Cow::Owned(shorter);
+                old_len = old.len();
             }
         }
-        let Some(at) = placed else {
+        let Some((at, fit)) = found else {
             return Err(Miss(miss(lines, &mut keys, chunk, number, &old, cursor)));
         };
-        spots.push((at, old.len(), k));
-        cursor = at + old.len();
+        if fit != Fit::Exact {
+            loose.push(number);
+        }
+        spots.push((at, old_len, k, hunk));
+        cursor = at + old_len;
     }
+    // Hunks apply in file order; codex's added lines may sit after later hunks.
+    spots.sort_by_key(|s| s.0);
     // Build the new file: unchanged stretches, and each hunk with the file's own
     // context lines (a loose match keeps the file's whitespace there).
     let mut out: Vec<String> = Vec::with_capacity(lines.len() + 16);
     let mut from = 0;
-    for (at, len, k) in spots {
+    for (at, len, k, hunk) in spots {
+        if at < from {
+            return Err(Miss(format!(
+                "hunk {} (patch line {}) overlaps the lines another hunk changes; merge the two hunks",
+                k + 1,
+                chunks[k].line
+            )));
+        }
         out.extend(lines[from..at].iter().map(|s| (*s).to_owned()));
         let mut file_line = at;
-        for l in &chunks[k].lines {
+        for l in hunk.iter() {
             match l {
                 HunkLine::Keep(_) => {
                     out.push(lines[file_line].to_owned());
@@ -195,6 +230,92 @@ pub(crate) fn place(lines: &[&str], chunks: &[Chunk], budget: &mut Budget) -> Re
     }
     out.extend(lines[from..].iter().map(|s| (*s).to_owned()));
     Ok(Placed { lines: out, loose })
+}
+
+/// Finds the `@@` line at or after `cursor`, with the loosest fit needed.
+fn find_anchor(
+    keys: &mut Keys<'_>,
+    anchor: &str,
+    cursor: usize,
+    chunk: &Chunk,
+    number: usize,
+    budget: &mut Budget,
+) -> Result<usize, Miss> {
+    let lines = keys.lines;
+    for fit in FITS {
+        let want = fit.key(anchor);
+        let target = hash(&want);
+        let hay = keys.get(fit);
+        let at = (cursor..hay.len()).find(|&i| hay[i] == target && fit.key(lines[i]) == want);
+        let looked = at.map_or(hay.len(), |i| i + 1).saturating_sub(cursor);
+        budget.spend(looked, number, chunk)?;
+        if let Some(at) = at {
+            return Ok(at);
+        }
+    }
+    Err(Miss(format!(
+        "hunk {number} (patch line {}): its `@@ {}` line was not found{}",
+        chunk.line,
+        jianmu_tool_core::echo(anchor),
+        after(cursor)
+    )))
+}
+
+/// Where the hunk's expected lines `old` are, at or after `cursor`, and the fit
+/// that found them.
+fn seek(
+    keys: &mut Keys<'_>,
+    old: &[&str],
+    cursor: usize,
+    chunk: &Chunk,
+    number: usize,
+    budget: &mut Budget,
+) -> Result<Option<(usize, Fit)>, Miss> {
+    let lines = keys.lines;
+    for fit in FITS {
+        let pattern: Vec<u64> = old.iter().map(|l| hash(&fit.key(l))).collect();
+        let hay = keys.get(fit);
+        let at = if chunk.eof {
+            budget.spend(pattern.len(), number, chunk)?;
+            let start = hay.len().checked_sub(pattern.len());
+            start.filter(|&s| s >= cursor && hay[s..] == pattern[..] && same(lines, s, old, fit))
+        } else {
+            let (at, looked) = search(hay, &pattern, cursor, |s| same(lines, s, old, fit));
+            budget.spend(looked + pattern.len(), number, chunk)?;
+            at
+        };
+        if let Some(at) = at {
+            return Ok(Some((at, fit)));
+        }
+    }
+    Ok(None)
+}
+
+/// The hunk's lines without its last expected line, which is empty, and without
+/// its last new line when that is empty too.
+fn without_final_blank(hunk: &[HunkLine]) -> Vec<HunkLine> {
+    let last_old = hunk.iter().rposition(|l| !matches!(l, HunkLine::Insert(_)));
+    let last_new = hunk
+        .iter()
+        .rposition(|l| !matches!(l, HunkLine::Remove(_)))
+        .filter(|&i| match &hunk[i] {
+            HunkLine::Keep(s) | HunkLine::Insert(s) => s.is_empty(),
+            HunkLine::Remove(_) => false,
+        });
+    hunk.iter()
+        .enumerate()
+        .filter_map(|(i, l)| {
+            let (HunkLine::Keep(s) | HunkLine::Remove(s) | HunkLine::Insert(s)) = l;
+            let old = !matches!(l, HunkLine::Insert(_)) && Some(i) != last_old;
+            let new = !matches!(l, HunkLine::Remove(_)) && Some(i) != last_new;
+            match (old, new) {
+                (true, true) => Some(HunkLine::Keep(s.clone())),
+                (true, false) => Some(HunkLine::Remove(s.clone())),
+                (false, true) => Some(HunkLine::Insert(s.clone())),
+                (false, false) => None,
+            }
+        })
+        .collect()
 }
 
 fn after(cursor: usize) -> String {
@@ -281,7 +402,7 @@ fn miss(
     old: &[&str],
     cursor: usize,
 ) -> String {
-    let pattern: Vec<u64> = old.iter().map(|l| hash(Fit::Whitespace.key(l))).collect();
+    let pattern: Vec<u64> = old.iter().map(|l| hash(&Fit::Whitespace.key(l))).collect();
     let mut best = (0, 0);
     scan(keys.get(Fit::Whitespace), &pattern, cursor, |q, end| {
         if q > best.0 {

@@ -1,7 +1,7 @@
 //! The patch format's parser and the placing of hunks, on in-memory lines.
 
 use super::parse::{HunkLine, OpKind, parse};
-use super::place::{Budget, place};
+use super::place::{Budget, Placing, place};
 
 #[track_caller]
 fn check_parse_error(patch: &str, expect: &str) {
@@ -102,8 +102,13 @@ fn chunks_of(patch: &str) -> Vec<super::parse::Chunk> {
 
 #[track_caller]
 fn check_place(file: &[&str], hunks: &str, expect: &[&str]) {
+    check_placing(Placing::Strict, file, hunks, expect);
+}
+
+#[track_caller]
+fn check_placing(placing: Placing, file: &[&str], hunks: &str, expect: &[&str]) {
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
-    let placed = place(file, &chunks_of(&patch), &mut Budget(Budget::DEFAULT))
+    let placed = place(file, &chunks_of(&patch), placing, &mut Budget(Budget::DEFAULT))
         .unwrap_or_else(|m| panic!("{}", m.0));
     assert_eq!(placed.lines, expect);
 }
@@ -111,7 +116,12 @@ fn check_place(file: &[&str], hunks: &str, expect: &[&str]) {
 #[track_caller]
 fn check_miss(file: &[&str], hunks: &str, expect: &str) {
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
-    let miss = place(file, &chunks_of(&patch), &mut Budget(Budget::DEFAULT))
+    let miss = place(
+        file,
+        &chunks_of(&patch),
+        Placing::Strict,
+        &mut Budget(Budget::DEFAULT),
+    )
         .expect_err("the hunk should not be placed");
     assert!(miss.0.contains(expect), "{}", miss.0);
 }
@@ -156,7 +166,7 @@ fn hunks_go_where_their_context_is() {
 fn whitespace_is_a_reported_fallback_and_the_file_keeps_its_context() {
     let file = ["def f():", "    return 1  ", "x"];
     let patch = "*** Begin Patch\n*** Update File: f\n def f():\n-  return 1\n+    return 2\n x\n*** End Patch";
-    let placed = place(&file, &chunks_of(patch), &mut Budget(Budget::DEFAULT)).unwrap();
+    let placed = place(&file, &chunks_of(patch), Placing::Codex, &mut Budget(Budget::DEFAULT)).unwrap();
     assert_eq!(placed.lines, ["def f():", "    return 2", "x"]);
     assert_eq!(placed.loose, [1]);
 }
@@ -198,7 +208,7 @@ fn search_is_linear_on_repetitive_input() {
     hunk.push_str("-y\n");
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunk}*** End Patch\n");
     let miss =
-        place(&file, &chunks_of(&patch), &mut Budget(Budget::DEFAULT)).expect_err("no match");
+        place(&file, &chunks_of(&patch), Placing::Codex, &mut Budget(Budget::DEFAULT)).expect_err("no match");
     assert!(
         miss.0.contains("match the hunk's first 50000 lines"),
         "{}",
@@ -217,11 +227,53 @@ fn many_hunks_that_each_scan_the_file_run_out_of_budget() {
         .collect();
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
     let miss =
-        place(&file, &chunks_of(&patch), &mut Budget(Budget::DEFAULT)).expect_err("too costly");
+        place(&file, &chunks_of(&patch), Placing::Codex, &mut Budget(Budget::DEFAULT)).expect_err("too costly");
     assert!(
         miss.0
             .contains("looked at more lines than a patch should need"),
         "{}",
         miss.0
     );
+}
+
+#[test]
+fn codex_places_pure_additions_at_the_end_and_retries_without_a_final_blank() {
+    let file = ["a", "b", "c"];
+    // Lines that are only added go at the end, even under an `@@` line.
+    check_placing(Placing::Codex, &file, "@@ a\n+x\n", &["a", "b", "c", "x"]);
+    check_placing(Placing::Codex, &file, "+x\n", &["a", "b", "c", "x"]);
+    // ... before a last empty line.
+    check_placing(Placing::Codex, &["a", ""], "+x\n", &["a", "x", ""]);
+    // A final empty context line stands for the file's last line break.
+    check_placing(Placing::Codex, &file, " b\n-c\n+C\n\n", &["a", "b", "C"]);
+    check_placing(Placing::Codex, &file, " c\n-\n+d\n", &["a", "b", "c", "d"]);
+    // An added line and a later hunk keep file order.
+    check_placing(
+        Placing::Codex,
+        &file,
+        "@@\n+end\n@@\n-a\n+A\n",
+        &["A", "b", "c", "end"],
+    );
+    // Typographic quotes and dashes in the file match their ASCII forms.
+    check_placing(
+        Placing::Codex,
+        &["say(\u{201C}hi\u{201D}) \u{2014} ok", "z"],
+        "-say(\"hi\") - ok\n+said\n",
+        &["said", "z"],
+    );
+}
+
+#[test]
+fn headers_may_have_whitespace_around_them() {
+    let patch = parse(
+        "  *** Begin Patch  \n *** Add File: a.txt \n+x\n  *** Update File: b.txt\t\n *** Move to: c.txt \n@@  \n-y\n+z\n *** End of File \n*** End Patch \n",
+    )
+    .unwrap();
+    assert_eq!(patch.ops[0].path, "a.txt");
+    assert_eq!(patch.ops[0].kind, OpKind::Add(vec!["x".into()]));
+    let OpKind::Update { move_to, chunks } = &patch.ops[1].kind else {
+        panic!("an update")
+    };
+    assert_eq!((patch.ops[1].path.as_str(), move_to.as_deref()), ("b.txt", Some("c.txt")));
+    assert!(chunks[0].eof && chunks[0].anchor.is_none());
 }

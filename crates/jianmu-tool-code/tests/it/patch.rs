@@ -13,9 +13,20 @@ use serde_json::json;
 use crate::call;
 
 fn fixture() -> (tempfile::TempDir, ToolHandle) {
+    fixture_with(PatchSettings::default())
+}
+
+fn strict() -> (tempfile::TempDir, ToolHandle) {
+    fixture_with(PatchSettings {
+        strict: true,
+        ..PatchSettings::default()
+    })
+}
+
+fn fixture_with(settings: PatchSettings) -> (tempfile::TempDir, ToolHandle) {
     let dir = tempfile::tempdir().unwrap();
     let ws = Arc::new(Workspace::open(dir.path()).unwrap());
-    let tool = ToolHandle::new(ApplyPatch::new(ws, PatchSettings::default())).unwrap();
+    let tool = ToolHandle::new(ApplyPatch::new(ws, settings)).unwrap();
     (dir, tool)
 }
 
@@ -106,8 +117,8 @@ async fn the_patch_may_come_as_a_bare_string_and_answers_structured_output() {
 }
 
 #[tokio::test]
-async fn a_pure_addition_lands_after_its_context_not_at_the_end() {
-    let (dir, t) = fixture();
+async fn strict_puts_a_pure_addition_after_its_context_not_at_the_end() {
+    let (dir, t) = strict();
     put(dir.path(), "m.py", "import os\n\ndef main():\n    pass\n");
     let out = call(
         &t,
@@ -132,6 +143,58 @@ async fn a_pure_addition_lands_after_its_context_not_at_the_end() {
         out.contains("hunk 1 (patch line 3) only adds lines and does not say where"),
         "{out}"
     );
+}
+
+#[tokio::test]
+async fn patches_apply_as_codex_applies_them() {
+    let (dir, t) = fixture();
+    let root = dir.path();
+    put(root, "a.txt", "old a\n");
+    put(root, "b.txt", "b\n");
+    put(root, "c.txt", "c\n");
+    put(root, "m.py", "import os\n\ndef main():\n    pass");
+    put(root, "e.txt", "x\ny\nx\n");
+    // Adding a file that exists replaces it; moving onto one replaces it; an update
+    // that only adds lines appends them, even under its `@@` line; headers may have
+    // whitespace around them; a file updated ends with a line break.
+    let out = call(
+        &t,
+        json!({"patch": "*** Begin Patch\n *** Add File: a.txt \n+new a\n*** Update File: b.txt\n  *** Move to: c.txt\n@@\n-b\n+B\n*** Update File: m.py\n@@ import os\n+import sys\n*** Update File: e.txt\n x\n+z\n*** End of File\n*** End Patch"}),
+    )
+    .await;
+    assert_eq!(
+        out,
+        "Applied the patch: 4 files changed (+4 -1)\nA a.txt (+1)\nR b.txt -> c.txt (+1 -1)\nM m.py (+1 -0)\nM e.txt (+1 -0)"
+    );
+    let files = snapshot(root);
+    let text = |k: &str| String::from_utf8(files[k].clone()).unwrap();
+    assert_eq!(text("a.txt"), "new a\n");
+    assert!(!files.contains_key("b.txt"));
+    assert_eq!(text("c.txt"), "B\n");
+    assert_eq!(text("m.py"), "import os\n\ndef main():\n    pass\nimport sys\n");
+    assert_eq!(text("e.txt"), "x\ny\nx\nz\n");
+    // A patch that fails later puts a replaced file back as it was.
+    let out = call(
+        &t,
+        json!({"patch": "*** Begin Patch\n*** Add File: a.txt\n+again\n*** Update File: c.txt\n*** Move to: a.txt\n-B\n+b\n*** End Patch"}),
+    )
+    .await;
+    assert!(out.contains("`a.txt` appears twice in the patch"), "{out}");
+    let out = call(
+        &t,
+        json!({"patch": "*** Begin Patch\n*** Add File: a.txt\n+again\n*** Update File: c.txt\n-nothing\n+b\n*** End Patch"}),
+    )
+    .await;
+    assert!(out.ends_with("no file was changed"), "{out}");
+    assert_eq!(snapshot(root), files);
+    // A folder is not replaced.
+    std::fs::create_dir(root.join("d")).unwrap();
+    let out = call(
+        &t,
+        json!({"patch": "*** Begin Patch\n*** Add File: d\n+x\n*** End Patch"}),
+    )
+    .await;
+    assert!(out.contains("`d` exists and is not a file"), "{out}");
 }
 
 #[tokio::test]
@@ -228,19 +291,21 @@ async fn files_keep_their_line_endings_and_byte_order_mark() {
         std::fs::read(dir.path().join("w.txt")).unwrap(),
         "\u{feff}one\r\n2\r\n2.5\r\nthree\r\n".as_bytes()
     );
-    // A file without a final line break keeps it that way.
+    // A file without a final line break gets one, as codex gives it; with
+    // `strict`, it keeps its end as it was.
+    let patch = json!({"patch": "*** Begin Patch\n*** Update File: n.txt\n a\n-b\n+c\n*** End Patch"});
     std::fs::write(dir.path().join("n.txt"), "a\nb").unwrap();
-    call(
-        &t,
-        json!({"patch": "*** Begin Patch\n*** Update File: n.txt\n a\n-b\n+c\n*** End Patch"}),
-    )
-    .await;
+    call(&t, patch.clone()).await;
+    assert_eq!(std::fs::read(dir.path().join("n.txt")).unwrap(), b"a\nc\n");
+    let (dir, t) = strict();
+    std::fs::write(dir.path().join("n.txt"), "a\nb").unwrap();
+    call(&t, patch).await;
     assert_eq!(std::fs::read(dir.path().join("n.txt")).unwrap(), b"a\nc");
 }
 
 #[tokio::test]
-async fn existing_missing_and_repeated_files_are_refused() {
-    let (dir, t) = fixture();
+async fn strict_refuses_existing_files_and_all_refuse_missing_and_repeated_ones() {
+    let (dir, t) = strict();
     put(dir.path(), "a.txt", "a\n");
     put(dir.path(), "b.txt", "b\n");
     for (patch, expect) in [
@@ -304,6 +369,7 @@ async fn a_file_over_the_limit_is_refused() {
         max_file_size: 8,
         max_files: 2,
         max_total_size: 12,
+        strict: false,
     };
     let t = ToolHandle::new(ApplyPatch::new(ws, settings)).unwrap();
     put(dir.path(), "a.txt", "1234\n");
