@@ -64,6 +64,21 @@ pub struct BashSettings {
     pub session_idle_secs: u64,
     /// Most background jobs running at once.
     pub max_jobs: usize,
+    /// What a command that exits non-zero gives: `error` (the default: an error
+    /// with `Error (CODE):` and its stderr) or `result` (an answer with its stdout,
+    /// its stderr and `Exit code: CODE`, and all three in the structured result).
+    pub nonzero_exit: NonzeroExit,
+}
+
+/// What `bash` answers for a command that exits non-zero (`nonzero_exit`).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum NonzeroExit {
+    /// An error with the exit code and stderr.
+    #[default]
+    Error,
+    /// An answer with stdout, stderr and the exit code.
+    Result,
 }
 
 impl Default for BashSettings {
@@ -83,6 +98,7 @@ impl Default for BashSettings {
             max_sessions: 16,
             session_idle_secs: 3600,
             max_jobs: 16,
+            nonzero_exit: NonzeroExit::Error,
         }
     }
 }
@@ -262,6 +278,25 @@ impl Bash {
                 stderr: Some(stderr),
                 ..BashResult::default()
             })),
+            code if self.settings.nonzero_exit == NonzeroExit::Result => {
+                let mut text = stdout.clone();
+                for part in [stderr.as_str(), ""] {
+                    if !text.is_empty() && !text.ends_with('\n') {
+                        text.push('\n');
+                    }
+                    text.push_str(part);
+                }
+                match code {
+                    Some(code) => text.push_str(&format!("Exit code: {code}")),
+                    None => text.push_str("Killed by a signal"),
+                }
+                Ok(ToolOutput::text(text).with_data(&BashResult {
+                    exit_code: code,
+                    stdout: Some(stdout),
+                    stderr: Some(stderr),
+                    ..BashResult::default()
+                }))
+            }
             Some(code) => Err(ToolError::failed(format!("Error ({code}):\n{stderr}"))),
             None => Err(ToolError::failed(format!(
                 "Error (killed by a signal):\n{stderr}"

@@ -242,6 +242,19 @@ impl ApplyPatch {
             }
             parse::OpKind::Update { move_to, chunks } => {
                 let bytes = self.ws.read_to_end(&rel, limit).map_err(|e| e.message())?;
+                if chunks.is_empty() {
+                    // Only a move: the file goes as it is, bytes unchanged.
+                    let mut planned = Planned {
+                        report: report(shown.clone(), "M", 0, 0),
+                        write: Some((rel.clone(), bytes.clone())),
+                        write_before: Some(bytes),
+                        remove: None,
+                    };
+                    if let Some(dest) = move_to {
+                        self.plan_move(&mut planned, &rel, dest, &at, shown, seen)?;
+                    }
+                    return Ok(planned);
+                }
                 let decoded = Decoded::new(&shown, bytes.clone())?;
                 let text = decoded.text.as_str();
                 let ends_in_break = text.is_empty() || text.ends_with('\n');
@@ -285,26 +298,38 @@ impl ApplyPatch {
                     remove: None,
                 };
                 if let Some(dest) = move_to {
-                    let dest_rel = self.rel(dest, &format!("`{dest}` (`*** Move to:` of {at})"))?;
-                    if dest_rel != rel {
-                        if !seen.insert(dest_rel.clone()) {
-                            return Err(format!(
-                                "`{}` appears twice in the patch",
-                                show(&dest_rel)
-                            ));
-                        }
-                        let dest_before = self.existing(&dest_rel, "Move to")?;
-                        planned.report.status = "R".to_owned();
-                        planned.report.from = Some(shown);
-                        planned.report.path = show(&dest_rel);
-                        planned.write = planned.write.map(|(_, b)| (dest_rel, b));
-                        let source = std::mem::replace(&mut planned.write_before, dest_before);
-                        planned.remove = source.map(|b| (rel, b));
-                    }
+                    self.plan_move(&mut planned, &rel, dest, &at, shown, seen)?;
                 }
                 Ok(planned)
             }
         }
+    }
+
+    /// Turns the update of `rel` into a move to `dest`.
+    fn plan_move(
+        &self,
+        planned: &mut Planned,
+        rel: &Path,
+        dest: &str,
+        at: &str,
+        shown: String,
+        seen: &mut HashSet<PathBuf>,
+    ) -> Result<(), String> {
+        let dest_rel = self.rel(dest, &format!("`{dest}` (`*** Move to:` of {at})"))?;
+        if dest_rel == rel {
+            return Ok(());
+        }
+        if !seen.insert(dest_rel.clone()) {
+            return Err(format!("`{}` appears twice in the patch", show(&dest_rel)));
+        }
+        let dest_before = self.existing(&dest_rel, "Move to")?;
+        planned.report.status = "R".to_owned();
+        planned.report.from = Some(shown);
+        planned.report.path = show(&dest_rel);
+        planned.write = planned.write.take().map(|(_, b)| (dest_rel, b));
+        let source = std::mem::replace(&mut planned.write_before, dest_before);
+        planned.remove = source.map(|b| (rel.to_path_buf(), b));
+        Ok(())
     }
 
     fn rel(&self, path: &str, at: &str) -> Result<PathBuf, String> {

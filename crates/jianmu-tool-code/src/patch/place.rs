@@ -177,10 +177,7 @@ pub(crate) fn place(
         let mut found = seek(&mut keys, &old, cursor, chunk, number, budget)?;
         let mut hunk = Cow::Borrowed(chunk.lines.as_slice());
         let mut old_len = old.len();
-        if found.is_none()
-            && placing == Placing::Codex
-            && old.len() > 1
-            && old.last() == Some(&"")
+        if found.is_none() && placing == Placing::Codex && old.len() > 1 && old.last() == Some(&"")
         {
             // The empty last line may stand for the file's final line break.
             let shorter = without_final_blank(&chunk.lines);

@@ -108,8 +108,13 @@ fn check_place(file: &[&str], hunks: &str, expect: &[&str]) {
 #[track_caller]
 fn check_placing(placing: Placing, file: &[&str], hunks: &str, expect: &[&str]) {
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
-    let placed = place(file, &chunks_of(&patch), placing, &mut Budget(Budget::DEFAULT))
-        .unwrap_or_else(|m| panic!("{}", m.0));
+    let placed = place(
+        file,
+        &chunks_of(&patch),
+        placing,
+        &mut Budget(Budget::DEFAULT),
+    )
+    .unwrap_or_else(|m| panic!("{}", m.0));
     assert_eq!(placed.lines, expect);
 }
 
@@ -122,7 +127,7 @@ fn check_miss(file: &[&str], hunks: &str, expect: &str) {
         Placing::Strict,
         &mut Budget(Budget::DEFAULT),
     )
-        .expect_err("the hunk should not be placed");
+    .expect_err("the hunk should not be placed");
     assert!(miss.0.contains(expect), "{}", miss.0);
 }
 
@@ -166,7 +171,13 @@ fn hunks_go_where_their_context_is() {
 fn whitespace_is_a_reported_fallback_and_the_file_keeps_its_context() {
     let file = ["def f():", "    return 1  ", "x"];
     let patch = "*** Begin Patch\n*** Update File: f\n def f():\n-  return 1\n+    return 2\n x\n*** End Patch";
-    let placed = place(&file, &chunks_of(patch), Placing::Codex, &mut Budget(Budget::DEFAULT)).unwrap();
+    let placed = place(
+        &file,
+        &chunks_of(patch),
+        Placing::Codex,
+        &mut Budget(Budget::DEFAULT),
+    )
+    .unwrap();
     assert_eq!(placed.lines, ["def f():", "    return 2", "x"]);
     assert_eq!(placed.loose, [1]);
 }
@@ -207,8 +218,13 @@ fn search_is_linear_on_repetitive_input() {
     let mut hunk = "-x\n".repeat(50_000);
     hunk.push_str("-y\n");
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunk}*** End Patch\n");
-    let miss =
-        place(&file, &chunks_of(&patch), Placing::Codex, &mut Budget(Budget::DEFAULT)).expect_err("no match");
+    let miss = place(
+        &file,
+        &chunks_of(&patch),
+        Placing::Codex,
+        &mut Budget(Budget::DEFAULT),
+    )
+    .expect_err("no match");
     assert!(
         miss.0.contains("match the hunk's first 50000 lines"),
         "{}",
@@ -226,8 +242,13 @@ fn many_hunks_that_each_scan_the_file_run_out_of_budget() {
         .map(|i| format!("@@\n-line {i}\n+x\n"))
         .collect();
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
-    let miss =
-        place(&file, &chunks_of(&patch), Placing::Codex, &mut Budget(Budget::DEFAULT)).expect_err("too costly");
+    let miss = place(
+        &file,
+        &chunks_of(&patch),
+        Placing::Codex,
+        &mut Budget(Budget::DEFAULT),
+    )
+    .expect_err("too costly");
     assert!(
         miss.0
             .contains("looked at more lines than a patch should need"),
@@ -274,6 +295,9 @@ fn headers_may_have_whitespace_around_them() {
     let OpKind::Update { move_to, chunks } = &patch.ops[1].kind else {
         panic!("an update")
     };
-    assert_eq!((patch.ops[1].path.as_str(), move_to.as_deref()), ("b.txt", Some("c.txt")));
+    assert_eq!(
+        (patch.ops[1].path.as_str(), move_to.as_deref()),
+        ("b.txt", Some("c.txt"))
+    );
     assert!(chunks[0].eof && chunks[0].anchor.is_none());
 }

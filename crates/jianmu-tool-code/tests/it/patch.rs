@@ -171,7 +171,10 @@ async fn patches_apply_as_codex_applies_them() {
     assert_eq!(text("a.txt"), "new a\n");
     assert!(!files.contains_key("b.txt"));
     assert_eq!(text("c.txt"), "B\n");
-    assert_eq!(text("m.py"), "import os\n\ndef main():\n    pass\nimport sys\n");
+    assert_eq!(
+        text("m.py"),
+        "import os\n\ndef main():\n    pass\nimport sys\n"
+    );
     assert_eq!(text("e.txt"), "x\ny\nx\nz\n");
     // A patch that fails later puts a replaced file back as it was.
     let out = call(
@@ -293,7 +296,8 @@ async fn files_keep_their_line_endings_and_byte_order_mark() {
     );
     // A file without a final line break gets one, as codex gives it; with
     // `strict`, it keeps its end as it was.
-    let patch = json!({"patch": "*** Begin Patch\n*** Update File: n.txt\n a\n-b\n+c\n*** End Patch"});
+    let patch =
+        json!({"patch": "*** Begin Patch\n*** Update File: n.txt\n a\n-b\n+c\n*** End Patch"});
     std::fs::write(dir.path().join("n.txt"), "a\nb").unwrap();
     call(&t, patch.clone()).await;
     assert_eq!(std::fs::read(dir.path().join("n.txt")).unwrap(), b"a\nc\n");

@@ -1,0 +1,229 @@
+//! The model APIs' own built-in tool contracts, executed through a Jianmu session.
+//!
+//! Both big model APIs define tool types whose calls the client executes, and their
+//! models are trained on those exact contracts:
+//! - Anthropic: `bash` (`bash_20250124`), the text editor
+//!   `str_replace_based_edit_tool` (`text_editor_20250728`) and `memory`
+//!   (`memory_20250818`), called with `tool_use` blocks and answered with
+//!   `tool_result` blocks;
+//! - OpenAI Responses: `shell` (`shell_call` → `shell_call_output`), `apply_patch`
+//!   (`apply_patch_call` → `apply_patch_call_output`, V4A diffs), the freeform
+//!   `apply_patch` tool (`custom_tool_call`), and any function tool
+//!   (`function_call`).
+//!
+//! [`Native`] takes the vendor's call item as JSON and returns the vendor's result
+//! item as JSON. Every call runs as calls of the session's own tools (`bash`,
+//! `read_file`, `write_file`, `edit_file`, `apply_patch`, `glob_search`,
+//! `file_info`), so the session's policy, audit log, sandbox, workspace confinement,
+//! time limits and output caps hold as for any call. A tool error comes back inside
+//! the result item, in the vendor's own form; only an item that is not a call is an
+//! error here.
+//!
+//! ```no_run
+//! use jianmu_native::{Native, NativeOptions};
+//! use jianmu_runtime::{Runtime, SessionSettings};
+//! use jianmu_tool_core::ToolConfig;
+//!
+//! # async fn demo() -> Result<(), Box<dyn std::error::Error>> {
+//! let runtime = Runtime::new(SessionSettings::new(ToolConfig::new("/work/repo")))?;
+//! let native = Native::open(&runtime, NativeOptions::new().with_root("/repo"))?;
+//! let result = native
+//!     .anthropic(&serde_json::json!({
+//!         "type": "tool_use", "id": "toolu_01", "name": "str_replace_based_edit_tool",
+//!         "input": {"command": "view", "path": "/repo/README.md"}
+//!     }))
+//!     .await?;
+//! assert_eq!(result["tool_use_id"], "toolu_01");
+//! native.close().await;
+//! # Ok(())
+//! # }
+//! ```
+#![deny(missing_docs)]
+
+mod anthropic;
+mod declare;
+mod openai;
+mod text;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use jianmu_runtime::{Closed, Opening, Runtime, Session, SessionError};
+use jianmu_tool_core::{ToolError, ToolOutput};
+use serde_json::Value;
+
+pub use declare::{PATCH_GRAMMAR, anthropic_tools, openai_freeform_tools, openai_tools};
+
+/// The shell session Anthropic's `bash` keeps for the conversation.
+const ANTHROPIC_SHELL: &str = "anthropic-bash";
+/// The shell session OpenAI's `shell` commands run in.
+const OPENAI_SHELL: &str = "openai-shell";
+
+/// How a [`Native`] maps the vendors' calls onto the session.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct NativeOptions {
+    /// The absolute path the model uses for the workspace root (for example
+    /// `/repo`); by default the workspace's own path.
+    pub root: Option<String>,
+    /// The folder `/memories` is (made if missing, kept); by default
+    /// `.jianmu/memories` in the workspace.
+    pub memories: Option<PathBuf>,
+    /// The text editor's `max_characters`: a `view` longer than this is cut, and the
+    /// answer says so.
+    pub max_characters: Option<usize>,
+}
+
+impl NativeOptions {
+    /// The defaults.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The model sees the workspace root as `root`.
+    #[must_use]
+    pub fn with_root(mut self, root: impl Into<String>) -> Self {
+        self.root = Some(root.into());
+        self
+    }
+
+    /// `/memories` is `dir`.
+    #[must_use]
+    pub fn with_memories(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.memories = Some(dir.into());
+        self
+    }
+
+    /// The text editor's `max_characters`.
+    #[must_use]
+    pub fn with_max_characters(mut self, max: usize) -> Self {
+        self.max_characters = Some(max);
+        self
+    }
+}
+
+/// An item that is not a call of the contract it was given to.
+#[derive(Debug, thiserror::Error)]
+#[error("not a call item: {0}")]
+pub struct NotACall(pub String);
+
+/// One conversation's executor of the vendors' tool contracts: a session of its
+/// own (the workspace), and one for `/memories`, opened on the first memory call.
+#[derive(Debug)]
+pub struct Native {
+    runtime: Runtime,
+    session: Arc<Session>,
+    memory: Mutex<Option<Arc<Session>>>,
+    root: String,
+    memories: PathBuf,
+    max_characters: Option<usize>,
+}
+
+impl Native {
+    /// Opens the conversation's session in `runtime`. Its `bash` answers a non-zero
+    /// exit with the output and the code (`[tools.bash] nonzero_exit = "result"`),
+    /// since both contracts report exit codes as results.
+    ///
+    /// # Errors
+    /// As [`Runtime::open_with`].
+    pub fn open(runtime: &Runtime, options: NativeOptions) -> Result<Self, SessionError> {
+        let session = runtime.open_with(Opening::new().with_setting(
+            "bash",
+            "nonzero_exit",
+            "result".into(),
+        ))?;
+        let workspace = session.workspace().to_path_buf();
+        let root = options
+            .root
+            .unwrap_or_else(|| workspace.to_string_lossy().into_owned());
+        let root = format!("/{}", root.trim_matches('/'));
+        Ok(Self {
+            runtime: runtime.clone(),
+            session: Arc::new(session),
+            memory: Mutex::new(None),
+            root,
+            memories: options
+                .memories
+                .unwrap_or_else(|| workspace.join(".jianmu").join("memories")),
+            max_characters: options.max_characters,
+        })
+    }
+
+    /// The workspace root as the model sees it.
+    pub fn root(&self) -> &str {
+        &self.root
+    }
+
+    /// Executes an Anthropic `tool_use` block and returns its `tool_result` block.
+    ///
+    /// # Errors
+    /// [`NotACall`] when `item` is not a `tool_use` block.
+    pub async fn anthropic(&self, item: &Value) -> Result<Value, NotACall> {
+        anthropic::execute(self, item).await
+    }
+
+    /// Executes an OpenAI Responses call item (`shell_call`, `apply_patch_call`,
+    /// `custom_tool_call`, `function_call`) and returns its output item.
+    ///
+    /// # Errors
+    /// [`NotACall`] when `item` is none of those.
+    pub async fn openai(&self, item: &Value) -> Result<Value, NotACall> {
+        openai::execute(self, item).await
+    }
+
+    /// Closes both sessions: every shell, job and process they started ends.
+    pub async fn close(&self) -> Closed {
+        let memory = self.memory.lock().map(|mut m| m.take()).unwrap_or_default();
+        if let Some(memory) = memory {
+            memory.close().await;
+        }
+        self.session.close().await
+    }
+
+    /// Calls a tool of the workspace session.
+    async fn call(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        self.session.call(tool, args).await
+    }
+
+    /// The `/memories` session, opened on first use.
+    fn memory(&self) -> Result<Arc<Session>, String> {
+        let mut slot = self
+            .memory
+            .lock()
+            .map_err(|_| "the memory session is unavailable".to_owned())?;
+        if let Some(session) = slot.as_ref() {
+            return Ok(session.clone());
+        }
+        let session = self
+            .runtime
+            .open_with(Opening::new().in_folder(&self.memories))
+            .map_err(|e| format!("the memory folder cannot be opened: {e}"))?;
+        let session = Arc::new(session);
+        *slot = Some(session.clone());
+        Ok(session)
+    }
+
+    /// `path` as the model wrote it, relative to the workspace, or why not.
+    fn workspace_path(&self, path: &str) -> Result<String, String> {
+        if !path.starts_with('/') {
+            let suggested = format!("{}/{}", self.root.trim_end_matches('/'), path);
+            return Err(format!(
+                "The path {path} is not an absolute path, it should start with `/`. Maybe you meant {suggested}?"
+            ));
+        }
+        text::under(&self.root, path).ok_or_else(|| {
+            format!(
+                "The path {path} is outside the workspace {root}: only paths under {root} can be used here.",
+                root = self.root
+            )
+        })
+    }
+}
+
+/// The text of a tool's error, as the model should read it.
+fn error_text(e: &ToolError) -> String {
+    match e {
+        ToolError::Failed { message } => message.clone(),
+        other => other.to_string(),
+    }
+}

@@ -1,0 +1,268 @@
+//! OpenAI Responses' client tools: `shell`, `apply_patch` (V4A operations and the
+//! freeform patch), and function tools by name.
+
+use jianmu_tool_core::ToolError;
+use serde_json::{Map, Value, json};
+
+use crate::text::cut;
+use crate::{Native, NotACall, OPENAI_SHELL, error_text};
+
+/// The exit code a command gets when it could not be run at all (refused by the
+/// policy, no shell in this build): the error text is its stderr.
+const NOT_RUN: i64 = 126;
+/// Most commands one `shell_call` may carry.
+const MAX_COMMANDS: usize = 64;
+
+pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotACall> {
+    let Some(obj) = item.as_object() else {
+        return Err(NotACall("expected a JSON object (a call item)".into()));
+    };
+    let kind = obj.get("type").and_then(Value::as_str).unwrap_or("");
+    let Some(call_id) = obj.get("call_id").and_then(Value::as_str) else {
+        return Err(NotACall(format!(
+            "expected a call item with a string `call_id` (`type` {})",
+            obj.get("type").map_or("none".to_owned(), Value::to_string)
+        )));
+    };
+    match kind {
+        "shell_call" => shell(native, call_id, obj).await,
+        "apply_patch_call" => apply_patch(native, call_id, obj).await,
+        "custom_tool_call" => {
+            let (Some(name), Some(input)) = (
+                obj.get("name").and_then(Value::as_str),
+                obj.get("input").and_then(Value::as_str),
+            ) else {
+                return Err(NotACall(
+                    "a `custom_tool_call` has a string `name` and `input`".into(),
+                ));
+            };
+            let args = if name == "apply_patch" {
+                json!({"patch": input})
+            } else {
+                Value::String(input.to_owned())
+            };
+            let output = text_of(native.call(name, args).await);
+            Ok(json!({"type": "custom_tool_call_output", "call_id": call_id, "output": output}))
+        }
+        "function_call" => {
+            let (Some(name), Some(arguments)) = (
+                obj.get("name").and_then(Value::as_str),
+                obj.get("arguments").and_then(Value::as_str),
+            ) else {
+                return Err(NotACall(
+                    "a `function_call` has a string `name` and `arguments`".into(),
+                ));
+            };
+            let output = match serde_json::from_str::<Value>(arguments) {
+                Ok(args) => text_of(native.call(name, args).await),
+                Err(e) => format!("error: the arguments are not JSON: {e}"),
+            };
+            Ok(json!({"type": "function_call_output", "call_id": call_id, "output": output}))
+        }
+        other => Err(NotACall(format!(
+            "`type` is `{other}`: expected shell_call, apply_patch_call, custom_tool_call or function_call"
+        ))),
+    }
+}
+
+fn text_of(result: Result<jianmu_tool_core::ToolOutput, ToolError>) -> String {
+    match result {
+        Ok(out) => out.text,
+        Err(e) => format!("error: {}", error_text(&e)),
+    }
+}
+
+/// `shell_call`: each command in order, in one shell session for the conversation.
+async fn shell(
+    native: &Native,
+    call_id: &str,
+    obj: &Map<String, Value>,
+) -> Result<Value, NotACall> {
+    let action = obj.get("action").and_then(Value::as_object);
+    let Some(commands) = action
+        .and_then(|a| a.get("commands"))
+        .and_then(Value::as_array)
+    else {
+        return Err(NotACall(
+            "a `shell_call` has `action.commands`, an array of strings".into(),
+        ));
+    };
+    let action = action.unwrap_or(obj);
+    let timeout_ms = action.get("timeout_ms").and_then(Value::as_u64);
+    let max = action.get("max_output_length").and_then(Value::as_u64);
+    let mut output = Vec::with_capacity(commands.len());
+    if commands.len() > MAX_COMMANDS {
+        output.push(not_run(&format!(
+            "{} commands in one call is over the limit of {MAX_COMMANDS}; send fewer",
+            commands.len()
+        )));
+    } else {
+        for command in commands {
+            let Some(command) = command.as_str() else {
+                output.push(not_run("the command is not a string"));
+                continue;
+            };
+            output.push(run(native, command, timeout_ms).await);
+        }
+    }
+    if let Some(max) = max {
+        let max = usize::try_from(max).unwrap_or(usize::MAX);
+        for entry in &mut output {
+            for key in ["stdout", "stderr"] {
+                if let Some(Value::String(s)) = entry.get_mut(key) {
+                    *s = cut(s, max);
+                }
+            }
+        }
+    }
+    let mut item = json!({"type": "shell_call_output", "call_id": call_id, "output": output});
+    if let Some(max) = max {
+        item["max_output_length"] = max.into();
+    }
+    Ok(item)
+}
+
+fn not_run(message: &str) -> Value {
+    json!({"stdout": "", "stderr": message, "outcome": {"type": "exit", "exit_code": NOT_RUN}})
+}
+
+async fn run(native: &Native, command: &str, timeout_ms: Option<u64>) -> Value {
+    let mut args = json!({"command": command, "session": OPENAI_SHELL});
+    if let Some(ms) = timeout_ms {
+        args["timeout"] = json!((ms.max(1) as f64) / 1000.0);
+    }
+    match native.call("bash", args).await {
+        Ok(out) => {
+            let data = out.structured.unwrap_or_default();
+            let part = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            // A command killed by a signal has no exit code; shells say 128 + signal,
+            // and the signal is not known here.
+            let code = data.get("exit_code").and_then(Value::as_i64).unwrap_or(137);
+            json!({
+                "stdout": part("stdout"),
+                "stderr": part("stderr"),
+                "outcome": {"type": "exit", "exit_code": code},
+            })
+        }
+        Err(ToolError::Timeout { partial, .. }) => {
+            let (stdout, stderr) = split_partial(partial.as_deref().unwrap_or(""));
+            json!({"stdout": stdout, "stderr": stderr, "outcome": {"type": "timeout"}})
+        }
+        Err(e) => not_run(&error_text(&e)),
+    }
+}
+
+/// Splits `bash`'s output so far (stdout, then `[stderr]` and stderr) in two.
+fn split_partial(partial: &str) -> (String, String) {
+    if let Some(rest) = partial.strip_prefix("[stderr]\n") {
+        return (String::new(), rest.to_owned());
+    }
+    match partial.rfind("\n[stderr]\n") {
+        Some(at) => (
+            partial[..=at].to_owned(),
+            partial[at + "\n[stderr]\n".len()..].to_owned(),
+        ),
+        None => (partial.to_owned(), String::new()),
+    }
+}
+
+/// `apply_patch_call`: one file operation with a V4A diff, through `apply_patch`.
+async fn apply_patch(
+    native: &Native,
+    call_id: &str,
+    obj: &Map<String, Value>,
+) -> Result<Value, NotACall> {
+    let Some(op) = obj.get("operation").and_then(Value::as_object) else {
+        return Err(NotACall(
+            "an `apply_patch_call` has an `operation` object".into(),
+        ));
+    };
+    let (Some(kind), Some(path)) = (
+        op.get("type").and_then(Value::as_str),
+        op.get("path").and_then(Value::as_str),
+    ) else {
+        return Err(NotACall(
+            "an `apply_patch_call` operation has a string `type` and `path`".into(),
+        ));
+    };
+    let diff = op.get("diff").and_then(Value::as_str);
+    let outcome = match operation(native, kind, path, diff) {
+        Ok(patch) => native
+            .call("apply_patch", json!({"patch": patch}))
+            .await
+            .map(|out| out.text)
+            .map_err(|e| error_text(&e)),
+        Err(message) => Err(message),
+    };
+    let (status, output) = match outcome {
+        Ok(text) => ("completed", text),
+        Err(text) => ("failed", text),
+    };
+    Ok(
+        json!({"type": "apply_patch_call_output", "call_id": call_id, "status": status, "output": output}),
+    )
+}
+
+/// The patch for one V4A operation.
+fn operation(
+    native: &Native,
+    kind: &str,
+    path: &str,
+    diff: Option<&str>,
+) -> Result<String, String> {
+    let rel = if path.starts_with('/') {
+        native.workspace_path(path)?
+    } else {
+        path.to_owned()
+    };
+    let body = |diff: Option<&str>| -> Result<String, String> {
+        let diff = diff.ok_or_else(|| format!("`{kind}` needs a `diff`"))?;
+        // The diff is one file's: a header line in it would reach other files.
+        if let Some(line) = diff.lines().find(|l| {
+            let l = l.trim();
+            l.starts_with("*** ") && l != "*** End of File"
+        }) {
+            return Err(format!(
+                "the diff holds the line `{}`, which would start another file operation; send one file's changes per call",
+                line.trim()
+            ));
+        }
+        Ok(diff.trim_end_matches('\n').to_owned())
+    };
+    let ops = match kind {
+        "create_file" => {
+            let diff = body(diff)?;
+            if diff.is_empty() {
+                format!("*** Add File: {rel}")
+            } else {
+                format!("*** Add File: {rel}\n{diff}")
+            }
+        }
+        "update_file" => format!("*** Update File: {rel}\n{}", body(diff)?),
+        "delete_file" => format!("*** Delete File: {rel}"),
+        other => {
+            return Err(format!(
+                "unknown operation `{other}`: expected create_file, update_file or delete_file"
+            ));
+        }
+    };
+    Ok(format!("*** Begin Patch\n{ops}\n*** End Patch"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_partial;
+
+    #[test]
+    fn partial_output_splits_at_its_stderr_mark() {
+        assert_eq!(
+            split_partial("out\n[stderr]\nerr"),
+            ("out\n".to_owned(), "err".to_owned())
+        );
+        assert_eq!(
+            split_partial("[stderr]\nerr"),
+            (String::new(), "err".to_owned())
+        );
+        assert_eq!(split_partial("out"), ("out".to_owned(), String::new()));
+    }
+}

@@ -1,0 +1,131 @@
+//! Paths and text shaped as the vendors' reference tools shape them.
+
+/// `path` (absolute, as the model wrote it) relative to `root`, with `.` and `..`
+/// resolved by their names; `None` when it is not under `root`.
+pub(crate) fn under(root: &str, path: &str) -> Option<String> {
+    if !path.starts_with('/') {
+        return None;
+    }
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            part => parts.push(part),
+        }
+    }
+    let root: Vec<&str> = root.split('/').filter(|p| !p.is_empty()).collect();
+    if parts.len() < root.len() || parts[..root.len()] != root[..] {
+        return None;
+    }
+    let rest = parts[root.len()..].join("/");
+    Some(if rest.is_empty() {
+        ".".to_owned()
+    } else {
+        rest
+    })
+}
+
+/// The lines of `text`, without the empty one after a final line break.
+pub(crate) fn lines(text: &str) -> Vec<&str> {
+    if text.is_empty() {
+        return Vec::new();
+    }
+    text.strip_suffix('\n')
+        .unwrap_or(text)
+        .split('\n')
+        .collect()
+}
+
+/// `lines` numbered from `first` as `cat -n` numbers them.
+pub(crate) fn numbered(lines: &[&str], first: usize) -> String {
+    let mut out = String::new();
+    for (i, line) in lines.iter().enumerate() {
+        out.push_str(&format!("{:6}\t{line}\n", first + i));
+    }
+    out
+}
+
+/// 1-based numbers of the lines where `needle` starts in `text`.
+pub(crate) fn occurrence_lines(text: &str, needle: &str) -> Vec<usize> {
+    let mut lines: Vec<usize> = text
+        .match_indices(needle)
+        .map(|(at, _)| text[..at].matches('\n').count() + 1)
+        .collect();
+    lines.dedup();
+    lines
+}
+
+/// `text` cut to `max` characters, keeping its start and end, with the cut said.
+pub(crate) fn cut(text: &str, max: usize) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_owned();
+    }
+    let note = format!("\n[... {} characters cut ...]\n", total - max);
+    let room = max.saturating_sub(note.chars().count());
+    if room < 2 {
+        return text.chars().take(max).collect();
+    }
+    let head: String = text.chars().take(room / 2).collect();
+    let tail: String = text.chars().skip(total - (room - room / 2)).collect();
+    format!("{head}{note}{tail}")
+}
+
+/// A size as `du -h` writes it: `4.0K`, `1.5M`.
+pub(crate) fn human(size: u64) -> String {
+    let mut value = size as f64;
+    for unit in ["", "K", "M", "G"] {
+        if value < 1024.0 || unit == "G" {
+            return if unit.is_empty() {
+                format!("{size}")
+            } else {
+                format!("{value:.1}{unit}")
+            };
+        }
+        value /= 1024.0;
+    }
+    format!("{size}")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn paths_resolve_by_name_and_stay_under_the_root() {
+        assert_eq!(under("/repo", "/repo/a/b.py").as_deref(), Some("a/b.py"));
+        assert_eq!(under("/repo", "/repo").as_deref(), Some("."));
+        assert_eq!(under("/repo", "/repo/a/../b").as_deref(), Some("b"));
+        assert_eq!(under("/repo", "/repo/../etc/passwd"), None);
+        assert_eq!(under("/repo", "/repository/x"), None);
+        assert_eq!(under("/repo", "/../../repo/x").as_deref(), None);
+        assert_eq!(under("/", "/x").as_deref(), Some("x"));
+        assert_eq!(under("/repo", "repo/x"), None);
+    }
+
+    #[test]
+    fn cutting_keeps_both_ends_and_says_how_much_went() {
+        let text = "a".repeat(50) + &"b".repeat(50);
+        let out = cut(&text, 60);
+        assert!(out.chars().count() <= 60, "{out}");
+        assert!(out.starts_with('a') && out.ends_with('b'), "{out}");
+        assert!(out.contains("[... 40 characters cut ...]"), "{out}");
+        assert_eq!(cut("short", 60), "short");
+        assert_eq!(cut("abcdef", 3), "abc");
+    }
+
+    #[test]
+    fn text_helpers() {
+        assert_eq!(lines("a\nb\n"), ["a", "b"]);
+        assert_eq!(lines("a\nb"), ["a", "b"]);
+        assert!(lines("").is_empty());
+        assert_eq!(numbered(&["x", "y"], 9), "     9\tx\n    10\ty\n");
+        assert_eq!(occurrence_lines("x\nab\nabab", "ab"), [2, 3]);
+        assert_eq!(human(100), "100");
+        assert_eq!(human(4096), "4.0K");
+        assert_eq!(human(1536 * 1024), "1.5M");
+    }
+}

@@ -1,0 +1,760 @@
+//! The vendors' contracts end to end: recorded call items, good and bad, against a
+//! real session in a temporary workspace.
+
+use std::path::Path;
+use std::process::Command;
+
+use jianmu_native::{Native, NativeOptions};
+use jianmu_runtime::{Policy, Runtime, SessionSettings};
+use jianmu_tool_core::ToolConfig;
+use serde_json::{Value, json};
+
+struct Fixture {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    memories: std::path::PathBuf,
+    native: Native,
+}
+
+fn fixture_with(policy: Policy, max_characters: Option<usize>) -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let root = dir.path().join("ws");
+    let memories = dir.path().join("mem");
+    std::fs::create_dir(&root).unwrap();
+    let mut settings = SessionSettings::new(ToolConfig::new(&root));
+    settings.policy = policy;
+    let runtime = Runtime::new(settings).unwrap();
+    let mut options = NativeOptions::new()
+        .with_root("/repo")
+        .with_memories(&memories);
+    if let Some(max) = max_characters {
+        options = options.with_max_characters(max);
+    }
+    let native = Native::open(&runtime, options).unwrap();
+    Fixture {
+        _dir: dir,
+        root,
+        memories,
+        native,
+    }
+}
+
+fn fixture() -> Fixture {
+    fixture_with(Policy::default(), None)
+}
+
+impl Fixture {
+    /// Sends a `tool_use` of `name`; returns (content, is_error).
+    async fn claude(&self, name: &str, input: Value) -> (Value, bool) {
+        let out = self
+            .native
+            .anthropic(&json!({"type": "tool_use", "id": "toolu_1", "name": name, "input": input}))
+            .await
+            .unwrap();
+        assert_eq!(out["type"], "tool_result");
+        assert_eq!(out["tool_use_id"], "toolu_1");
+        (
+            out["content"].clone(),
+            out.get("is_error").and_then(Value::as_bool) == Some(true),
+        )
+    }
+
+    /// The text of a successful `tool_use`.
+    async fn ok(&self, name: &str, input: Value) -> String {
+        let (content, error) = self.claude(name, input.clone()).await;
+        assert!(!error, "{input}: {content}");
+        content.as_str().unwrap().to_owned()
+    }
+
+    /// The text of a failed `tool_use`.
+    async fn err(&self, name: &str, input: Value) -> String {
+        let (content, error) = self.claude(name, input.clone()).await;
+        assert!(error, "{input}: {content}");
+        content.as_str().unwrap().to_owned()
+    }
+
+    async fn openai(&self, item: Value) -> Value {
+        self.native.openai(&item).await.unwrap()
+    }
+}
+
+const EDITOR: &str = "str_replace_based_edit_tool";
+
+#[tokio::test]
+async fn the_text_editor_speaks_its_contract_under_the_mapped_root() {
+    let f = fixture();
+    let out = f
+        .ok(
+            EDITOR,
+            json!({"command": "create", "path": "/repo/src/a.py", "file_text": "one\ntwo\nthree\n"}),
+        )
+        .await;
+    assert_eq!(out, "File created successfully at: /repo/src/a.py");
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("src/a.py")).unwrap(),
+        "one\ntwo\nthree\n"
+    );
+    let out = f
+        .ok(EDITOR, json!({"command": "view", "path": "/repo/src/a.py"}))
+        .await;
+    assert_eq!(
+        out,
+        "Here's the result of running `cat -n` on /repo/src/a.py:\n     1\tone\n     2\ttwo\n     3\tthree\n"
+    );
+    let out = f
+        .ok(
+            EDITOR,
+            json!({"command": "view", "path": "/repo/src/a.py", "view_range": [2, -1]}),
+        )
+        .await;
+    assert!(out.ends_with("     2\ttwo\n     3\tthree\n"), "{out}");
+    for (range, expect) in [
+        (
+            json!([0, 2]),
+            "Its first element `0` should be within the range of lines of the file: [1, 3]",
+        ),
+        (
+            json!([2, 9]),
+            "Its second element `9` should be smaller than the number of lines in the file: `3`",
+        ),
+        (
+            json!([3, 2]),
+            "Its second element `2` should be larger or equal than its first `3`",
+        ),
+        (
+            json!([1]),
+            "Invalid `view_range`. It should be a list of two integers.",
+        ),
+    ] {
+        let out = f
+            .err(
+                EDITOR,
+                json!({"command": "view", "path": "/repo/src/a.py", "view_range": range}),
+            )
+            .await;
+        assert!(out.contains(expect), "{out}");
+    }
+    // A folder: two levels, hidden entries left out.
+    std::fs::create_dir_all(f.root.join("src/deep/deeper")).unwrap();
+    std::fs::write(f.root.join(".secret"), "x").unwrap();
+    let out = f
+        .ok(EDITOR, json!({"command": "view", "path": "/repo"}))
+        .await;
+    assert_eq!(
+        out,
+        "Here's the files and directories up to 2 levels deep in /repo, excluding hidden items:\n/repo\n/repo/src\n/repo/src/a.py\n/repo/src/deep\n"
+    );
+    // str_replace: unique, missing, repeated.
+    let out = f
+        .ok(
+            EDITOR,
+            json!({"command": "str_replace", "path": "/repo/src/a.py", "old_str": "two", "new_str": "2"}),
+        )
+        .await;
+    assert!(
+        out.starts_with("The file /repo/src/a.py has been edited. Here's the result of running `cat -n` on a snippet of /repo/src/a.py:\n     1\tone\n     2\t2\n     3\tthree\n"),
+        "{out}"
+    );
+    let out = f
+        .err(
+            EDITOR,
+            json!({"command": "str_replace", "path": "/repo/src/a.py", "old_str": "zzz", "new_str": ""}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        "No replacement was performed, old_str `zzz` did not appear verbatim in /repo/src/a.py."
+    );
+    let out = f
+        .err(
+            EDITOR,
+            json!({"command": "str_replace", "path": "/repo/src/a.py", "old_str": "e", "new_str": "E"}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        "No replacement was performed. Multiple occurrences of old_str `e` in lines [1, 3]. Please ensure it is unique"
+    );
+    // insert after a line, and out of range.
+    let out = f
+        .ok(
+            EDITOR,
+            json!({"command": "insert", "path": "/repo/src/a.py", "insert_line": 1, "insert_text": "1.5"}),
+        )
+        .await;
+    assert!(out.contains("     2\t1.5\n"), "{out}");
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("src/a.py")).unwrap(),
+        "one\n1.5\n2\nthree\n"
+    );
+    let out = f
+        .err(
+            EDITOR,
+            json!({"command": "insert", "path": "/repo/src/a.py", "insert_line": 9, "insert_text": "x"}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        "Invalid `insert_line` parameter: 9. It should be within the range of lines of the file: [0, 4]"
+    );
+    // Missing files, bad commands and missing parameters.
+    let out = f
+        .err(EDITOR, json!({"command": "view", "path": "/repo/nope.txt"}))
+        .await;
+    assert_eq!(
+        out,
+        "The path /repo/nope.txt does not exist. Please provide a valid path."
+    );
+    let out = f
+        .err(EDITOR, json!({"command": "frob", "path": "/repo/src/a.py"}))
+        .await;
+    assert!(out.starts_with("Unrecognized command frob."), "{out}");
+    let out = f
+        .err(EDITOR, json!({"command": "create", "path": "/repo/b.txt"}))
+        .await;
+    assert_eq!(out, "Parameter `file_text` is required for command: create");
+}
+
+#[tokio::test]
+async fn the_text_editor_refuses_every_path_outside_the_workspace() {
+    let f = fixture();
+    std::fs::write(f.root.join("in.txt"), "inside\n").unwrap();
+    for path in [
+        "/repo/../etc/passwd",
+        "/etc/passwd",
+        "/repository/x",
+        "/repo/a/../../x",
+    ] {
+        for command in [
+            json!({"command": "view", "path": path}),
+            json!({"command": "create", "path": path, "file_text": "x"}),
+        ] {
+            let out = f.err(EDITOR, command).await;
+            assert_eq!(
+                out,
+                format!(
+                    "The path {path} is outside the workspace /repo: only paths under /repo can be used here."
+                )
+            );
+        }
+    }
+    let out = f
+        .err(EDITOR, json!({"command": "view", "path": "in.txt"}))
+        .await;
+    assert_eq!(
+        out,
+        "The path in.txt is not an absolute path, it should start with `/`. Maybe you meant /repo/in.txt?"
+    );
+    // A symbolic link out of the workspace is refused by the workspace itself.
+    std::os::unix::fs::symlink("/etc", f.root.join("etc")).unwrap();
+    let out = f
+        .err(
+            EDITOR,
+            json!({"command": "view", "path": "/repo/etc/hostname"}),
+        )
+        .await;
+    assert!(!out.contains("localhost") && !out.is_empty(), "{out}");
+    assert!(!f.root.parent().unwrap().join("x").exists());
+}
+
+#[tokio::test]
+async fn max_characters_cuts_a_view_and_says_so() {
+    let f = fixture_with(Policy::default(), Some(100));
+    let body: String = (0..100).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(f.root.join("long.txt"), body).unwrap();
+    let out = f
+        .ok(EDITOR, json!({"command": "view", "path": "/repo/long.txt"}))
+        .await;
+    let (shown, note) = out.split_once("\n[Cut at 100 of ").unwrap();
+    assert_eq!(shown.chars().count(), 100);
+    assert!(
+        note.ends_with("characters (max_characters): view the rest with `view_range`.]"),
+        "{note}"
+    );
+}
+
+#[tokio::test]
+async fn bash_keeps_one_shell_per_conversation_and_restart_resets_it() {
+    let f = fixture();
+    std::fs::create_dir(f.root.join("sub")).unwrap();
+    let out = f
+        .ok(
+            "bash",
+            json!({"command": "cd sub && export GREETING=hi && echo ready"}),
+        )
+        .await;
+    assert_eq!(out, "ready\n");
+    let out = f
+        .ok(
+            "bash",
+            json!({"command": "echo $GREETING; basename $PWD; echo oops >&2"}),
+        )
+        .await;
+    assert_eq!(out, "hi\nsub\noops\n");
+    let out = f
+        .err("bash", json!({"command": "echo partial; exit 3"}))
+        .await;
+    assert_eq!(out, "partial\nExit code: 3");
+    let out = f.ok("bash", json!({"restart": true})).await;
+    assert_eq!(out, "tool has been restarted.");
+    let out = f
+        .ok(
+            "bash",
+            json!({"command": "echo \"[$GREETING]\"; basename $PWD"}),
+        )
+        .await;
+    assert_eq!(out, "[]\nws\n");
+    let out = f.err("bash", json!({})).await;
+    assert_eq!(out, "no command provided.");
+}
+
+#[tokio::test]
+async fn memory_lives_in_its_own_folder_and_speaks_its_contract() {
+    let f = fixture();
+    const M: &str = "memory";
+    let out = f
+        .ok(M, json!({"command": "view", "path": "/memories"}))
+        .await;
+    assert!(
+        out.starts_with("Here're the files and directories up to 2 levels deep in /memories, excluding hidden items and node_modules:\n"),
+        "{out}"
+    );
+    let out = f
+        .ok(
+            M,
+            json!({"command": "create", "path": "/memories/notes/todo.md", "file_text": "- ship\n- test\n"}),
+        )
+        .await;
+    assert_eq!(out, "File created successfully at: /memories/notes/todo.md");
+    assert_eq!(
+        std::fs::read_to_string(f.memories.join("notes/todo.md")).unwrap(),
+        "- ship\n- test\n"
+    );
+    assert!(!f.root.join("notes").exists());
+    let out = f
+        .err(
+            M,
+            json!({"command": "create", "path": "/memories/notes/todo.md", "file_text": "x"}),
+        )
+        .await;
+    assert_eq!(out, "Error: File /memories/notes/todo.md already exists");
+    let out = f
+        .ok(
+            M,
+            json!({"command": "view", "path": "/memories/notes/todo.md"}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        "Here's the content of /memories/notes/todo.md with line numbers:\n     1\t- ship\n     2\t- test\n"
+    );
+    let out = f
+        .ok(M, json!({"command": "view", "path": "/memories"}))
+        .await;
+    assert!(
+        out.contains("\t/memories/notes\n") && out.ends_with("\t/memories/notes/todo.md"),
+        "{out}"
+    );
+    let out = f
+        .ok(
+            M,
+            json!({"command": "str_replace", "path": "/memories/notes/todo.md", "old_str": "- test", "new_str": "- tested"}),
+        )
+        .await;
+    assert!(
+        out.starts_with("The memory file has been edited.\n"),
+        "{out}"
+    );
+    let out = f
+        .err(
+            M,
+            json!({"command": "str_replace", "path": "/memories/notes/todo.md", "old_str": "- ", "new_str": "* "}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        "Error: No replacement was performed. Multiple occurrences of old_str `- ` in lines: [1, 2]. Please ensure it is unique"
+    );
+    let out = f
+        .ok(
+            M,
+            json!({"command": "insert", "path": "/memories/notes/todo.md", "insert_line": 0, "insert_text": "# Todo"}),
+        )
+        .await;
+    assert_eq!(out, "The file /memories/notes/todo.md has been edited.");
+    let out = f
+        .err(
+            M,
+            json!({"command": "insert", "path": "/memories/notes/todo.md", "insert_line": -1, "insert_text": "x"}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        "Error: Invalid `insert_line` parameter: -1. It should be within the range of lines of the file: [0, 3]"
+    );
+    // Rename a file, then a folder; the destination must be free.
+    f.ok(
+        M,
+        json!({"command": "create", "path": "/memories/other.md", "file_text": "o\n"}),
+    )
+    .await;
+    let out = f
+        .err(
+            M,
+            json!({"command": "rename", "old_path": "/memories/other.md", "new_path": "/memories/notes/todo.md"}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        "Error: The destination /memories/notes/todo.md already exists"
+    );
+    let out = f
+        .ok(
+            M,
+            json!({"command": "rename", "old_path": "/memories/notes", "new_path": "/memories/done"}),
+        )
+        .await;
+    assert_eq!(
+        out,
+        "Successfully renamed /memories/notes to /memories/done"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.memories.join("done/todo.md")).unwrap(),
+        "# Todo\n- ship\n- tested\n"
+    );
+    let out = f
+        .ok(
+            M,
+            json!({"command": "delete", "path": "/memories/other.md"}),
+        )
+        .await;
+    assert_eq!(out, "Successfully deleted /memories/other.md");
+    assert!(!f.memories.join("other.md").exists());
+    let out = f
+        .err(
+            M,
+            json!({"command": "delete", "path": "/memories/other.md"}),
+        )
+        .await;
+    assert_eq!(out, "Error: The path /memories/other.md does not exist");
+    // Nothing outside /memories, however it is spelled.
+    for path in [
+        "/memories/../ws/x",
+        "/etc/passwd",
+        "/memoriesx/a",
+        "memories/a",
+    ] {
+        let out = f
+            .err(
+                M,
+                json!({"command": "create", "path": path, "file_text": "x"}),
+            )
+            .await;
+        assert_eq!(
+            out,
+            format!(
+                "Error: The path {path} is outside /memories: every memory path starts with /memories/."
+            )
+        );
+    }
+    assert!(!f.root.join("x").exists());
+    let out = f
+        .err(M, json!({"command": "delete", "path": "/memories"}))
+        .await;
+    assert!(out.contains("cannot be deleted"), "{out}");
+}
+
+#[tokio::test]
+async fn openai_shell_reports_each_command_and_timeouts_with_their_output() {
+    let f = fixture();
+    let out = f
+        .openai(json!({
+            "type": "shell_call", "call_id": "call_1", "status": "in_progress",
+            "action": {"commands": ["mkdir -p d && cd d && echo in", "basename $PWD; echo bad >&2; exit 4"]},
+        }))
+        .await;
+    assert_eq!(
+        out,
+        json!({"type": "shell_call_output", "call_id": "call_1", "output": [
+            {"stdout": "in\n", "stderr": "", "outcome": {"type": "exit", "exit_code": 0}},
+            {"stdout": "d\n", "stderr": "bad\n", "outcome": {"type": "exit", "exit_code": 4}},
+        ]})
+    );
+    let out = f
+        .openai(json!({
+            "type": "shell_call", "call_id": "call_2",
+            "action": {"commands": ["echo started; sleep 20"], "timeout_ms": 700},
+        }))
+        .await;
+    assert_eq!(out["output"][0]["outcome"], json!({"type": "timeout"}));
+    assert_eq!(out["output"][0]["stdout"], "started\n");
+    let out = f
+        .openai(json!({
+            "type": "shell_call", "call_id": "call_3",
+            "action": {"commands": ["seq 1 2000"], "max_output_length": 200},
+        }))
+        .await;
+    assert_eq!(out["max_output_length"], 200);
+    let stdout = out["output"][0]["stdout"].as_str().unwrap();
+    assert!(stdout.chars().count() <= 200, "{stdout}");
+    assert!(
+        stdout.starts_with("1\n2\n") && stdout.ends_with("1999\n2000\n"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("characters cut ...]"), "{stdout}");
+}
+
+#[tokio::test]
+async fn openai_apply_patch_applies_v4a_operations_and_fails_inside_the_item() {
+    let f = fixture();
+    let done = |out: &Value| {
+        assert_eq!(out["type"], "apply_patch_call_output");
+        (
+            out["status"].as_str().unwrap().to_owned(),
+            out["output"].as_str().unwrap().to_owned(),
+        )
+    };
+    let out = f
+        .openai(json!({
+            "type": "apply_patch_call", "call_id": "call_a", "status": "completed",
+            "operation": {"type": "create_file", "path": "lib/fib.py", "diff": "+def fib(n):\n+    return n\n"},
+        }))
+        .await;
+    assert_eq!(done(&out).0, "completed", "{out}");
+    assert_eq!(out["call_id"], "call_a");
+    let out = f
+        .openai(json!({
+            "type": "apply_patch_call", "call_id": "call_b",
+            "operation": {"type": "update_file", "path": "/repo/lib/fib.py", "diff": "@@\n-def fib(n):\n+def fibonacci(n):\n     return n\n"},
+        }))
+        .await;
+    assert_eq!(done(&out).0, "completed", "{out}");
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("lib/fib.py")).unwrap(),
+        "def fibonacci(n):\n    return n\n"
+    );
+    for (op, expect) in [
+        (
+            json!({"type": "update_file", "path": "lib/fib.py", "diff": "@@\n-def nothing():\n+x\n"}),
+            "were not found",
+        ),
+        (
+            json!({"type": "update_file", "path": "lib/fib.py", "diff": "@@\n-def fibonacci(n):\n+x\n*** Delete File: other.txt\n"}),
+            "would start another file operation",
+        ),
+        (
+            json!({"type": "delete_file", "path": "../outside.txt"}),
+            "outside",
+        ),
+        (
+            json!({"type": "create_file", "path": "/etc/evil", "diff": "+x\n"}),
+            "outside the workspace /repo",
+        ),
+        (
+            json!({"type": "update_file", "path": "lib/fib.py"}),
+            "`update_file` needs a `diff`",
+        ),
+        (
+            json!({"type": "rename_file", "path": "lib/fib.py"}),
+            "unknown operation",
+        ),
+    ] {
+        let out = f
+            .openai(json!({"type": "apply_patch_call", "call_id": "c", "operation": op}))
+            .await;
+        let (status, output) = done(&out);
+        assert_eq!(status, "failed", "{op}: {output}");
+        assert!(output.contains(expect), "{op}: {output}");
+    }
+    let out = f
+        .openai(json!({
+            "type": "apply_patch_call", "call_id": "call_c",
+            "operation": {"type": "delete_file", "path": "lib/fib.py"},
+        }))
+        .await;
+    assert_eq!(done(&out).0, "completed");
+    assert!(!f.root.join("lib/fib.py").exists());
+    // The freeform tool takes the whole patch; function calls reach any tool.
+    let out = f
+        .openai(json!({
+            "type": "custom_tool_call", "call_id": "call_d", "name": "apply_patch",
+            "input": "*** Begin Patch\n*** Add File: n.txt\n+new\n*** End Patch\n",
+        }))
+        .await;
+    assert_eq!(out["type"], "custom_tool_call_output");
+    assert!(
+        out["output"]
+            .as_str()
+            .unwrap()
+            .starts_with("Applied the patch"),
+        "{out}"
+    );
+    let out = f
+        .openai(json!({
+            "type": "function_call", "call_id": "call_e", "name": "read_file",
+            "arguments": "{\"path\": \"n.txt\"}",
+        }))
+        .await;
+    assert_eq!(
+        out,
+        json!({"type": "function_call_output", "call_id": "call_e", "output": "new\n"})
+    );
+}
+
+#[tokio::test]
+async fn a_denied_tool_is_an_error_inside_the_vendor_item() {
+    let policy = Policy {
+        deny: vec!["process:exec".into(), "apply_patch".into()],
+        ..Policy::default()
+    };
+    let f = fixture_with(policy, None);
+    let out = f.err("bash", json!({"command": "echo hi"})).await;
+    assert!(out.contains("denied"), "{out}");
+    let out = f
+        .openai(json!({"type": "shell_call", "call_id": "c", "action": {"commands": ["echo hi"]}}))
+        .await;
+    assert_eq!(out["output"][0]["outcome"]["exit_code"], 126);
+    assert!(
+        out["output"][0]["stderr"]
+            .as_str()
+            .unwrap()
+            .contains("denied"),
+        "{out}"
+    );
+    let out = f
+        .openai(json!({"type": "apply_patch_call", "call_id": "c", "operation": {"type": "delete_file", "path": "x"}}))
+        .await;
+    assert_eq!(out["status"], "failed");
+}
+
+#[tokio::test]
+async fn items_that_are_not_calls_are_refused() {
+    let f = fixture();
+    for item in [
+        json!("text"),
+        json!({"type": "text", "text": "hi"}),
+        json!({"type": "tool_use", "name": "bash"}),
+        json!({"type": "tool_use", "id": "t", "name": "bash", "input": "ls"}),
+    ] {
+        assert!(f.native.anthropic(&item).await.is_err(), "{item}");
+    }
+    for item in [
+        json!([]),
+        json!({"type": "message"}),
+        json!({"type": "shell_call", "call_id": "c"}),
+        json!({"type": "apply_patch_call", "call_id": "c"}),
+        json!({"type": "reasoning", "call_id": "c"}),
+    ] {
+        assert!(f.native.openai(&item).await.is_err(), "{item}");
+    }
+}
+
+/// A seeded generator, so a failure can be replayed.
+struct Rng(u64);
+
+impl Rng {
+    fn next(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+#[allow(clippy::disallowed_methods)] // git is the reference, run as a user runs it.
+fn git(dir: &Path, args: &[&str]) -> std::process::Output {
+    Command::new("git")
+        .current_dir(dir)
+        .args(args)
+        .output()
+        .expect("git must be installed")
+}
+
+/// The V4A body of one file's unified diff: its hunks with `@@` lines bare.
+fn v4a(unified: &str) -> String {
+    let mut out = String::new();
+    let mut in_hunk = false;
+    for line in unified.lines() {
+        if line.starts_with("@@") {
+            in_hunk = true;
+            out.push_str("@@\n");
+        } else if in_hunk {
+            out.push_str(line);
+            out.push('\n');
+        }
+    }
+    out
+}
+
+#[tokio::test]
+async fn v4a_updates_apply_as_git_applies_the_same_change() {
+    let f = fixture();
+    let scratch = tempfile::tempdir().unwrap();
+    let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+    for case in 0..40 {
+        let n = 20 + rng.below(60) as usize;
+        let old: Vec<String> = (0..n)
+            .map(|i| {
+                if i % 5 == 0 {
+                    String::new()
+                } else {
+                    format!("line {i}")
+                }
+            })
+            .collect();
+        let mut new = old.clone();
+        for _ in 0..1 + rng.below(4) {
+            let at = rng.below(new.len() as u64) as usize;
+            match rng.below(3) {
+                0 => new[at] = format!("changed {}", rng.next() % 1000),
+                1 => new.insert(at, format!("added {}", rng.next() % 1000)),
+                _ => {
+                    new.remove(at);
+                }
+            }
+        }
+        let text = |lines: &[String]| lines.iter().map(|l| format!("{l}\n")).collect::<String>();
+        let (a, b) = (scratch.path().join("a"), scratch.path().join("b"));
+        std::fs::write(&a, text(&old)).unwrap();
+        std::fs::write(&b, text(&new)).unwrap();
+        let diff = git(
+            scratch.path(),
+            &["diff", "--no-index", "--no-color", "-U3", "a", "b"],
+        );
+        let unified = String::from_utf8(diff.stdout).unwrap();
+        if unified.is_empty() {
+            continue;
+        }
+        // git applies the unified diff to a copy of the old file.
+        let repo = scratch.path().join(format!("git{case}"));
+        std::fs::create_dir(&repo).unwrap();
+        std::fs::write(repo.join("f.txt"), text(&old)).unwrap();
+        let patch = unified.replace("a/a", "a/f.txt").replace("b/b", "b/f.txt");
+        std::fs::write(repo.join("p.diff"), &patch).unwrap();
+        let applied = git(&repo, &["apply", "p.diff"]);
+        assert!(
+            applied.status.success(),
+            "{}",
+            String::from_utf8_lossy(&applied.stderr)
+        );
+        // The same change as a V4A update_file operation.
+        let name = format!("f{case}.txt");
+        std::fs::write(f.root.join(&name), text(&old)).unwrap();
+        let out = f
+            .openai(json!({
+                "type": "apply_patch_call", "call_id": "c",
+                "operation": {"type": "update_file", "path": name, "diff": v4a(&unified)},
+            }))
+            .await;
+        assert_eq!(out["status"], "completed", "case {case}: {out}\n{unified}");
+        assert_eq!(
+            std::fs::read_to_string(f.root.join(&name)).unwrap(),
+            std::fs::read_to_string(repo.join("f.txt")).unwrap(),
+            "case {case}\n{unified}"
+        );
+    }
+}
