@@ -53,10 +53,12 @@ pub(crate) enum Command {
         /// Print the full specs as JSON.
         #[arg(long, conflicts_with = "markdown")]
         json: bool,
-        /// With --json: the shape to print (jianmu, openai, openai-strict, anthropic,
-        /// gemini, mcp).
-        #[arg(long, requires = "json", default_value = "jianmu")]
-        format: SchemaFormat,
+        /// The JSON shape to print (implies --json): jianmu, openai, openai-strict,
+        /// anthropic, gemini, mcp; or the declarations of the model APIs' built-in
+        /// tools that `jianmu native` executes: anthropic-native, openai-native,
+        /// openai-freeform (apply_patch as a grammar-constrained tool).
+        #[arg(long, conflicts_with = "markdown", default_value = "jianmu")]
+        format: ListFormat,
         /// Print the reference page `docs/tools.md` is made from.
         #[arg(long)]
         markdown: bool,
@@ -87,6 +89,9 @@ pub(crate) enum Command {
         #[command(subcommand)]
         command: SandboxCommand,
     },
+    /// Execute a model API's own tool calls: call items as JSON lines on stdin, one
+    /// result item per line on stdout, all in one session (one conversation).
+    Native(NativeArgs),
     /// Call a tool and print its output.
     Call {
         /// Tool name or alias.
@@ -96,6 +101,66 @@ pub(crate) enum Command {
         #[arg(default_value = "{}")]
         args: String,
     },
+}
+
+/// What `jianmu tools --format` prints.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ListFormat {
+    /// The compiled-in tools' specs in this shape.
+    Specs(SchemaFormat),
+    /// Anthropic's built-in tool declarations.
+    AnthropicNative,
+    /// OpenAI's built-in `shell` and `apply_patch`.
+    OpenAiNative,
+    /// OpenAI's `shell`, and `apply_patch` as a freeform tool with its grammar.
+    OpenAiFreeform,
+}
+
+impl std::str::FromStr for ListFormat {
+    type Err = String;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "anthropic-native" => Ok(Self::AnthropicNative),
+            "openai-native" => Ok(Self::OpenAiNative),
+            "openai-freeform" => Ok(Self::OpenAiFreeform),
+            other => other.parse().map(Self::Specs).map_err(|_| {
+                format!(
+                    "unknown format `{other}`: one of jianmu, openai, openai-strict, anthropic, gemini, mcp, anthropic-native, openai-native, openai-freeform"
+                )
+            }),
+        }
+    }
+}
+
+/// Which model API's contract `jianmu native` speaks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum NativeApi {
+    /// `tool_use` blocks in, `tool_result` blocks out: `bash`,
+    /// `str_replace_based_edit_tool`, `memory`, and any tool by name.
+    Anthropic,
+    /// Responses API call items in, their output items out: `shell_call`,
+    /// `apply_patch_call`, `custom_tool_call`, `function_call`.
+    Openai,
+}
+
+/// `jianmu native`'s flags.
+#[derive(Debug, clap::Args)]
+pub(crate) struct NativeArgs {
+    /// The contract: anthropic or openai.
+    #[arg(value_enum)]
+    pub(crate) api: NativeApi,
+    /// The absolute path the model uses for the workspace root, e.g. /repo
+    /// [default: the workspace's own path].
+    #[arg(long, value_name = "PATH")]
+    pub(crate) root: Option<String>,
+    /// The folder Anthropic's memory tool sees as /memories [default:
+    /// .jianmu/memories in the workspace].
+    #[arg(long, value_name = "DIR")]
+    pub(crate) memories: Option<PathBuf>,
+    /// The text editor's max_characters: a longer view is cut, saying so.
+    #[arg(long, value_name = "N")]
+    pub(crate) max_characters: Option<usize>,
 }
 
 /// `jianmu mcp`'s flags.

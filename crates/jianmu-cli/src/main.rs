@@ -24,6 +24,7 @@ mod build_image;
 mod config;
 #[cfg(feature = "mcp")]
 mod mcp;
+mod native;
 mod render;
 mod settings;
 mod status;
@@ -94,7 +95,19 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let settings = load()?;
             let specs = jianmu_runtime::tool_specs(&settings.tools).map_err(lookup)?;
             let specs: Vec<&ToolSpec> = specs.iter().collect();
-            let text = if json {
+            let format = match format {
+                args::ListFormat::Specs(format) => format,
+                args::ListFormat::AnthropicNative => {
+                    return print(&pretty(&jianmu_native::anthropic_tools(None))?);
+                }
+                args::ListFormat::OpenAiNative => {
+                    return print(&pretty(&jianmu_native::openai_tools())?);
+                }
+                args::ListFormat::OpenAiFreeform => {
+                    return print(&pretty(&jianmu_native::openai_freeform_tools())?);
+                }
+            };
+            let text = if json || format != jianmu_tool_core::SchemaFormat::Jianmu {
                 let exported: Vec<Value> = specs.iter().map(|s| s.export(format)).collect();
                 pretty(&exported)?
             } else if markdown {
@@ -113,6 +126,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let settings = load()?;
             let spec = jianmu_runtime::tool_spec(&settings.tools, name).map_err(lookup)?;
             print(&pretty(&spec.export(*format))?)
+        }
+        Command::Native(native_args) => {
+            let settings = load()?;
+            let rt = runtime()?;
+            rt.block_on(native::run(&settings, native_args))
         }
         Command::Call { name, args } => {
             let settings = load()?;

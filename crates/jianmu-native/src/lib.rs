@@ -203,15 +203,15 @@ impl Native {
         Ok(session)
     }
 
-    /// `path` as the model wrote it, relative to the workspace, or why not.
+    /// `path` as the model wrote it (absolute under the root, or relative to it),
+    /// relative to the workspace, or why not.
     fn workspace_path(&self, path: &str) -> Result<String, String> {
-        if !path.starts_with('/') {
-            let suggested = format!("{}/{}", self.root.trim_end_matches('/'), path);
-            return Err(format!(
-                "The path {path} is not an absolute path, it should start with `/`. Maybe you meant {suggested}?"
-            ));
-        }
-        text::under(&self.root, path).ok_or_else(|| {
+        let absolute = if path.starts_with('/') {
+            path.to_owned()
+        } else {
+            format!("{}/{path}", self.root.trim_end_matches('/'))
+        };
+        text::under(&self.root, &absolute).ok_or_else(|| {
             format!(
                 "The path {path} is outside the workspace {root}: only paths under {root} can be used here.",
                 root = self.root

@@ -18,16 +18,16 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
         return Err(NotACall("expected a JSON object (a call item)".into()));
     };
     let kind = obj.get("type").and_then(Value::as_str).unwrap_or("");
-    let Some(call_id) = obj.get("call_id").and_then(Value::as_str) else {
-        return Err(NotACall(format!(
-            "expected a call item with a string `call_id` (`type` {})",
-            obj.get("type").map_or("none".to_owned(), Value::to_string)
-        )));
+    let call_id = || {
+        obj.get("call_id")
+            .and_then(Value::as_str)
+            .ok_or_else(|| NotACall(format!("a `{kind}` has a string `call_id`")))
     };
     match kind {
-        "shell_call" => shell(native, call_id, obj).await,
-        "apply_patch_call" => apply_patch(native, call_id, obj).await,
+        "shell_call" => shell(native, call_id()?, obj).await,
+        "apply_patch_call" => apply_patch(native, call_id()?, obj).await,
         "custom_tool_call" => {
+            let call_id = call_id()?;
             let (Some(name), Some(input)) = (
                 obj.get("name").and_then(Value::as_str),
                 obj.get("input").and_then(Value::as_str),
@@ -45,6 +45,7 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             Ok(json!({"type": "custom_tool_call_output", "call_id": call_id, "output": output}))
         }
         "function_call" => {
+            let call_id = call_id()?;
             let (Some(name), Some(arguments)) = (
                 obj.get("name").and_then(Value::as_str),
                 obj.get("arguments").and_then(Value::as_str),
@@ -59,8 +60,12 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             };
             Ok(json!({"type": "function_call_output", "call_id": call_id, "output": output}))
         }
-        other => Err(NotACall(format!(
-            "`type` is `{other}`: expected shell_call, apply_patch_call, custom_tool_call or function_call"
+        _ => Err(NotACall(format!(
+            "`type` is {}: expected shell_call, apply_patch_call, custom_tool_call or function_call",
+            obj.get("type").map_or("missing".to_owned(), |t| format!(
+                "`{}`",
+                t.as_str().unwrap_or("not a string")
+            ))
         ))),
     }
 }
@@ -210,11 +215,7 @@ fn operation(
     path: &str,
     diff: Option<&str>,
 ) -> Result<String, String> {
-    let rel = if path.starts_with('/') {
-        native.workspace_path(path)?
-    } else {
-        path.to_owned()
-    };
+    let rel = native.workspace_path(path)?;
     let body = |diff: Option<&str>| -> Result<String, String> {
         let diff = diff.ok_or_else(|| format!("`{kind}` needs a `diff`"))?;
         // The diff is one file's: a header line in it would reach other files.

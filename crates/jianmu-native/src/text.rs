@@ -108,7 +108,7 @@ mod tests {
 
     #[test]
     fn cutting_keeps_both_ends_and_says_how_much_went() {
-        let text = "a".repeat(50) + &"b".repeat(50);
+        let text = format!("{}{}", "a".repeat(50), "b".repeat(50));
         let out = cut(&text, 60);
         assert!(out.chars().count() <= 60, "{out}");
         assert!(out.starts_with('a') && out.ends_with('b'), "{out}");

@@ -238,12 +238,17 @@ async fn the_text_editor_refuses_every_path_outside_the_workspace() {
             );
         }
     }
+    // A relative path is taken from the root, and confined the same way.
     let out = f
-        .err(EDITOR, json!({"command": "view", "path": "in.txt"}))
+        .ok(EDITOR, json!({"command": "view", "path": "in.txt"}))
         .await;
-    assert_eq!(
-        out,
-        "The path in.txt is not an absolute path, it should start with `/`. Maybe you meant /repo/in.txt?"
+    assert!(out.ends_with("     1\tinside\n"), "{out}");
+    let out = f
+        .err(EDITOR, json!({"command": "view", "path": "../ws/in.txt"}))
+        .await;
+    assert!(
+        out.starts_with("The path ../ws/in.txt is outside the workspace /repo"),
+        "{out}"
     );
     // A symbolic link out of the workspace is refused by the workspace itself.
     std::os::unix::fs::symlink("/etc", f.root.join("etc")).unwrap();
@@ -544,7 +549,7 @@ async fn openai_apply_patch_applies_v4a_operations_and_fails_inside_the_item() {
         ),
         (
             json!({"type": "delete_file", "path": "../outside.txt"}),
-            "outside",
+            "outside the workspace /repo",
         ),
         (
             json!({"type": "create_file", "path": "/etc/evil", "diff": "+x\n"}),

@@ -15,6 +15,8 @@ mod mcp;
 mod mcp_http;
 #[cfg(all(feature = "mcp", feature = "full"))]
 mod mcp_lines;
+#[cfg(feature = "full")]
+mod native;
 
 fn jianmu(args: &[&str], dir: &Path) -> Output {
     jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
