@@ -23,6 +23,9 @@ pub struct EditSettings {
     pub max_file_size: u64,
     /// Most lines of diff returned; a longer diff is cut with a notice.
     pub max_diff_lines: usize,
+    /// Sync each write to disk before answering, so it survives a power loss (writes
+    /// are atomic either way).
+    pub durable: bool,
 }
 
 impl Default for EditSettings {
@@ -30,6 +33,7 @@ impl Default for EditSettings {
         Self {
             max_file_size: 10 * 1024 * 1024,
             max_diff_lines: 400,
+            durable: false,
         }
     }
 }
@@ -186,9 +190,12 @@ impl EditFile {
             let staged = self.ws.stage_write(
                 &rel,
                 &decoded.encode(&text),
-                &WriteOptions::default().create_dirs(false),
+                &WriteOptions::default()
+                    .create_dirs(false)
+                    .durable(self.settings.durable),
             )?;
-            // The diff is worked out while the disk syncs the new file.
+            // The diff is worked out while the new file goes in place (the rename
+            // starts its write-out, and `durable` waits for it).
             let (diff, committed) = std::thread::scope(|scope| {
                 let commit = scope.spawn(move || staged.commit());
                 (diff(), commit.join())

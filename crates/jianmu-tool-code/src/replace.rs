@@ -16,12 +16,16 @@ use jianmu_workspace::blocking;
 pub struct ReplaceSettings {
     /// Largest file edited, in bytes.
     pub max_file_size: u64,
+    /// Sync each write to disk before answering, so it survives a power loss (writes
+    /// are atomic either way).
+    pub durable: bool,
 }
 
 impl Default for ReplaceSettings {
     fn default() -> Self {
         Self {
             max_file_size: 10 * 1024 * 1024,
+            durable: false,
         }
     }
 }
@@ -160,7 +164,9 @@ impl StrReplace {
             self.ws.write_atomic(
                 &rel,
                 replaced.as_bytes(),
-                &WriteOptions::default().create_dirs(false),
+                &WriteOptions::default()
+                    .create_dirs(false)
+                    .durable(self.settings.durable),
             )?;
         }
         let plural = if done == 1 { "" } else { "s" };

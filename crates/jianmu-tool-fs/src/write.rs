@@ -18,6 +18,9 @@ pub struct WriteSettings {
     pub max_content_size: u64,
     /// Extensions that may be written; all when absent.
     pub allowed_extensions: Extensions,
+    /// Sync each write to disk before answering, so it survives a power loss (writes
+    /// are atomic either way).
+    pub durable: bool,
 }
 
 impl Default for WriteSettings {
@@ -25,6 +28,7 @@ impl Default for WriteSettings {
         Self {
             max_content_size: MIB,
             allowed_extensions: Extensions::default(),
+            durable: false,
         }
     }
 }
@@ -89,7 +93,8 @@ impl WriteFile {
             .check(&rel, real.as_deref())?;
         let options = WriteOptions::default()
             .append(args.append)
-            .create_dirs(args.create_dirs);
+            .create_dirs(args.create_dirs)
+            .durable(self.settings.durable);
         let file_size = self
             .ws
             .write_atomic(&rel, args.content.as_bytes(), &options)?;

@@ -10,8 +10,8 @@
 //!
 //! Files are opened non-blocking and checked after opening (so a FIFO or device cannot
 //! hang a call), hard-linked files are refused (the same file may exist outside), and
-//! writes are atomic: a temporary file in the same directory, `fsync`, `rename`, with the
-//! old file's permission bits kept.
+//! writes are atomic: a temporary file in the same directory, then `rename`, with the
+//! old file's permission bits kept (and, with `durable`, `fsync` before the rename).
 //!
 //! ```
 //! # fn main() -> Result<(), jianmu_workspace::WorkspaceError> {

@@ -326,9 +326,23 @@ fn a_staged_write_changes_nothing_until_committed() {
 
 #[test]
 fn commit_all_puts_writes_in_place_in_order_and_says_where_it_stopped() {
+    for durable in [false, true] {
+        commit_all_in_order(WriteOptions::default().durable(durable));
+    }
+}
+
+fn commit_all_in_order(w: WriteOptions) {
     let fx = fixture();
-    let w = WriteOptions::default();
     let rel = |p: &str| fx.ws.relative(p).unwrap();
+    // One write alone, and an append in place, both ways.
+    fx.ws.write_atomic(&rel("solo.txt"), b"one\n", &w).unwrap();
+    fx.ws
+        .write_atomic(&rel("solo.txt"), b"two\n", &w.append(true))
+        .unwrap();
+    assert_eq!(
+        fx.ws.read_to_end(&rel("solo.txt"), 100).unwrap(),
+        b"one\ntwo\n"
+    );
     let staged = ["a/1.txt", "a/2.txt", "b/3.txt"]
         .iter()
         .map(|p| fx.ws.stage_write(&rel(p), p.as_bytes(), &w).unwrap())

@@ -1,5 +1,6 @@
-//! Atomic writes: a temporary file beside the target, `fsync`, `rename`. A failure at
-//! any step removes the temporary file and leaves the old file as it was.
+//! Atomic writes: a temporary file beside the target, then `rename`; with `durable`,
+//! the file and its folder are also synced, so the write outlives a power loss. A
+//! failure at any step removes the temporary file and leaves the old file as it was.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -22,6 +23,11 @@ pub struct WriteOptions {
     pub append: bool,
     /// Create missing parent directories.
     pub create_dirs: bool,
+    /// Sync the new content and the folder to disk before answering, so the write
+    /// survives a power loss or a kernel crash (it is atomic either way: readers and a
+    /// killed process never see half a file). Off by default, as `git apply` and
+    /// editors write.
+    pub durable: bool,
 }
 
 impl Default for WriteOptions {
@@ -29,6 +35,7 @@ impl Default for WriteOptions {
         Self {
             append: false,
             create_dirs: true,
+            durable: false,
         }
     }
 }
@@ -45,6 +52,13 @@ impl WriteOptions {
     #[must_use]
     pub fn create_dirs(mut self, create_dirs: bool) -> Self {
         self.create_dirs = create_dirs;
+        self
+    }
+
+    /// Sets `durable`.
+    #[must_use]
+    pub fn durable(mut self, durable: bool) -> Self {
+        self.durable = durable;
         self
     }
 }
@@ -104,12 +118,13 @@ impl Workspace {
             Err(e) => return Err(WorkspaceError::from_io(rel, e)),
         };
         if options.append && existing.is_some() {
-            let size = append_in_place(&pdir, name, content)
+            let size = append_in_place(&pdir, name, content, options.durable)
                 .map_err(|e| WorkspaceError::from_io(rel, e))?;
             return Ok(Staged {
                 rel: rel.to_owned(),
                 pending: None,
                 size,
+                durable: options.durable,
             });
         }
         let tmp = temp_name(name);
@@ -133,6 +148,7 @@ impl Workspace {
                     linked: !anonymous,
                 }),
                 size,
+                durable: options.durable,
             }),
             Err(e) => {
                 let _ = pdir.remove_file(&tmp);
@@ -141,9 +157,9 @@ impl Workspace {
         }
     }
 
-    /// Commits several staged writes: syncs their contents together (one `syncfs` per
-    /// file system, whatever the number of files), renames each in order, then syncs
-    /// each folder once.
+    /// Commits several staged writes: syncs the contents of the durable ones together
+    /// (one `syncfs` per file system, whatever the number of files), renames each in
+    /// order, then syncs each folder of a durable one once.
     ///
     /// # Errors
     /// The first failure, with how many writes were already in place (a prefix of
@@ -154,7 +170,9 @@ impl Workspace {
         // commit; syncing each file would cost one commit per file.
         let mut devices: Vec<(u64, usize)> = Vec::new();
         for (i, s) in staged.iter().enumerate() {
-            let Some(p) = &s.pending else { continue };
+            let Some(p) = s.pending.as_ref().filter(|_| s.durable) else {
+                continue;
+            };
             let dev = std::os::unix::fs::MetadataExt::dev(&p.file.metadata().map_err(|e| {
                 CommitError {
                     committed: 0,
@@ -185,7 +203,7 @@ impl Workspace {
                     error: WorkspaceError::from_io(&s.rel, e),
                 });
             }
-            if !folders.iter().any(|(f, _)| *f == p.parent) {
+            if s.durable && !folders.iter().any(|(f, _)| *f == p.parent) {
                 folders.push((p.parent, p.pdir));
             }
         }
@@ -255,6 +273,7 @@ pub struct Staged {
     rel: PathBuf,
     pending: Option<Pending>,
     size: u64,
+    durable: bool,
 }
 
 /// A staged write's temporary file: written, not yet synced; without a name until it
@@ -321,11 +340,15 @@ impl Staged {
     /// temporary file removed).
     pub fn commit(mut self) -> Result<u64, WorkspaceError> {
         if let Some(p) = self.pending.take() {
-            p.file
-                .sync_all()
-                .and_then(|()| p.put_in_place())
-                .and_then(|()| sync_dir(&p.pdir))
-                .map_err(|e| WorkspaceError::from_io(&self.rel, e))?;
+            let done = if self.durable {
+                p.file
+                    .sync_all()
+                    .and_then(|()| p.put_in_place())
+                    .and_then(|()| sync_dir(&p.pdir))
+            } else {
+                p.put_in_place()
+            };
+            done.map_err(|e| WorkspaceError::from_io(&self.rel, e))?;
         }
         Ok(self.size)
     }
@@ -367,7 +390,7 @@ fn temp_name(name: &Path) -> PathBuf {
 /// Appends `content` to the existing regular file `name` in place: the old content is
 /// not copied (a 1-byte append to a large or sparse file costs one write). If the write
 /// fails, the file is cut back to its old length, so it never keeps half an append.
-fn append_in_place(pdir: &Dir, name: &Path, content: &[u8]) -> io::Result<u64> {
+fn append_in_place(pdir: &Dir, name: &Path, content: &[u8], durable: bool) -> io::Result<u64> {
     let mut options = OpenOptions::new();
     options
         .append(true)
@@ -380,7 +403,9 @@ fn append_in_place(pdir: &Dir, name: &Path, content: &[u8]) -> io::Result<u64> {
         ));
     }
     let start = meta.len();
-    let written = file.write_all(content).and_then(|()| file.sync_data());
+    let written = file
+        .write_all(content)
+        .and_then(|()| if durable { file.sync_data() } else { Ok(()) });
     if let Err(e) = written {
         let _ = file.set_len(start);
         return Err(e);

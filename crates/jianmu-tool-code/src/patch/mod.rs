@@ -36,6 +36,9 @@ pub struct PatchSettings {
     /// under an `@@` line; strict places it after the `@@` line). Off by default,
     /// so a patch codex applies is applied the same way.
     pub strict: bool,
+    /// Sync each write to disk before answering, so it survives a power loss (writes
+    /// are atomic either way).
+    pub durable: bool,
 }
 
 impl Default for PatchSettings {
@@ -45,6 +48,7 @@ impl Default for PatchSettings {
             max_files: 1000,
             max_total_size: 100 * 1024 * 1024,
             strict: false,
+            durable: false,
         }
     }
 }
@@ -374,7 +378,7 @@ impl ApplyPatch {
     /// Stages every write, then puts them in place and removes what goes; puts the
     /// files back if that fails midway.
     fn commit(&self, plans: &mut [Planned]) -> Result<(), ToolError> {
-        let options = WriteOptions::default();
+        let options = WriteOptions::default().durable(self.settings.durable);
         let mut staged: Vec<Staged> = Vec::with_capacity(plans.len());
         // Which plan each staged write belongs to.
         let mut owners: Vec<usize> = Vec::with_capacity(plans.len());

@@ -8,7 +8,9 @@
 //! and it also yields the longest partial match for the error message.
 
 use std::borrow::Cow;
-use std::hash::{DefaultHasher, Hash, Hasher};
+use std::hash::BuildHasher as _;
+
+use foldhash::fast::RandomState;
 
 use super::parse::{Chunk, HunkLine};
 
@@ -95,49 +97,67 @@ impl Budget {
 
 /// The placed hunks of one file: the new lines and the hunks that needed a looser fit.
 #[derive(Debug)]
-pub(crate) struct Placed {
-    pub lines: Vec<String>,
+pub(crate) struct Placed<'a> {
+    pub lines: Vec<&'a str>,
     /// 1-based numbers of hunks matched ignoring whitespace.
     pub loose: Vec<usize>,
 }
 
-/// Line hashes of the file under one fit, computed when first needed.
+/// Line hashes of the file under one fit, computed when first needed, with a seed
+/// of this process's own (so no input can be made to collide on purpose).
 struct Keys<'a> {
     lines: &'a [&'a str],
     cache: [Option<Vec<u64>>; 4],
+    seed: RandomState,
 }
 
 impl<'a> Keys<'a> {
     fn get(&mut self, fit: Fit) -> &[u64] {
-        let lines = self.lines;
+        let (lines, seed) = (self.lines, &self.seed);
         self.cache[fit as usize]
-            .get_or_insert_with(|| lines.iter().map(|l| hash(&fit.key(l))).collect())
+            .get_or_insert_with(|| lines.iter().map(|l| seed.hash_one(&*fit.key(l))).collect())
+    }
+
+    fn hash(&self, s: &str) -> u64 {
+        self.seed.hash_one(s)
     }
 }
 
-fn hash(s: &str) -> u64 {
-    let mut h = DefaultHasher::new();
-    s.hash(&mut h);
-    h.finish()
+/// One line of a placed hunk: the file's line kept or removed, or a line added.
+#[derive(Debug, Clone, Copy)]
+enum Step<'a> {
+    Keep,
+    Remove,
+    Insert(&'a str),
+}
+
+fn steps(hunk: &[HunkLine]) -> Vec<Step<'_>> {
+    hunk.iter()
+        .map(|l| match l {
+            HunkLine::Keep(_) => Step::Keep,
+            HunkLine::Remove(_) => Step::Remove,
+            HunkLine::Insert(s) => Step::Insert(s),
+        })
+        .collect()
 }
 
 /// Applies `chunks` to `lines` (the file without its final line break).
 ///
 /// # Errors
 /// The first hunk that cannot be placed, with the closest part of the file.
-pub(crate) fn place(
-    lines: &[&str],
-    chunks: &[Chunk],
+pub(crate) fn place<'a>(
+    lines: &'a [&'a str],
+    chunks: &'a [Chunk],
     placing: Placing,
     budget: &mut Budget,
-) -> Result<Placed, Miss> {
+) -> Result<Placed<'a>, Miss> {
     let mut keys = Keys {
         lines,
         cache: [None, None, None, None],
+        seed: RandomState::default(),
     };
-    // (start, old length, hunk index, the hunk's lines) of every placed hunk.
-    let mut spots: Vec<(usize, usize, usize, Cow<'_, [HunkLine]>)> =
-        Vec::with_capacity(chunks.len());
+    // (start, old length, hunk index, the hunk's steps) of every placed hunk.
+    let mut spots: Vec<(usize, usize, usize, Vec<Step<'a>>)> = Vec::with_capacity(chunks.len());
     let mut loose = Vec::new();
     let mut cursor = 0usize;
     for (k, chunk) in chunks.iter().enumerate() {
@@ -168,14 +188,14 @@ pub(crate) fn place(
                     )));
                 }
             };
-            spots.push((at, 0, k, Cow::Borrowed(&chunk.lines)));
+            spots.push((at, 0, k, steps(&chunk.lines)));
             if placing == Placing::Strict {
                 cursor = at;
             }
             continue;
         }
         let mut found = seek(&mut keys, &old, cursor, chunk, number, budget)?;
-        let mut hunk = Cow::Borrowed(chunk.lines.as_slice());
+        let mut hunk = None;
         let mut old_len = old.len();
         if found.is_none() && placing == Placing::Codex && old.len() > 1 && old.last() == Some(&"")
         {
@@ -184,7 +204,7 @@ pub(crate) fn place(
             let old: Vec<&str> = old[..old.len() - 1].to_vec();
             found = seek(&mut keys, &old, cursor, chunk, number, budget)?;
             if found.is_some() {
-                hunk = Cow::Owned(shorter);
+                hunk = Some(shorter);
                 old_len = old.len();
             }
         }
@@ -194,14 +214,14 @@ pub(crate) fn place(
         if fit != Fit::Exact {
             loose.push(number);
         }
-        spots.push((at, old_len, k, hunk));
+        spots.push((at, old_len, k, hunk.unwrap_or_else(|| steps(&chunk.lines))));
         cursor = at + old_len;
     }
     // Hunks apply in file order; codex's added lines may sit after later hunks.
     spots.sort_by_key(|s| s.0);
     // Build the new file: unchanged stretches, and each hunk with the file's own
     // context lines (a loose match keeps the file's whitespace there).
-    let mut out: Vec<String> = Vec::with_capacity(lines.len() + 16);
+    let mut out: Vec<&'a str> = Vec::with_capacity(lines.len() + 16);
     let mut from = 0;
     for (at, len, k, hunk) in spots {
         if at < from {
@@ -211,21 +231,21 @@ pub(crate) fn place(
                 chunks[k].line
             )));
         }
-        out.extend(lines[from..at].iter().map(|s| (*s).to_owned()));
+        out.extend_from_slice(&lines[from..at]);
         let mut file_line = at;
-        for l in hunk.iter() {
-            match l {
-                HunkLine::Keep(_) => {
-                    out.push(lines[file_line].to_owned());
+        for step in hunk {
+            match step {
+                Step::Keep => {
+                    out.push(lines[file_line]);
                     file_line += 1;
                 }
-                HunkLine::Remove(_) => file_line += 1,
-                HunkLine::Insert(s) => out.push(s.clone()),
+                Step::Remove => file_line += 1,
+                Step::Insert(s) => out.push(s),
             }
         }
         from = at + len;
     }
-    out.extend(lines[from..].iter().map(|s| (*s).to_owned()));
+    out.extend_from_slice(&lines[from..]);
     Ok(Placed { lines: out, loose })
 }
 
@@ -241,7 +261,7 @@ fn find_anchor(
     let lines = keys.lines;
     for fit in FITS {
         let want = fit.key(anchor);
-        let target = hash(&want);
+        let target = keys.hash(&want);
         let hay = keys.get(fit);
         let at = (cursor..hay.len()).find(|&i| hay[i] == target && fit.key(lines[i]) == want);
         let looked = at.map_or(hay.len(), |i| i + 1).saturating_sub(cursor);
@@ -270,7 +290,7 @@ fn seek(
 ) -> Result<Option<(usize, Fit)>, Miss> {
     let lines = keys.lines;
     for fit in FITS {
-        let pattern: Vec<u64> = old.iter().map(|l| hash(&fit.key(l))).collect();
+        let pattern: Vec<u64> = old.iter().map(|l| keys.hash(&fit.key(l))).collect();
         let hay = keys.get(fit);
         let at = if chunk.eof {
             budget.spend(pattern.len(), number, chunk)?;
@@ -288,9 +308,9 @@ fn seek(
     Ok(None)
 }
 
-/// The hunk's lines without its last expected line, which is empty, and without
-/// its last new line when that is empty too.
-fn without_final_blank(hunk: &[HunkLine]) -> Vec<HunkLine> {
+/// The hunk's steps without its last expected line, which is empty, and without its
+/// last new line when that is empty too.
+fn without_final_blank(hunk: &[HunkLine]) -> Vec<Step<'_>> {
     let last_old = hunk.iter().rposition(|l| !matches!(l, HunkLine::Insert(_)));
     let last_new = hunk
         .iter()
@@ -306,9 +326,9 @@ fn without_final_blank(hunk: &[HunkLine]) -> Vec<HunkLine> {
             let old = !matches!(l, HunkLine::Insert(_)) && Some(i) != last_old;
             let new = !matches!(l, HunkLine::Remove(_)) && Some(i) != last_new;
             match (old, new) {
-                (true, true) => Some(HunkLine::Keep(s.clone())),
-                (true, false) => Some(HunkLine::Remove(s.clone())),
-                (false, true) => Some(HunkLine::Insert(s.clone())),
+                (true, true) => Some(Step::Keep),
+                (true, false) => Some(Step::Remove),
+                (false, true) => Some(Step::Insert(s)),
                 (false, false) => None,
             }
         })
@@ -399,7 +419,10 @@ fn miss(
     old: &[&str],
     cursor: usize,
 ) -> String {
-    let pattern: Vec<u64> = old.iter().map(|l| hash(&Fit::Whitespace.key(l))).collect();
+    let pattern: Vec<u64> = old
+        .iter()
+        .map(|l| keys.hash(&Fit::Whitespace.key(l)))
+        .collect();
     let mut best = (0, 0);
     scan(keys.get(Fit::Whitespace), &pattern, cursor, |q, end| {
         if q > best.0 {

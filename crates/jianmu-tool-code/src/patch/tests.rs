@@ -108,13 +108,9 @@ fn check_place(file: &[&str], hunks: &str, expect: &[&str]) {
 #[track_caller]
 fn check_placing(placing: Placing, file: &[&str], hunks: &str, expect: &[&str]) {
     let patch = format!("*** Begin Patch\n*** Update File: f\n{hunks}*** End Patch\n");
-    let placed = place(
-        file,
-        &chunks_of(&patch),
-        placing,
-        &mut Budget(Budget::DEFAULT),
-    )
-    .unwrap_or_else(|m| panic!("{}", m.0));
+    let chunks = chunks_of(&patch);
+    let placed = place(file, &chunks, placing, &mut Budget(Budget::DEFAULT))
+        .unwrap_or_else(|m| panic!("{}", m.0));
     assert_eq!(placed.lines, expect);
 }
 
@@ -171,13 +167,8 @@ fn hunks_go_where_their_context_is() {
 fn whitespace_is_a_reported_fallback_and_the_file_keeps_its_context() {
     let file = ["def f():", "    return 1  ", "x"];
     let patch = "*** Begin Patch\n*** Update File: f\n def f():\n-  return 1\n+    return 2\n x\n*** End Patch";
-    let placed = place(
-        &file,
-        &chunks_of(patch),
-        Placing::Codex,
-        &mut Budget(Budget::DEFAULT),
-    )
-    .unwrap();
+    let chunks = chunks_of(patch);
+    let placed = place(&file, &chunks, Placing::Codex, &mut Budget(Budget::DEFAULT)).unwrap();
     assert_eq!(placed.lines, ["def f():", "    return 2", "x"]);
     assert_eq!(placed.loose, [1]);
 }

@@ -374,6 +374,7 @@ async fn a_file_over_the_limit_is_refused() {
         max_files: 2,
         max_total_size: 12,
         strict: false,
+        durable: true,
     };
     let t = ToolHandle::new(ApplyPatch::new(ws, settings)).unwrap();
     put(dir.path(), "a.txt", "1234\n");

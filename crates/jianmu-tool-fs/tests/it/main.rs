@@ -244,6 +244,7 @@ async fn write_file_writes_appends_and_refuses() {
     let write = fx.write_tool(WriteSettings {
         max_content_size: 4,
         allowed_extensions: Extensions::only([".md"]),
+        durable: true,
     });
     check(
         call(&write, json!({"path": "a.md", "content": "12345"})).await,
