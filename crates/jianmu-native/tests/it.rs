@@ -6,6 +6,7 @@ use std::process::Command;
 
 use jianmu_native::{Native, NativeOptions};
 use jianmu_runtime::{Policy, Runtime, SessionSettings};
+use jianmu_test_support::Rng;
 use jianmu_tool_core::ToolConfig;
 use serde_json::{Value, json};
 
@@ -654,22 +655,6 @@ async fn items_that_are_not_calls_are_refused() {
     }
 }
 
-/// A seeded generator, so a failure can be replayed.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: u64) -> u64 {
-        self.next() % n
-    }
-}
-
 #[allow(clippy::disallowed_methods)] // git is the reference, run as a user runs it.
 fn git(dir: &Path, args: &[&str]) -> std::process::Output {
     Command::new("git")
@@ -701,7 +686,7 @@ async fn v4a_updates_apply_as_git_applies_the_same_change() {
     let scratch = tempfile::tempdir().unwrap();
     let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
     for case in 0..40 {
-        let n = 20 + rng.below(60) as usize;
+        let n = 20 + rng.below(60);
         let old: Vec<String> = (0..n)
             .map(|i| {
                 if i % 5 == 0 {
@@ -713,10 +698,10 @@ async fn v4a_updates_apply_as_git_applies_the_same_change() {
             .collect();
         let mut new = old.clone();
         for _ in 0..1 + rng.below(4) {
-            let at = rng.below(new.len() as u64) as usize;
+            let at = rng.below(new.len());
             match rng.below(3) {
-                0 => new[at] = format!("changed {}", rng.next() % 1000),
-                1 => new.insert(at, format!("added {}", rng.next() % 1000)),
+                0 => new[at] = format!("changed {}", rng.next_u64() % 1000),
+                1 => new.insert(at, format!("added {}", rng.next_u64() % 1000)),
                 _ => {
                     new.remove(at);
                 }

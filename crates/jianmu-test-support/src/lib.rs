@@ -96,3 +96,23 @@ pub fn probes() -> ToolSet {
         [echo, fail, slow, boom, shell].map(|t| ToolHandle::new(t).expect("a valid probe")),
     )
 }
+
+/// A small deterministic generator (xorshift64), so every run of a generated test
+/// tests the same cases and a failure can be replayed from its seed.
+#[derive(Debug, Clone)]
+pub struct Rng(pub u64);
+
+impl Rng {
+    /// The next 64 random bits.
+    pub fn next_u64(&mut self) -> u64 {
+        self.0 ^= self.0 << 13;
+        self.0 ^= self.0 >> 7;
+        self.0 ^= self.0 << 17;
+        self.0
+    }
+
+    /// A number below `n` (which must not be 0).
+    pub fn below(&mut self, n: usize) -> usize {
+        (self.next_u64() % n as u64) as usize
+    }
+}

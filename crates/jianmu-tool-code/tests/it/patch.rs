@@ -11,6 +11,7 @@ use jianmu_workspace::Workspace;
 use serde_json::json;
 
 use crate::call;
+use jianmu_test_support::Rng;
 
 fn fixture() -> (tempfile::TempDir, ToolHandle) {
     fixture_with(PatchSettings::default())
@@ -410,22 +411,6 @@ async fn a_file_over_the_limit_is_refused() {
     assert_eq!(std::fs::read(dir.path().join("a.txt")).unwrap(), b"1234\n");
 }
 
-/// A small deterministic generator, so every run tests the same cases.
-struct Rng(u64);
-
-impl Rng {
-    fn next(&mut self) -> u64 {
-        self.0 ^= self.0 << 13;
-        self.0 ^= self.0 >> 7;
-        self.0 ^= self.0 << 17;
-        self.0
-    }
-
-    fn below(&mut self, n: usize) -> usize {
-        (self.next() % n as u64) as usize
-    }
-}
-
 const COMMON: [&str; 6] = ["", "}", "{", "    return x;", "// note", "    x += 1;"];
 
 /// Lines of a file: every third line unique, the rest common, so each hunk's context
@@ -434,7 +419,7 @@ fn lines(rng: &mut Rng, tag: &str, n: usize) -> Vec<String> {
     (0..n)
         .map(|i| {
             if i % 3 == 0 {
-                format!("{tag} line {i} {}", rng.next() % 1000)
+                format!("{tag} line {i} {}", rng.next_u64() % 1000)
             } else {
                 COMMON[rng.below(COMMON.len())].to_owned()
             }
