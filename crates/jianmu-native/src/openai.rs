@@ -12,6 +12,8 @@ use crate::{Native, NotACall, OPENAI_SHELL, error_text};
 const NOT_RUN: i64 = 126;
 /// Most commands one `shell_call` may carry.
 const MAX_COMMANDS: usize = 64;
+/// The longest time limit `bash` takes, a day.
+const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
 pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotACall> {
     let Some(obj) = item.as_object() else {
@@ -134,7 +136,8 @@ fn not_run(message: &str) -> Value {
 async fn run(native: &Native, command: &str, timeout_ms: Option<u64>) -> Value {
     let mut args = json!({"command": command, "session": OPENAI_SHELL});
     if let Some(ms) = timeout_ms {
-        args["timeout"] = json!((ms.max(1) as f64) / 1000.0);
+        // Within what `bash` takes: a millisecond to a day.
+        args["timeout"] = json!((ms.clamp(1, MAX_TIMEOUT_MS) as f64) / 1000.0);
     }
     match native.call("bash", args).await {
         Ok(out) => {

@@ -494,6 +494,14 @@ async fn openai_shell_reports_each_command_and_timeouts_with_their_output() {
         .await;
     assert_eq!(out["output"][0]["outcome"], json!({"type": "timeout"}));
     assert_eq!(out["output"][0]["stdout"], "started\n");
+    // A limit past what a command may have is held to a day, not refused.
+    let out = f
+        .openai(json!({
+            "type": "shell_call", "call_id": "call_4",
+            "action": {"commands": ["echo ok"], "timeout_ms": u64::MAX},
+        }))
+        .await;
+    assert_eq!(out["output"][0]["stdout"], "ok\n", "{out}");
     let out = f
         .openai(json!({
             "type": "shell_call", "call_id": "call_3",
