@@ -2,7 +2,6 @@
 //! real session in a temporary workspace.
 
 use std::path::Path;
-use std::process::Command;
 
 use jianmu_native::{Native, NativeOptions};
 use jianmu_runtime::{Policy, Runtime, SessionSettings};
@@ -663,9 +662,8 @@ async fn items_that_are_not_calls_are_refused() {
     }
 }
 
-#[allow(clippy::disallowed_methods)] // git is the reference, run as a user runs it.
 fn git(dir: &Path, args: &[&str]) -> std::process::Output {
-    Command::new("git")
+    jianmu_process::std_command("git")
         .current_dir(dir)
         .args(args)
         .output()
