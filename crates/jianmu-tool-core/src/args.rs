@@ -30,11 +30,10 @@ impl std::fmt::Debug for ArgsValidator {
 
 impl ArgsValidator {
     pub(crate) fn new(spec: &ToolSpec) -> Result<Self, ToolError> {
-        let validator =
-            jsonschema::validator_for(&spec.input_schema).map_err(|e| ToolError::Config {
-                tool: spec.name.clone(),
-                message: format!("the input schema is not a valid JSON Schema: {e}"),
-            })?;
+        let validator = compile(&spec.input_schema).map_err(|e| ToolError::Config {
+            tool: spec.name.clone(),
+            message: format!("the input schema is not a valid JSON Schema: {e}"),
+        })?;
         Ok(Self {
             validator,
             bare_string: spec.takes_bare_string(),
@@ -227,7 +226,113 @@ fn optional_non_null(schema: &Value) -> Vec<String> {
     props
         .iter()
         .filter(|(name, _)| !required.contains(&name.as_str()))
-        .filter(|(_, sub)| !jsonschema::is_valid(sub, &Value::Null))
+        .filter(|(_, sub)| !compile(sub).is_ok_and(|v| v.is_valid(&Value::Null)))
         .map(|(name, _)| name.clone())
         .collect()
+}
+
+/// Compiles `schema`. A schema that names no draft and uses only keywords whose meaning
+/// is the same in draft 7 and draft 2020-12 (what tool schemas are made of) is compiled
+/// as draft 7: checking it against its meta-schema costs a third of 2020-12's, which is
+/// paid once per process, so at every `jianmu call`. Any other schema is compiled as
+/// it says, or as 2020-12.
+fn compile(schema: &Value) -> Result<jsonschema::Validator, jsonschema::ValidationError<'static>> {
+    if schema.get("$schema").is_none() && plain(schema, 0) {
+        // 2020-12 does not assert `format`; neither does this.
+        jsonschema::options()
+            .with_draft(jsonschema::Draft::Draft7)
+            .should_validate_formats(false)
+            .build(schema)
+    } else {
+        jsonschema::validator_for(schema)
+    }
+}
+
+/// True when every keyword of `schema` (and of its subschemas) means the same in
+/// draft 7 and draft 2020-12.
+fn plain(schema: &Value, depth: usize) -> bool {
+    const SAME: [&str; 22] = [
+        "type",
+        "enum",
+        "const",
+        "default",
+        "description",
+        "title",
+        "examples",
+        "format",
+        "minimum",
+        "maximum",
+        "exclusiveMinimum",
+        "exclusiveMaximum",
+        "multipleOf",
+        "minLength",
+        "maxLength",
+        "pattern",
+        "minItems",
+        "maxItems",
+        "uniqueItems",
+        "required",
+        "minProperties",
+        "maxProperties",
+    ];
+    let Some(map) = schema.as_object() else {
+        return schema.is_boolean();
+    };
+    if depth > 32 {
+        return false;
+    }
+    map.iter().all(|(key, value)| match key.as_str() {
+        "properties" => value
+            .as_object()
+            .is_some_and(|props| props.values().all(|v| plain(v, depth + 1))),
+        "items" | "additionalProperties" | "not" => plain(value, depth + 1),
+        "anyOf" | "oneOf" | "allOf" => value
+            .as_array()
+            .is_some_and(|all| all.iter().all(|v| plain(v, depth + 1))),
+        key => SAME.contains(&key),
+    })
+}
+
+#[cfg(test)]
+mod draft_tests {
+    use serde_json::json;
+
+    use super::{compile, plain};
+
+    #[test]
+    fn plain_schemas_compile_as_draft_7_and_mean_the_same() {
+        let tool = json!({
+            "type": "object",
+            "properties": {
+                "path": {"type": "string", "minLength": 1},
+                "mode": {"anyOf": [{"const": "a"}, {"type": "null"}]},
+                "items": {"type": "array", "items": {"type": "integer", "format": "uint32"}},
+                "mail": {"type": "string", "format": "email"},
+            },
+            "required": ["path"],
+            "additionalProperties": false,
+        });
+        assert!(plain(&tool, 0));
+        let v = compile(&tool).unwrap();
+        assert!(
+            v.is_valid(&json!({"path": "a", "mode": null, "items": [1], "mail": "not-an-email"}))
+        );
+        assert!(!v.is_valid(&json!({"path": ""})));
+        assert!(!v.is_valid(&json!({"path": "a", "extra": 1})));
+        // Anything whose meaning could differ goes to the draft it names, or 2020-12.
+        for other in [
+            json!({"$ref": "#/$defs/a", "$defs": {"a": {"type": "string"}}}),
+            json!({"type": "array", "prefixItems": [{"type": "string"}]}),
+            json!({"type": "object", "unevaluatedProperties": false}),
+        ] {
+            assert!(!plain(&other, 0), "{other}");
+            assert!(compile(&other).is_ok(), "{other}");
+        }
+        // A draft 7 tuple is not plain: 2020-12 refuses it, as before.
+        let tuple = json!({"type": "array", "items": [{"type": "string"}]});
+        assert!(!plain(&tuple, 0));
+        let tuple =
+            compile(&json!({"type": "array", "prefixItems": [{"type": "string"}]})).unwrap();
+        assert!(!tuple.is_valid(&json!([1])));
+    }
 }
