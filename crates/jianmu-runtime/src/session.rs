@@ -471,7 +471,14 @@ impl Session {
             Backend::Local => shared.local.clone(),
             #[cfg(feature = "docker")]
             Backend::Docker(docker_settings) => {
-                let sandbox = match self.folder.as_ref().map(|f| &f.path) {
+                let own = match self.folder.as_ref().map(|f| &f.path) {
+                    Some(dir) => Some(dir.as_path()),
+                    // Settings of its own are the container's to build tools from:
+                    // the pool's containers have the runtime's.
+                    None if !overrides.is_empty() => Some(settings.tools.workspace()),
+                    None => None,
+                };
+                let sandbox = match own {
                     // A folder of its own is a mount of its own: a sandbox of its
                     // own, outside the shared pool.
                     Some(dir) => {

@@ -1148,3 +1148,34 @@ fn a_stdio_server_with_a_pool_takes_its_container_before_the_first_call() {
         "containers outlived the server"
     );
 }
+
+/// A session opened with tool settings of its own gets them inside its container too
+/// (the pool's containers have the runtime's): `bash` with `nonzero_exit = "result"`,
+/// as `jianmu native` opens it, answers an exit code instead of an error there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_session_with_settings_of_its_own_has_them_in_its_container() {
+    use jianmu_runtime::{Backend, Opening, Runtime, SessionSettings};
+    let f = fixture(settings());
+    let mut session_settings = SessionSettings::new(ToolConfig::new(&f.ws));
+    session_settings.backend = Backend::Docker(Box::new(settings()));
+    let runtime = Runtime::new(session_settings).unwrap();
+    let plain = runtime.open().unwrap();
+    let failed = plain
+        .call("bash", json!({"command": "echo out; exit 3"}))
+        .await
+        .unwrap_err();
+    assert!(failed.to_string().starts_with("Error (3):"), "{failed}");
+    let own = runtime
+        .open_with(Opening::new().with_setting("bash", "nonzero_exit", "result".into()))
+        .unwrap();
+    let out = own
+        .call("bash", json!({"command": "echo out; exit 3"}))
+        .await
+        .unwrap();
+    assert_eq!(out.text, "out\nExit code: 3");
+    assert_eq!(out.structured.unwrap()["exit_code"], 3);
+    plain.close().await;
+    own.close().await;
+    runtime.shutdown(Duration::from_secs(10)).await;
+    f.sandbox.shutdown().await;
+}
