@@ -437,11 +437,13 @@ async fn reporting<F: std::future::Future>(
 }
 
 /// The structured result of `bash`: `exit_code`, `stdout` and `stderr` for a command
-/// that ran to its end (one that exits non-zero is an error); `job`, `running`,
-/// `exit_code` and `output` for a background job, as `bash_output` answers.
+/// that ran to its end (one that exits non-zero is an error, unless the setting
+/// `nonzero_exit` is `result`); `job`, `running`, `exit_code` and `output` for a
+/// background job, as `bash_output` answers.
 #[derive(Debug, Default, Serialize, schemars::JsonSchema)]
 pub struct BashResult {
-    /// The exit code: 0 for a command that ran to its end; for a background job, its
+    /// The exit code of a command that ran to its end (0, or any code where non-zero
+    /// exits are answered; null when a signal ended it); for a background job, its
     /// code once it has exited, else null.
     pub exit_code: Option<i32>,
     /// What the command printed, head and tail kept when it was long.
