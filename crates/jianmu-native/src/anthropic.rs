@@ -211,7 +211,7 @@ async fn editor(native: &Native, input: &Value) -> Answer {
             Ok(format!("File created successfully at: {path}").into())
         }
         "str_replace" => {
-            let (new_text, first) = replace(session, &rel, path, input, "lines").await?;
+            let (new_text, first) = replace(session, &rel, path, input, Voice::Editor).await?;
             Ok(format!(
                 "The file {path} has been edited. Here's the result of running `cat -n` on a snippet of {path}:\n{}Review the changes and make sure they are as expected. Edit the file again if necessary.",
                 snippet(&new_text, first, new_len(input, "new_str"))
@@ -219,7 +219,7 @@ async fn editor(native: &Native, input: &Value) -> Answer {
             .into())
         }
         "insert" => {
-            let (new_text, first) = insert(session, &rel, input, "").await?;
+            let (new_text, first) = insert(session, &rel, input, Voice::Editor).await?;
             Ok(format!(
                 "The file {path} has been edited. Here's the result of running `cat -n` on a snippet of the edited file:\n{}Review the changes and make sure they are as expected (correct indentation, no duplicate lines, etc). Edit the file again if necessary.",
                 snippet(&new_text, first, new_len(input, "insert_text").max(new_len(input, "new_str")))
@@ -291,7 +291,7 @@ async fn memory(native: &Native, input: &Value) -> Answer {
             if kind.is_none() {
                 return Err(missing());
             }
-            let (new_text, first) = replace(session, &rel, path, input, "lines:").await?;
+            let (new_text, first) = replace(session, &rel, path, input, Voice::Memory).await?;
             Ok(format!(
                 "The memory file has been edited.\n{}",
                 snippet(&new_text, first, new_len(input, "new_str"))
@@ -302,7 +302,7 @@ async fn memory(native: &Native, input: &Value) -> Answer {
             if kind.is_none() {
                 return Err(missing());
             }
-            insert(session, &rel, input, "Error: ").await?;
+            insert(session, &rel, input, Voice::Memory).await?;
             Ok(format!("The file {path} has been edited.").into())
         }
         "delete" => {
@@ -527,6 +527,31 @@ fn head(text: &str, max: usize) -> String {
     out
 }
 
+/// Which tool's wording an edit's errors take: the two word them slightly apart.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Voice {
+    Editor,
+    Memory,
+}
+
+impl Voice {
+    /// What starts an error.
+    fn prefix(self) -> &'static str {
+        match self {
+            Voice::Editor => "",
+            Voice::Memory => "Error: ",
+        }
+    }
+
+    /// What comes before a list of line numbers.
+    fn lines(self) -> &'static str {
+        match self {
+            Voice::Editor => "lines",
+            Voice::Memory => "lines:",
+        }
+    }
+}
+
 /// Replaces the one `old_str` of the file; returns the new text and the (0-based)
 /// line the change starts on.
 async fn replace(
@@ -534,15 +559,11 @@ async fn replace(
     rel: &str,
     path: &str,
     input: &Value,
-    lines_word: &str,
+    voice: Voice,
 ) -> Result<(String, usize), String> {
     let old = arg(input, "old_str", "str_replace")?;
     let new = input.get("new_str").and_then(Value::as_str).unwrap_or("");
-    let prefix = if lines_word.ends_with(':') {
-        "Error: "
-    } else {
-        ""
-    };
+    let (prefix, lines_word) = (voice.prefix(), voice.lines());
     if old.is_empty() {
         return Err(format!(
             "{prefix}No replacement was performed: `old_str` is empty; give the exact text to replace"
@@ -578,8 +599,9 @@ async fn insert(
     session: &Session,
     rel: &str,
     input: &Value,
-    prefix: &str,
+    voice: Voice,
 ) -> Result<(String, usize), String> {
+    let prefix = voice.prefix();
     let line = input
         .get("insert_line")
         .and_then(Value::as_i64)
