@@ -8,7 +8,7 @@ use jianmu_tool_core::{Image, ToolOutput};
 use serde_json::{Value, json};
 
 use crate::text::{self, human, lines, numbered, occurrence_lines};
-use crate::{ANTHROPIC_SHELL, Native, NotACall, error_text};
+use crate::{ANTHROPIC_SHELL, Native, NotACall};
 
 /// The names the text editor has had.
 const EDITOR: [&str; 2] = ["str_replace_based_edit_tool", "str_replace_editor"];
@@ -18,6 +18,10 @@ const MEMORIES: &str = "/memories";
 const SNIPPET: usize = 4;
 /// Most entries a folder view lists.
 const MAX_LISTED: u32 = 1000;
+/// Most entries a folder's delete or rename changes at once.
+const MAX_CHANGED: u32 = 10_000;
+/// A folder's entries and theirs: what a folder view shows.
+const TWO_LEVELS: &str = "{*,*/*}";
 
 /// What a call answers: text and images, or an error's text.
 type Answer = Result<Reply, String>;
@@ -77,7 +81,7 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             .call(other, input)
             .await
             .map(Reply::from)
-            .map_err(|e| error_text(&e)),
+            .map_err(|e| e.to_string()),
     };
     Ok(result(id, answer))
 }
@@ -128,7 +132,7 @@ async fn bash(native: &Native, input: &Value) -> Answer {
                 json!({"command": "true", "session": ANTHROPIC_SHELL, "reset": true}),
             )
             .await
-            .map_err(|e| error_text(&e))?;
+            .map_err(|e| e.to_string())?;
         if command.is_none() {
             return Ok("tool has been restarted.".to_owned().into());
         }
@@ -142,31 +146,34 @@ async fn bash(native: &Native, input: &Value) -> Answer {
             json!({"command": command, "session": ANTHROPIC_SHELL}),
         )
         .await
-        .map_err(|e| error_text(&e))?;
-    let data = out.structured.unwrap_or_default();
-    let part = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
-    let mut text = part("stdout");
+        .map_err(|e| e.to_string())?;
+    let data = out.structured.as_ref();
+    if data
+        .and_then(|d| d.get("exit_code"))
+        .and_then(Value::as_i64)
+        != Some(0)
+    {
+        // `bash` (with `nonzero_exit = "result"`) already says stdout, stderr and
+        // `Exit code: N`, or that a signal ended it.
+        return Err(out.text);
+    }
+    let part = |k: &str| {
+        data.and_then(|d| d.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or("")
+    };
+    let mut text = part("stdout").to_owned();
     let stderr = part("stderr");
     if !stderr.is_empty() {
         if !text.is_empty() && !text.ends_with('\n') {
             text.push('\n');
         }
-        text.push_str(&stderr);
+        text.push_str(stderr);
     }
-    match data.get("exit_code").and_then(Value::as_i64) {
-        Some(0) if text.is_empty() => Ok("(no output)".to_owned().into()),
-        Some(0) => Ok(text.into()),
-        code => {
-            if !text.is_empty() && !text.ends_with('\n') {
-                text.push('\n');
-            }
-            match code {
-                Some(code) => text.push_str(&format!("Exit code: {code}")),
-                None => text.push_str("Killed by a signal"),
-            }
-            Err(text)
-        }
+    if text.is_empty() {
+        text.push_str("(no output)");
     }
+    Ok(text.into())
 }
 
 /// The text editor: `view`, `create`, `str_replace`, `insert`.
@@ -180,7 +187,7 @@ async fn editor(native: &Native, input: &Value) -> Answer {
     let session = &native.session;
     match command {
         "view" => {
-            let kind = kind_of(session, &rel, path).await?;
+            let (kind, _) = info(session, &rel, path).await?;
             if kind == "directory" {
                 if input.get("view_range").is_some() {
                     return Err("The `view_range` parameter is not allowed when `path` points to a directory.".to_owned());
@@ -207,7 +214,7 @@ async fn editor(native: &Native, input: &Value) -> Answer {
             native
                 .call("write_file", json!({"path": rel, "content": content}))
                 .await
-                .map_err(|e| error_text(&e))?;
+                .map_err(|e| e.to_string())?;
             Ok(format!("File created successfully at: {path}").into())
         }
         "str_replace" => {
@@ -247,22 +254,23 @@ async fn memory(native: &Native, input: &Value) -> Answer {
     };
     let rel = memory_path(path)?;
     let missing = || format!("Error: The path {path} does not exist. Please provide a valid path.");
-    let kind = kind_of(session, &rel, path).await.ok();
+    let found = info(session, &rel, path).await.ok();
+    let kind = found.as_ref().map(|(kind, _)| kind.clone());
     match command {
-        "view" => match kind.as_deref() {
-            Some("directory") => {
-                let entries = glob(session, &rel, "{*,*/*}").await?;
-                let mut listed = vec![format!("{}\t{path}", human(size_of(session, &rel).await))];
-                for entry in entries
+        "view" => match found.as_ref().map(|(kind, size)| (kind.as_str(), size)) {
+            Some(("directory", size)) => {
+                let found = glob(session, &rel, TWO_LEVELS, false, MAX_LISTED).await?;
+                let mut listed = vec![format!("{}\t{path}", human(*size))];
+                for entry in found
+                    .paths
                     .iter()
                     .filter(|e| !e.split('/').any(|p| p == "node_modules"))
                 {
                     let entry = entry.trim_end_matches('/');
-                    listed.push(format!(
-                        "{}\t{MEMORIES}/{entry}",
-                        human(size_of(session, entry).await)
-                    ));
+                    let size = info(session, entry, entry).await.map_or(0, |(_, s)| s);
+                    listed.push(format!("{}\t{MEMORIES}/{entry}", human(size)));
                 }
+                listed.extend(found.left_out());
                 Ok(format!(
                     "Here're the files and directories up to 2 levels deep in {path}, excluding hidden items and node_modules:\n{}",
                     listed.join("\n")
@@ -284,7 +292,7 @@ async fn memory(native: &Native, input: &Value) -> Answer {
             session
                 .call("write_file", json!({"path": rel, "content": content}))
                 .await
-                .map_err(|e| format!("Error: {}", error_text(&e)))?;
+                .map_err(|e| format!("Error: {e}"))?;
             Ok(format!("File created successfully at: {path}").into())
         }
         "str_replace" => {
@@ -331,7 +339,7 @@ async fn memory(native: &Native, input: &Value) -> Answer {
             if rel == "." || new_rel == "." {
                 return Err(format!("Error: {MEMORIES} itself cannot be renamed"));
             }
-            if kind_of(session, &new_rel, new_path).await.is_ok() {
+            if info(session, &new_rel, new_path).await.is_ok() {
                 return Err(format!("Error: The destination {new_path} already exists"));
             }
             let files = files_at(session, &rel, &kind).await?;
@@ -357,15 +365,18 @@ fn memory_path(path: &str) -> Result<String, String> {
     })
 }
 
-/// `file`, `directory`, … of `rel`, or the vendor's text for a missing path.
-async fn kind_of(session: &Session, rel: &str, shown: &str) -> Result<String, String> {
+/// What `rel` is (`file`, `directory`, …) and its size, or the vendor's text for a
+/// missing path.
+async fn info(session: &Session, rel: &str, shown: &str) -> Result<(String, u64), String> {
     match session.call("file_info", json!({"path": rel})).await {
-        Ok(out) => Ok(out
-            .structured
-            .and_then(|d| d.get("type").and_then(Value::as_str).map(str::to_owned))
-            .unwrap_or_default()),
+        Ok(out) => {
+            let data = out.structured.unwrap_or_default();
+            let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
+            let size = data.get("size").and_then(Value::as_u64).unwrap_or(0);
+            Ok((kind.to_owned(), size))
+        }
         Err(e) => {
-            let text = error_text(&e);
+            let text = e.to_string();
             if text.contains("does not exist") {
                 Err(format!(
                     "The path {shown} does not exist. Please provide a valid path."
@@ -377,27 +388,43 @@ async fn kind_of(session: &Session, rel: &str, shown: &str) -> Result<String, St
     }
 }
 
-async fn size_of(session: &Session, rel: &str) -> u64 {
-    match session.call("file_info", json!({"path": rel})).await {
-        Ok(out) => out
-            .structured
-            .and_then(|d| d.get("size").and_then(Value::as_u64))
-            .unwrap_or(0),
-        Err(_) => 0,
+/// What one `glob_search` found: workspace-relative paths (folders end in `/`) and
+/// how many matched in all.
+struct Found {
+    paths: Vec<String>,
+    total: u64,
+}
+
+impl Found {
+    /// A line saying how many entries were left out, if any were.
+    fn left_out(&self) -> Option<String> {
+        let shown = self.paths.len() as u64;
+        (self.total > shown).then(|| {
+            format!(
+                "(only the first {shown} of {} entries are listed: view a subfolder to see more)",
+                self.total
+            )
+        })
     }
 }
 
-/// Workspace-relative paths matching `pattern` under `rel` (folders end in `/`).
-async fn glob(session: &Session, rel: &str, pattern: &str) -> Result<Vec<String>, String> {
+/// The paths matching `pattern` under `rel`, at most `limit`.
+async fn glob(
+    session: &Session,
+    rel: &str,
+    pattern: &str,
+    hidden: bool,
+    limit: u32,
+) -> Result<Found, String> {
     let out = session
         .call(
             "glob_search",
-            json!({"path": rel, "pattern": pattern, "limit": MAX_LISTED}),
+            json!({"path": rel, "pattern": pattern, "include_hidden": hidden, "limit": limit}),
         )
         .await
-        .map_err(|e| error_text(&e))?;
+        .map_err(|e| e.to_string())?;
     let data = out.structured.unwrap_or_default();
-    Ok(data
+    let paths = data
         .get("paths")
         .and_then(Value::as_array)
         .map(|a| {
@@ -406,21 +433,22 @@ async fn glob(session: &Session, rel: &str, pattern: &str) -> Result<Vec<String>
                 .map(str::to_owned)
                 .collect()
         })
-        .unwrap_or_default())
+        .unwrap_or_default();
+    let total = data.get("total").and_then(Value::as_u64).unwrap_or(0);
+    Ok(Found { paths, total })
 }
 
 /// The folder's entries two levels deep, as absolute paths the model sees.
 async fn listing(session: &Arc<Session>, rel: &str, root: &str) -> Result<String, String> {
-    let entries = glob(session, rel, "{*,*/*}").await?;
+    let found = glob(session, rel, TWO_LEVELS, false, MAX_LISTED).await?;
     let root = root.trim_end_matches('/');
     let mut out = String::new();
-    for entry in &entries {
+    for entry in &found.paths {
         out.push_str(&format!("{root}/{}\n", entry.trim_end_matches('/')));
     }
-    if entries.len() >= MAX_LISTED as usize {
-        out.push_str(&format!(
-            "(only the first {MAX_LISTED} entries are listed: view a subfolder to see more)\n"
-        ));
+    if let Some(note) = found.left_out() {
+        out.push_str(&note);
+        out.push('\n');
     }
     Ok(out)
 }
@@ -430,29 +458,17 @@ async fn files_at(session: &Session, rel: &str, kind: &str) -> Result<Vec<String
     if kind != "directory" {
         return Ok(vec![rel.to_owned()]);
     }
-    let out = session
-        .call(
-            "glob_search",
-            json!({"path": rel, "pattern": "*", "include_hidden": true, "limit": 10000}),
-        )
+    let found = glob(session, rel, "*", true, MAX_CHANGED)
         .await
-        .map_err(|e| format!("Error: {}", error_text(&e)))?;
-    let data = out.structured.unwrap_or_default();
-    let total = data.get("total").and_then(Value::as_u64).unwrap_or(0);
-    let files: Vec<String> = data
-        .get("paths")
-        .and_then(Value::as_array)
-        .map(|a| {
-            a.iter()
-                .filter_map(Value::as_str)
-                .filter(|p| !p.ends_with('/'))
-                .map(str::to_owned)
-                .collect()
-        })
-        .unwrap_or_default();
-    if total > 10000 {
+        .map_err(|e| format!("Error: {e}"))?;
+    if found.total > u64::from(MAX_CHANGED) {
         return Err("Error: the folder holds over 10,000 entries; change it in parts".to_owned());
     }
+    let files: Vec<String> = found
+        .paths
+        .into_iter()
+        .filter(|p| !p.ends_with('/'))
+        .collect();
     if files.is_empty() {
         return Err("Error: the folder holds no file; nothing to change".to_owned());
     }
@@ -467,14 +483,14 @@ async fn patch(session: &Session, ops: &str) -> Result<(), String> {
         )
         .await
         .map(drop)
-        .map_err(|e| format!("Error: {}", error_text(&e)))
+        .map_err(|e| format!("Error: {e}"))
 }
 
 async fn read(session: &Session, rel: &str) -> Result<ToolOutput, String> {
     session
         .call("read_file", json!({"path": rel, "line_numbers": false}))
         .await
-        .map_err(|e| error_text(&e))
+        .map_err(|e| e.to_string())
 }
 
 /// The file's lines numbered, all or `view_range` `[start, end]` (`end` -1: to the end).
@@ -590,7 +606,7 @@ async fn replace(
             json!({"path": rel, "edits": [{"old": old, "new": new, "expected_count": 1}]}),
         )
         .await
-        .map_err(|e| format!("{prefix}{}", error_text(&e)))?;
+        .map_err(|e| format!("{prefix}{e}"))?;
     Ok((content.replacen(old, new, 1), hits[0] - 1))
 }
 
@@ -636,7 +652,7 @@ async fn insert(
     session
         .call("write_file", json!({"path": rel, "content": new_text}))
         .await
-        .map_err(|e| format!("{prefix}{}", error_text(&e)))?;
+        .map_err(|e| format!("{prefix}{e}"))?;
     Ok((new_text, at))
 }
 

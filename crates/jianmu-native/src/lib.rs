@@ -219,11 +219,3 @@ impl Native {
         })
     }
 }
-
-/// The text of a tool's error, as the model should read it.
-fn error_text(e: &ToolError) -> String {
-    match e {
-        ToolError::Failed { message } => message.clone(),
-        other => other.to_string(),
-    }
-}

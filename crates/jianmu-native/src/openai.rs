@@ -5,7 +5,7 @@ use jianmu_tool_core::ToolError;
 use serde_json::{Map, Value, json};
 
 use crate::text::cut;
-use crate::{Native, NotACall, OPENAI_SHELL, error_text};
+use crate::{Native, NotACall, OPENAI_SHELL};
 
 /// The exit code a command gets when it could not be run at all (refused by the
 /// policy, no shell in this build): the error text is its stderr.
@@ -75,7 +75,7 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
 fn text_of(result: Result<jianmu_tool_core::ToolOutput, ToolError>) -> String {
     match result {
         Ok(out) => out.text,
-        Err(e) => format!("error: {}", error_text(&e)),
+        Err(e) => format!("error: {e}"),
     }
 }
 
@@ -156,7 +156,7 @@ async fn run(native: &Native, command: &str, timeout_ms: Option<u64>) -> Value {
             let (stdout, stderr) = split_partial(partial.as_deref().unwrap_or(""));
             json!({"stdout": stdout, "stderr": stderr, "outcome": {"type": "timeout"}})
         }
-        Err(e) => not_run(&error_text(&e)),
+        Err(e) => not_run(&e.to_string()),
     }
 }
 
@@ -199,7 +199,7 @@ async fn apply_patch(
             .call("apply_patch", json!({"patch": patch}))
             .await
             .map(|out| out.text)
-            .map_err(|e| error_text(&e)),
+            .map_err(|e| e.to_string()),
         Err(message) => Err(message),
     };
     let (status, output) = match outcome {

@@ -144,6 +144,23 @@ async fn the_text_editor_speaks_its_contract_under_the_mapped_root() {
         out,
         "Here's the files and directories up to 2 levels deep in /repo, excluding hidden items:\n/repo\n/repo/src\n/repo/src/a.py\n/repo/src/deep\n"
     );
+    // A folder longer than a view says how much it left out.
+    std::fs::create_dir(f.root.join("many")).unwrap();
+    for i in 0..1005 {
+        std::fs::write(f.root.join(format!("many/{i:04}")), "").unwrap();
+    }
+    let out = f
+        .ok(EDITOR, json!({"command": "view", "path": "/repo/many"}))
+        .await;
+    assert_eq!(out.lines().count(), 1 + 1 + 1000 + 1, "{}", &out[..200]);
+    assert!(
+        out.ends_with(
+            "(only the first 1000 of 1005 entries are listed: view a subfolder to see more)\n"
+        ),
+        "{}",
+        &out[out.len() - 200..]
+    );
+    std::fs::remove_dir_all(f.root.join("many")).unwrap();
     // str_replace: unique, missing, repeated.
     let out = f
         .ok(
