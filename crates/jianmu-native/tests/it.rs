@@ -144,6 +144,28 @@ async fn the_text_editor_speaks_its_contract_under_the_mapped_root() {
         out,
         "Here's the files and directories up to 2 levels deep in /repo, excluding hidden items:\n/repo\n/repo/src\n/repo/src/a.py\n/repo/src/deep\n"
     );
+    // An image is shown as an image.
+    std::fs::write(f.root.join("pixel.png"), jianmu_test_support::PNG).unwrap();
+    let (content, error) = f
+        .claude(
+            EDITOR,
+            json!({"command": "view", "path": "/repo/pixel.png"}),
+        )
+        .await;
+    assert!(!error, "{content}");
+    let image = content
+        .as_array()
+        .and_then(|blocks| blocks.iter().find(|b| b["type"] == "image"))
+        .unwrap_or_else(|| panic!("no image block: {content}"));
+    assert_eq!(image["source"]["type"], "base64");
+    assert_eq!(image["source"]["media_type"], "image/png");
+    assert!(
+        image["source"]["data"]
+            .as_str()
+            .unwrap()
+            .starts_with("iVBORw0KGgo")
+    );
+    std::fs::remove_file(f.root.join("pixel.png")).unwrap();
     // A folder longer than a view says how much it left out.
     std::fs::create_dir(f.root.join("many")).unwrap();
     for i in 0..1005 {

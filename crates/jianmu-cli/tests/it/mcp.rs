@@ -63,9 +63,6 @@ fn a_real_mcp_client_gets_the_same_answers_from_the_docker_sandbox() {
     );
 }
 
-/// A real 3x2 PNG.
-const PNG: &[u8] = b"\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x03\x00\x00\x00\x02\x08\x02\x00\x00\x00\x12\x16\xf1\x4d\x00\x00\x00\x10\x49\x44\x41\x54\x78\x9c\x63\xf8\xcf\xc0\x00\x41\x0c\x70\x16\x00\x41\xd2\x05\xfb\x87\xf0\xb9\x48\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82";
-
 /// Runs `mcp_client.py` against `jianmu mcp FLAGS` and checks what it saw;
 /// `prepare` gets the workspace before the server starts.
 fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
@@ -80,7 +77,7 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
         line.repeat(128 * 1024 * 1024 / line.len()),
     )
     .unwrap();
-    std::fs::write(ws.join("pixel.png"), PNG).unwrap();
+    std::fs::write(ws.join("pixel.png"), jianmu_test_support::PNG).unwrap();
     prepare(&ws);
     let audit = dir.path().join("audit.jsonl");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_client.py");

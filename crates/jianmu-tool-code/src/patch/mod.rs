@@ -30,11 +30,12 @@ pub struct PatchSettings {
     /// Most bytes one patch may hold in memory: the old and new contents of every
     /// file it touches.
     pub max_total_size: u64,
-    /// Refuse what codex's apply_patch does silently: `*** Add File:` or
-    /// `*** Move to:` onto a file that exists (codex replaces it), and a hunk that
-    /// only adds lines without saying where (codex appends it to the file, even
-    /// under an `@@` line; strict places it after the `@@` line). Off by default,
-    /// so a patch codex applies is applied the same way.
+    /// Refuse or place exactly where codex's apply_patch guesses: `*** Add File:` or
+    /// `*** Move to:` onto a file that exists is refused (codex replaces it); a hunk
+    /// that only adds lines goes after its `@@` line, or is refused without one (codex
+    /// appends it to the file); a hunk whose last expected line is empty is not tried
+    /// again without it; an updated file keeps its end as it was (codex adds a line
+    /// break). Off by default, so a patch codex applies is applied the same way.
     pub strict: bool,
     /// Sync each write to disk before answering, so it survives a power loss (writes
     /// are atomic either way).

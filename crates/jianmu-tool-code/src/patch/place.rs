@@ -200,12 +200,11 @@ pub(crate) fn place<'a>(
         if found.is_none() && placing == Placing::Codex && old.len() > 1 && old.last() == Some(&"")
         {
             // The empty last line may stand for the file's final line break.
-            let shorter = without_final_blank(&chunk.lines);
-            let old: Vec<&str> = old[..old.len() - 1].to_vec();
-            found = seek(&mut keys, &old, cursor, chunk, number, budget)?;
+            let shorter = &old[..old.len() - 1];
+            found = seek(&mut keys, shorter, cursor, chunk, number, budget)?;
             if found.is_some() {
-                hunk = Some(shorter);
-                old_len = old.len();
+                hunk = Some(without_final_blank(&chunk.lines));
+                old_len = shorter.len();
             }
         }
         let Some((at, fit)) = found else {

@@ -316,15 +316,12 @@ async fn numbered_reads_count_right_and_cut_long_lines() {
     );
 }
 
-/// A real 3x2 PNG (red pixels), CRCs included.
-const PNG: &[u8] = b"\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x03\x00\x00\x00\x02\x08\x02\x00\x00\x00\x12\x16\xf1\x4d\x00\x00\x00\x10\x49\x44\x41\x54\x78\x9c\x63\xf8\xcf\xc0\x00\x41\x0c\x70\x16\x00\x41\xd2\x05\xfb\x87\xf0\xb9\x48\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82";
-
 #[tokio::test]
 async fn images_come_back_as_images() {
     use base64::Engine as _;
     let fx = Fx::new();
     // Judged by content, not by name.
-    fx.put("pixel.dat", PNG);
+    fx.put("pixel.dat", jianmu_test_support::PNG);
     fx.put("anim.gif", b"GIF89a\x05\x00\x04\x00\x00\x00\x00;");
     // A damaged header still returns the image, without dimensions.
     fx.put("broken.jpg", b"\xff\xd8\xff\xe0garbage");
@@ -342,7 +339,7 @@ async fn images_come_back_as_images() {
     let decoded = base64::engine::general_purpose::STANDARD
         .decode(&out.images[0].base64)
         .unwrap();
-    assert_eq!(decoded, PNG);
+    assert_eq!(decoded, jianmu_test_support::PNG);
     let data = out.structured.unwrap();
     assert_eq!(data["image"]["width"], 3);
     assert_eq!(data["image"]["base64"], out.images[0].base64);
