@@ -66,6 +66,7 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"path": "a.txt", "old": "a", "new": "b"}),
             json!({"path": "a.txt", "old": "a", "new": "b", "regex": true, "count": 1, "expected_count": 1}),
         ],
+        "run_script" => vec![json!({"code": "1 + 1"})],
         "rhai_repl" => vec![
             json!({"code": "1 + 1"}),
             json!({"code": "1", "reset": true}),

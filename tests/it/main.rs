@@ -6,4 +6,5 @@ mod export;
 mod hostile;
 mod outputs;
 mod properties;
+mod script;
 mod tidy;

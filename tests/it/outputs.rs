@@ -45,7 +45,10 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
     let config = ToolConfig::new(dir.path())
         .with_allow_hosts(["127.0.0.1".to_owned()])
         .with_settings("duckduckgo_search", json!({"endpoint": search_url}));
-    let tools = ToolSet::from_providers(&[&BuiltinToolProvider::new(config)]).unwrap();
+    // Specs from a set; calls through a session, which `run_script` needs.
+    let tools = ToolSet::from_providers(&[&BuiltinToolProvider::new(config.clone())]).unwrap();
+    let session =
+        jianmu_runtime::Session::open(jianmu_runtime::SessionSettings::new(config)).unwrap();
 
     let calls: Vec<(&str, Value)> = vec![
         ("calculator", json!("6*7")),
@@ -81,6 +84,7 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
         ("bash_jobs", json!({})),
         ("bash_kill", json!({"job": 1})),
         ("rhai_repl", json!({"code": "40 + 2"})),
+        ("run_script", json!({"code": "calculator(\"6*7\")"})),
         ("python_repl", json!({"code": "print(42)"})),
         ("http_request", json!({"url": api_url})),
         ("http_request", json!({"url": api_url, "method": "HEAD"})),
@@ -88,8 +92,8 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
     ];
     let mut structured_tools = Vec::new();
     for (name, args) in &calls {
-        let out = tools
-            .execute(name, args.clone(), None)
+        let out = session
+            .call(name, args.clone())
             .await
             .unwrap_or_else(|e| panic!("{name} {args}: {e}"));
         let spec = tools.tool(name).unwrap().spec();

@@ -203,6 +203,23 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             goal: "<= 0.5 ms",
         },
         Row {
+            what: "run_script: a nested call, on top of the tool",
+            ours_ns: (median_ns("nested/script_200_calculator")?
+                - median_ns("nested/script_200_loop_only")?)
+                / 200.0
+                - median_ns("nested/session_calculator")?,
+            reference: "-",
+            reference_ns: None,
+            goal: "<= 2 us",
+        },
+        Row {
+            what: "run_script: 200 calculator calls in one script",
+            ours_ns: median_ns("nested/script_200_calculator")?,
+            reference: "200 session calls of calculator",
+            reference_ns: Some(200.0 * median_ns("nested/session_calculator")?),
+            goal: "report",
+        },
+        Row {
             what: "calculator tool call via ToolSet + ToolRunner",
             ours_ns: median_ns("calculator/tool_call_10_ops")?,
             reference: "-",

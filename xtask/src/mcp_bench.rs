@@ -1,5 +1,6 @@
 //! The MCP benchmarks, against a release `jianmu mcp`: `tools/call` round trips of
-//! `calculator` over stdio (p50, p99), and a load test of the Streamable HTTP service
+//! `calculator` over stdio (p50, p99), twenty of them against one `run_script` making
+//! the same twenty calls, and a load test of the Streamable HTTP service
 //! on 127.0.0.1 (50 sessions at once, 200 calls each: throughput, p50, p99, the
 //! server's peak RSS), from minimal clients in this process.
 
@@ -113,8 +114,15 @@ pub(crate) fn run() -> anyhow::Result<()> {
             times.push(took);
         }
     }
+    let (turns, script) = code_mode(&mut lines)?;
     drop(child.kill());
     let _ = child.wait();
+    println!(
+        "\nCode mode over stdio: 20 calculator calls as 20 tools/call round trips {:.0} us, as one run_script {:.0} us: {:.1}x (medians of 200)",
+        turns.as_secs_f64() * 1e6,
+        script.as_secs_f64() * 1e6,
+        turns.as_secs_f64() / script.as_secs_f64()
+    );
     times.sort();
     let p = |q: f64| times[((times.len() as f64 - 1.0) * q) as usize];
     println!(
@@ -126,6 +134,40 @@ pub(crate) fn run() -> anyhow::Result<()> {
     http_load(&jianmu, &dir, p(0.5))?;
     handles_mix(&jianmu)?;
     idle_handles(&jianmu)
+}
+
+/// Twenty `calculator` calls made as twenty `tools/call` round trips, and as one
+/// `run_script` that makes them: the median time of each, over 200 rounds.
+fn code_mode(lines: &mut Lines) -> anyhow::Result<(Duration, Duration)> {
+    let mut id = 100_000u32;
+    let mut turns = Vec::new();
+    let mut scripts = Vec::new();
+    let script = r#"{"code":"let s = 0; for i in 0..20 { s += parse_int(calculator(\"(12+34)*5-67//8\")); } s"}"#;
+    for _ in 0..200 {
+        let start = Instant::now();
+        for _ in 0..20 {
+            id += 1;
+            let reply = lines.ask(&format!(
+                r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"calculator","arguments":{{"input":"(12+34)*5-67//8"}}}}}}"#
+            ))?;
+            if !reply.contains("\"222\"") {
+                bail!("unexpected reply: {reply}");
+            }
+        }
+        turns.push(start.elapsed());
+        id += 1;
+        let start = Instant::now();
+        let reply = lines.ask(&format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"run_script","arguments":{script}}}}}"#
+        ))?;
+        scripts.push(start.elapsed());
+        if !reply.contains("value: 4440") {
+            bail!("unexpected reply: {reply}");
+        }
+    }
+    turns.sort();
+    scripts.sort();
+    Ok((turns[turns.len() / 2], scripts[scripts.len() / 2]))
 }
 
 /// Sessions opened at once by the HTTP load test, and calls per session.

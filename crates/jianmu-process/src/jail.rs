@@ -377,12 +377,12 @@ impl Jail {
                 Ok(mut child) => {
                     let (stdin, stdout, stderr) =
                         (child.stdin.take(), child.stdout.take(), child.stderr.take());
+                    let terminal = child.terminal.take();
                     return Supervised::new(
                         Inner::Namespace(child),
                         spec.stdin,
-                        stdin,
-                        stdout,
-                        stderr,
+                        [stdin, stdout, stderr],
+                        terminal,
                     );
                 }
                 Err(crate::spawn::Failure::Command(e)) => return Err(e),
@@ -416,6 +416,15 @@ impl Jail {
         if let Some(cwd) = &spec.cwd {
             cmd.current_dir(cwd);
         }
+        let mut near = None;
+        if let Some(size) = spec.terminal {
+            let pair = crate::pty::open(size)?;
+            cmd.stdin(pair.far.try_clone()?)
+                .stdout(pair.far.try_clone()?)
+                .stderr(pair.far);
+            near = Some(pair.near);
+        }
+        let terminal = near.is_some();
         let plan = Arc::clone(&self.plan);
         let parent = sys::getpid();
         // SAFETY: `supervisor::enter` runs between fork and exec; it only makes system calls
@@ -423,7 +432,7 @@ impl Jail {
         // supervisor (it exits there).
         #[allow(unsafe_code)]
         unsafe {
-            cmd.pre_exec(move || crate::supervisor::enter(&plan, parent, net.as_deref()));
+            cmd.pre_exec(move || crate::supervisor::enter(&plan, parent, net.as_deref(), terminal));
         }
         let mut child = cmd.spawn()?;
         // `cmd` holds the child's end of a socket: gone with it, so that the caller
@@ -435,7 +444,12 @@ impl Jail {
         };
         let stdout = child.stdout.take().map(|s| s.into_owned_fd()).transpose()?;
         let stderr = child.stderr.take().map(|s| s.into_owned_fd()).transpose()?;
-        Supervised::new(Inner::Supervisor(child), spec.stdin, stdin, stdout, stderr)
+        Supervised::new(
+            Inner::Supervisor(child),
+            spec.stdin,
+            [stdin, stdout, stderr],
+            near,
+        )
     }
 }
 
@@ -450,6 +464,8 @@ pub struct Supervised {
     pub stdout: Option<pipe::Receiver>,
     /// Its standard error, when piped.
     pub stderr: Option<pipe::Receiver>,
+    /// Its terminal, when it runs on one ([`Spec::terminal`]).
+    pub terminal: Option<crate::Terminal>,
     inner: Inner,
 }
 
@@ -466,9 +482,8 @@ impl Supervised {
     fn new(
         inner: Inner,
         stdin_kind: Stdio,
-        stdin: Option<OwnedFd>,
-        stdout: Option<OwnedFd>,
-        stderr: Option<OwnedFd>,
+        [stdin, stdout, stderr]: [Option<OwnedFd>; 3],
+        terminal: Option<OwnedFd>,
     ) -> io::Result<Self> {
         let (stdin, socket) = match stdin_kind {
             Stdio::Socket => (None, stdin),
@@ -486,6 +501,7 @@ impl Supervised {
             stdin: stdin.map(pipe::Sender::from_owned_fd).transpose()?,
             stdout: stdout.map(pipe::Receiver::from_owned_fd).transpose()?,
             stderr: stderr.map(pipe::Receiver::from_owned_fd).transpose()?,
+            terminal: terminal.map(crate::Terminal::new).transpose()?,
             inner,
         })
     }

@@ -28,6 +28,7 @@ mod jail;
 mod landlock;
 mod netns;
 mod plan;
+mod pty;
 mod seccomp;
 mod spawn;
 mod spec;
@@ -38,6 +39,7 @@ mod userns;
 
 pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Supervised};
 pub use netns::Network;
+pub use pty::{Size, Terminal};
 pub use spec::{Spec, Stdio as Stream};
 
 /// Raises this process's soft limit on open files to its hard limit (a server's idle

@@ -37,6 +37,8 @@ struct Prepared<'a> {
     /// Whether the child is the first process of a new user namespace and writes its
     /// identity maps (not when it joined a private network's user namespace).
     own_user_ns: bool,
+    /// Whether 0, 1 and 2 are a terminal the child makes its controlling one.
+    terminal: bool,
 }
 
 /// The program's path: as given when it has a `/`, else the first executable of that
@@ -131,6 +133,8 @@ pub(crate) struct NsChild {
     pub(crate) stdin: Option<OwnedFd>,
     pub(crate) stdout: Option<OwnedFd>,
     pub(crate) stderr: Option<OwnedFd>,
+    /// The caller's end of the command's terminal.
+    pub(crate) terminal: Option<OwnedFd>,
 }
 
 /// Starts `spec` under `plan`, as the init of a new PID namespace: in a new user
@@ -171,10 +175,19 @@ pub(crate) fn spawn(
     let mut theirs: Vec<OwnedFd> = Vec::new();
     let mut ours: [Option<OwnedFd>; 3] = [None, None, None];
     let mut stdio = [-1; 3];
-    for (i, how) in [spec.stdin, spec.stdout, spec.stderr]
-        .into_iter()
-        .enumerate()
-    {
+    let mut near = None;
+    if let Some(size) = spec.terminal {
+        let pair = crate::pty::open(size).map_err(C)?;
+        let far = above_stdio(pair.far).map_err(C)?;
+        stdio = [far.as_raw_fd(); 3];
+        theirs.push(far);
+        near = Some(pair.near);
+    }
+    let streams = match spec.terminal {
+        Some(_) => Vec::new(),
+        None => vec![spec.stdin, spec.stdout, spec.stderr],
+    };
+    for (i, how) in streams.into_iter().enumerate() {
         let child_end = match how {
             Stdio::Null => dev_null().map_err(C)?,
             Stdio::Piped => {
@@ -208,6 +221,7 @@ pub(crate) fn spawn(
         stdio,
         report: report_write.as_raw_fd(),
         own_user_ns: net.is_none(),
+        terminal: near.is_some(),
     };
 
     let stack = Stack::new(256 * 1024).map_err(C)?;
@@ -316,6 +330,7 @@ pub(crate) fn spawn(
         stdin,
         stdout,
         stderr,
+        terminal: near,
     })
 }
 
@@ -509,6 +524,9 @@ unsafe fn setup_and_exec(p: &Prepared<'_>) -> (Stage, i32) {
             } else if libc::dup2(fd, target) < 0 {
                 return fail();
             }
+        }
+        if p.terminal && !crate::pty::take_as_controlling() {
+            return fail();
         }
         if let Some(cwd) = &p.cwd
             && libc::chdir(cwd.as_ptr()) != 0

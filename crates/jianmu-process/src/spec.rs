@@ -38,6 +38,7 @@ pub struct Spec {
     pub(crate) stdin: Stdio,
     pub(crate) stdout: Stdio,
     pub(crate) stderr: Stdio,
+    pub(crate) terminal: Option<crate::Size>,
 }
 
 impl Spec {
@@ -61,6 +62,11 @@ impl Spec {
         self.env.retain(|(k, _)| *k != key);
         self.env.push((key, value.into()));
         self
+    }
+
+    /// Whether the environment sets `key`.
+    pub fn has_env(&self, key: impl AsRef<std::ffi::OsStr>) -> bool {
+        self.env.iter().any(|(k, _)| k == key.as_ref())
     }
 
     /// Replaces the whole environment with `vars` (a name given twice keeps its last
@@ -97,6 +103,15 @@ impl Spec {
     /// Where standard error goes.
     pub fn stderr(&mut self, how: Stdio) -> &mut Self {
         self.stderr = how;
+        self
+    }
+
+    /// Runs the command on a new pseudo-terminal of `size`: its standard streams and
+    /// controlling terminal, in a session of its own; the caller gets the other end
+    /// ([`Supervised::terminal`](crate::Supervised::terminal)). The three `Stdio`
+    /// settings are then ignored.
+    pub fn terminal(&mut self, size: crate::Size) -> &mut Self {
+        self.terminal = Some(size);
         self
     }
 }

@@ -30,6 +30,7 @@ pub(crate) fn enter(
     plan: &Plan,
     parent: libc::pid_t,
     net: Option<&crate::netns::PrivateNet>,
+    terminal: bool,
 ) -> io::Result<()> {
     // The supervisor and everything below it live in the session's private network.
     if let Some(net) = net {
@@ -56,12 +57,17 @@ pub(crate) fn enter(
         }
         let worker = check_int(libc::fork())?;
         if worker == 0 {
-            if !subreaper {
+            // On a terminal the worker leads a session of its own (and so a group).
+            if terminal {
+                if !crate::pty::take_as_controlling() {
+                    return Err(io::Error::last_os_error());
+                }
+            } else if !subreaper {
                 libc::setpgid(0, 0);
             }
             return setup_worker(plan);
         }
-        if !subreaper {
+        if !subreaper && !terminal {
             // Both sides set it, so neither races the other.
             libc::setpgid(worker, worker);
         }

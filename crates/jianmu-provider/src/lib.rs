@@ -90,6 +90,7 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("python_repl", "script"),
     ("read_file", "fs"),
     ("rhai_repl", "script"),
+    ("run_script", "script"),
     ("str_replace", "code"),
     ("write_file", "fs"),
 ];

@@ -70,6 +70,45 @@ fn bench(c: &mut Criterion) {
         })
     });
     group.finish();
+    nested(c);
+}
+
+/// A call a script makes against the same call made directly: a session's
+/// `calculator`, 200 calls of it from one `run_script`, and the same loop without the
+/// calls. The overhead of a nested call is
+/// `(nested_200 - loop_200) / 200 - session_calculator`.
+fn nested(c: &mut Criterion) {
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let session = {
+        let _enter = rt.enter();
+        jianmu_runtime::Session::open(jianmu_runtime::SessionSettings::new(
+            jianmu_tool_core::ToolConfig::new(dir.path()),
+        ))
+        .unwrap()
+    };
+    let script = |code: &str| json!({ "code": code });
+    let calls = script(r#"for i in 0..200 { calculator("1+1"); }"#);
+    let bare = script(r#"for i in 0..200 { "1+1".len(); }"#);
+    let mut group = c.benchmark_group("nested");
+    group.bench_function("session_calculator", |b| {
+        b.to_async(&rt)
+            .iter(|| async { session.call("calculator", json!("1+1")).await.unwrap() })
+    });
+    group.bench_function("script_200_calculator", |b| {
+        b.to_async(&rt)
+            .iter(|| async { session.call("run_script", calls.clone()).await.unwrap() })
+    });
+    group.bench_function("script_200_loop_only", |b| {
+        b.to_async(&rt)
+            .iter(|| async { session.call("run_script", bare.clone()).await.unwrap() })
+    });
+    group.finish();
+    rt.block_on(session.close());
 }
 
 criterion_group!(benches, bench);

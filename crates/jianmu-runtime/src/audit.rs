@@ -9,8 +9,8 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use jianmu_tool_core::{EventBus, EventKind, SubscriptionId};
 use serde_json::json;
 
-/// Appends one line per finished call: time, tool, call id, arguments, outcome, error
-/// and duration. Each line is written whole and flushed, so a crash loses at most the
+/// Appends one line per finished call: time, tool, call id (and `parent_call_id`, the
+/// call that made it, for calls a script made), arguments, outcome, error and duration. Each line is written whole and flushed, so a crash loses at most the
 /// call in flight.
 #[derive(Debug, Clone)]
 pub struct AuditLog {
@@ -45,6 +45,7 @@ impl AuditLog {
                 "time": time,
                 "tool": e.tool,
                 "call_id": e.call_id,
+                "parent_call_id": e.parent_call_id,
                 "arguments": e.arguments,
                 "context": e.context,
                 // Who called, when the caller says (the HTTP service's principals).

@@ -21,7 +21,8 @@ use std::time::Duration;
 
 use jianmu_provider::BuiltinToolProvider;
 use jianmu_tool_core::{
-    EventBus, ExecuteOptions, InProcess, Policy, ToolConfig, ToolError, ToolOutput, ToolSet,
+    CallContext, Calls, DynRunner as _, EventBus, ExecuteOptions, InProcess, Policy, ToolConfig,
+    ToolError, ToolOutput, ToolSet, ToolSpec, calls_tools,
 };
 use serde_json::Value;
 use tokio_util::task::TaskTracker;
@@ -396,6 +397,10 @@ pub struct Session {
 struct Parts {
     tools: ToolSet,
     runner: ToolRunner,
+    /// Where a tool that calls tools runs (this process: the calls it makes go
+    /// through `runner`), and what it calls them through.
+    host: ToolRunner,
+    calls: Arc<dyn Calls>,
     /// The session's own container (and copied workspace).
     #[cfg(feature = "docker")]
     docker: Option<crate::DockerSandbox>,
@@ -498,9 +503,16 @@ impl Session {
                 stack(ToolRunner::dynamic(sandbox), settings, &shared.events)
             }
         };
+        let tools = ToolSet::lazy(BuiltinToolProvider::new(tools))?;
+        let calls: Arc<dyn Calls> = Arc::new(SessionCalls {
+            tools: tools.clone(),
+            runner: runner.clone(),
+        });
         Ok(Parts {
-            tools: ToolSet::lazy(BuiltinToolProvider::new(tools))?,
+            tools,
             runner,
+            host: shared.local.clone(),
+            calls,
             #[cfg(feature = "docker")]
             docker,
         })
@@ -572,10 +584,14 @@ impl Session {
             .lock()
             .clone()
             .ok_or_else(|| ToolError::runner(name, "this session is closed; open a new one"))?;
-        parts
-            .tools
-            .execute_with(name, args, options.runner(&parts.runner))
-            .await
+        let tool = parts.tools.tool(name)?;
+        if calls_tools(tool.spec()) {
+            // A script runs here; each call it makes goes through the session's runner.
+            return tool
+                .execute(args, options.runner(&parts.host).calls(&parts.calls))
+                .await;
+        }
+        tool.execute(args, options.runner(&parts.runner)).await
     }
 
     /// Finds `name` and, when calls run here, builds it now (it is built on its
@@ -610,6 +626,44 @@ impl Session {
             self.runtime.shutdown(Duration::from_secs(15)).await;
         }
         closed
+    }
+}
+
+/// The session's tools as a tool that calls tools reaches them: through the session's
+/// runner, as the nested call its context names.
+struct SessionCalls {
+    tools: ToolSet,
+    runner: ToolRunner,
+}
+
+#[async_trait::async_trait]
+impl Calls for SessionCalls {
+    fn specs(&self) -> Vec<ToolSpec> {
+        self.tools
+            .specs()
+            .into_iter()
+            .filter(|spec| !calls_tools(spec))
+            .cloned()
+            .collect()
+    }
+
+    async fn call(
+        &self,
+        name: &str,
+        args: Value,
+        cx: &CallContext,
+    ) -> Result<ToolOutput, ToolError> {
+        let tool = self.tools.tool(name)?;
+        if calls_tools(tool.spec()) {
+            return Err(ToolError::failed(format!(
+                "{} cannot be called from a script: call it directly",
+                tool.name()
+            )));
+        }
+        let args = tool.prepare_args(args, None, true)?;
+        self.runner
+            .run_dyn(jianmu_tool_core::PreparedCall::new(tool, args, cx))
+            .await
     }
 }
 

@@ -42,6 +42,8 @@ pub struct ExecutionEvent<'a> {
     pub tool: &'a str,
     /// The call id.
     pub call_id: &'a str,
+    /// The id of the call that made this one (a tool calling tools).
+    pub parent_call_id: Option<&'a str>,
     /// The caller's event context.
     pub context: Option<&'a Value>,
     /// The call's (validated) arguments.
@@ -59,6 +61,7 @@ impl<'a> ExecutionEvent<'a> {
             kind,
             tool,
             call_id,
+            parent_call_id: None,
             context: None,
             arguments: None,
             elapsed: Duration::ZERO,
@@ -72,6 +75,7 @@ impl<'a> ExecutionEvent<'a> {
             "event": self.kind.as_str(),
             "tool": self.tool,
             "call_id": self.call_id,
+            "parent_call_id": self.parent_call_id,
             "context": self.context,
             "arguments": self.arguments,
             "elapsed_us": u64::try_from(self.elapsed.as_micros()).unwrap_or(u64::MAX),

@@ -7,8 +7,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crate::args::ArgsValidator;
 use crate::{
-    DynRunner, InProcess, IntoToolOutput, PreparedCall, Progress, ProgressSink, Runner, ToolError,
-    ToolNode, ToolOutput, ToolSpec, Violation,
+    Calls, DynRunner, InProcess, IntoToolOutput, PreparedCall, Progress, ProgressSink, Runner,
+    ToolError, ToolNode, ToolOutput, ToolSpec, Violation,
 };
 use async_trait::async_trait;
 use futures::FutureExt;
@@ -144,16 +144,20 @@ impl<T: Tool> DynTool for T {
 #[derive(Clone)]
 pub struct CallContext {
     call_id: CallId,
+    parent: Option<Arc<str>>,
     event_context: Option<Arc<Value>>,
     progress: Option<ProgressSink>,
+    calls: Option<Arc<dyn Calls>>,
 }
 
 impl std::fmt::Debug for CallContext {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("CallContext")
             .field("call_id", &self.call_id())
+            .field("parent", &self.parent)
             .field("event_context", &self.event_context)
             .field("progress", &self.progress.is_some())
+            .field("calls", &self.calls.is_some())
             .finish()
     }
 }
@@ -197,8 +201,10 @@ impl CallContext {
         static NEXT: AtomicU64 = AtomicU64::new(1);
         Self {
             call_id: CallId::counted(NEXT.fetch_add(1, Ordering::Relaxed)),
+            parent: None,
             event_context: None,
             progress: None,
+            calls: None,
         }
     }
 
@@ -207,6 +213,30 @@ impl CallContext {
     pub fn with_call_id(mut self, id: impl Into<Arc<str>>) -> Self {
         self.call_id = CallId::Given(id.into());
         self
+    }
+
+    /// Marks the call as made by the call `parent` (a tool calling tools).
+    #[must_use]
+    pub fn with_parent(mut self, parent: impl Into<Arc<str>>) -> Self {
+        self.parent = Some(parent.into());
+        self
+    }
+
+    /// Lets the call's tool call the session's other tools through `calls`.
+    #[must_use]
+    pub fn with_calls(mut self, calls: Arc<dyn Calls>) -> Self {
+        self.calls = Some(calls);
+        self
+    }
+
+    /// The id of the call that made this one, if a tool made it.
+    pub fn parent(&self) -> Option<&str> {
+        self.parent.as_deref()
+    }
+
+    /// The session's tools, for a tool that calls tools (`None` outside a session).
+    pub fn calls(&self) -> Option<&Arc<dyn Calls>> {
+        self.calls.as_ref()
     }
 
     /// Attaches the caller's context, copied into every event of the call.
@@ -275,6 +305,8 @@ pub struct ExecuteOptions<'a> {
     pub call_id: Option<&'a str>,
     /// Where the call's progress reports go.
     pub progress: Option<&'a ProgressSink>,
+    /// The session's tools, for a tool that calls tools.
+    pub calls: Option<&'a Arc<dyn Calls>>,
 }
 
 impl Default for ExecuteOptions<'_> {
@@ -286,6 +318,7 @@ impl Default for ExecuteOptions<'_> {
             event_context: None,
             call_id: None,
             progress: None,
+            calls: None,
         }
     }
 }
@@ -299,6 +332,7 @@ impl std::fmt::Debug for ExecuteOptions<'_> {
             .field("event_context", &self.event_context)
             .field("call_id", &self.call_id)
             .field("progress", &self.progress.is_some())
+            .field("calls", &self.calls.is_some())
             .finish()
     }
 }
@@ -343,6 +377,13 @@ impl<'a> ExecuteOptions<'a> {
     #[must_use]
     pub fn progress(mut self, sink: &'a ProgressSink) -> Self {
         self.progress = Some(sink);
+        self
+    }
+
+    /// Lets the tool call the session's other tools through `calls`.
+    #[must_use]
+    pub fn calls(mut self, calls: &'a Arc<dyn Calls>) -> Self {
+        self.calls = Some(calls);
         self
     }
 }
@@ -510,6 +551,9 @@ impl ToolHandle {
         }
         if let Some(sink) = options.progress {
             cx = cx.with_progress(Arc::clone(sink));
+        }
+        if let Some(calls) = options.calls {
+            cx = cx.with_calls(Arc::clone(calls));
         }
         match options.runner {
             Some(runner) => runner.run_dyn(PreparedCall::new(self, args, &cx)).await,

@@ -19,9 +19,11 @@ use jianmu_tool_core::{ToolConfig, ToolError, ToolHandle};
 
 mod python_repl;
 mod rhai_repl;
+mod run_script;
 
 pub use python_repl::{PythonArgs, PythonRepl, PythonSettings, WithoutSession};
 pub use rhai_repl::{RhaiArgs, RhaiRepl, RhaiSettings};
+pub use run_script::{RunScript, ScriptArgs, ScriptSettings};
 
 /// `text` cut to `max` characters, with the Python tools' truncation notice when cut
 /// (docs/python-compat.md).
@@ -55,5 +57,13 @@ fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::with_spec(repl, spec_python(config)?)
 }
 
+fn build_script(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::with_spec(
+        RunScript::new(config.settings(RunScript::NAME)?),
+        run_script::spec(config)?,
+    )
+}
+
 jianmu_tool_core::register_tool!(RhaiRepl, build_rhai);
+jianmu_tool_core::register_tool!(RunScript::NAME, run_script::spec, build_script);
 jianmu_tool_core::register_tool!(PythonRepl::NAME, spec_python, build_python);

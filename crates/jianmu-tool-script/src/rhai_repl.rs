@@ -69,6 +69,37 @@ struct State {
     functions: AST,
 }
 
+/// An engine with `limits` (all but time and output), no modules and no `eval`, whose
+/// `print` and `debug` lines go to `print` (which keeps them with [`keep_printed`]).
+pub(crate) fn limited_engine(
+    limits: &RhaiSettings,
+    print: impl Fn(&str) + Send + Sync + 'static,
+) -> Engine {
+    let mut engine = Engine::new();
+    engine
+        .set_max_operations(limits.max_operations)
+        .set_max_call_levels(limits.max_call_levels)
+        .set_max_expr_depths(limits.max_expr_depth, (limits.max_expr_depth / 2).max(1))
+        .set_max_string_size(limits.max_string_size)
+        .set_max_array_size(limits.max_array_size)
+        .set_max_map_size(limits.max_map_size)
+        .set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
+    engine.disable_symbol("eval");
+    let print = Arc::new(print);
+    let sink = Arc::clone(&print);
+    engine.on_print(move |text| sink(&format!("{text}\n")));
+    engine.on_debug(move |text, _source, pos| print(&format!("[{pos}] {text}\n")));
+    engine
+}
+
+/// Adds `line` to `printed` while it holds no more than a little past `max_output`
+/// characters' worth, so that the notice can say output was cut.
+pub(crate) fn keep_printed(printed: &mut String, line: &str, max_output: usize) {
+    if printed.len() <= max_output.saturating_mul(4).saturating_add(4) {
+        printed.push_str(line);
+    }
+}
+
 /// The `rhai_repl` tool. One engine per instance, built once; calls on one instance
 /// run one at a time and share the scope.
 #[derive(Clone)]
@@ -91,35 +122,11 @@ impl RhaiRepl {
     /// A REPL with these limits.
     pub fn new(settings: RhaiSettings) -> Self {
         let state = Arc::new(Mutex::new(CallState::default()));
-        let mut engine = Engine::new();
-        engine
-            .set_max_operations(settings.max_operations)
-            .set_max_call_levels(settings.max_call_levels)
-            .set_max_expr_depths(
-                settings.max_expr_depth,
-                (settings.max_expr_depth / 2).max(1),
-            )
-            .set_max_string_size(settings.max_string_size)
-            .set_max_array_size(settings.max_array_size)
-            .set_max_map_size(settings.max_map_size)
-            .set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
-        engine.disable_symbol("eval");
-        let limit = settings.max_output;
         let sink = state.clone();
-        engine.on_print(move |text| {
-            let mut s = sink.lock().unwrap_or_else(PoisonError::into_inner);
-            // Keep a little past the limit, so the notice can say output was cut.
-            if s.printed.len() <= limit * 4 + 4 {
-                s.printed.push_str(text);
-                s.printed.push('\n');
-            }
-        });
-        let sink = state.clone();
-        engine.on_debug(move |text, _source, pos| {
-            let mut s = sink.lock().unwrap_or_else(PoisonError::into_inner);
-            if s.printed.len() <= limit * 4 + 4 {
-                s.printed.push_str(&format!("[{pos}] {text}\n"));
-            }
+        let max_output = settings.max_output;
+        let mut engine = limited_engine(&settings, move |line| {
+            let mut state = sink.lock().unwrap_or_else(PoisonError::into_inner);
+            keep_printed(&mut state.printed, line, max_output);
         });
         let clock = state.clone();
         engine.on_progress(move |ops| {

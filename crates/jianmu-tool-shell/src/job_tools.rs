@@ -23,8 +23,13 @@ pub struct OutputArgs {
     /// when the job has ended); default 0, or 500 when `input` is given.
     #[schemars(range(max = 600_000))]
     pub wait_ms: Option<u64>,
-    /// Text written to the job's stdin first (add `\n` to end a line).
+    /// Text written to the job's stdin first (add `\n` to end a line); for a job on
+    /// a terminal, typed, control keys included (`\u0003` is Ctrl-C).
     pub input: Option<String>,
+    /// For a job on a terminal: what it wrote since the last read, escape sequences
+    /// and all, instead of what its screen shows.
+    #[serde(default)]
+    pub raw: bool,
 }
 
 /// Arguments of `bash_kill`.
@@ -93,7 +98,9 @@ impl Tool for BashOutput {
     const DESCRIPTION: &'static str = "Reads a background job started by bash with `background: true`: what it printed \
      since the last read (stdout and stderr in order; start and end kept when long), \
      and its exit code once it has ended. `input` is written to the job's stdin \
-     first; `wait_ms` waits for the job to end before answering.";
+     first; `wait_ms` waits for the job to end before answering. For a job started \
+     with `tty: true`: what its screen shows now and whether it waits for input \
+     (`raw: true` gives the stream as written instead), and `input` is typed.";
 
     const PARALLEL_SAFE: bool = false;
 
@@ -108,7 +115,16 @@ impl Tool for BashOutput {
         let wait = Duration::from_millis(args.wait_ms.unwrap_or(default).min(MAX_WAIT_MS));
         let (status, text) = self
             .jobs
-            .poll(args.job, args.input.as_deref(), wait)
+            .poll(
+                args.job,
+                args.input.as_deref(),
+                wait,
+                if args.raw {
+                    crate::jobs::View::Raw
+                } else {
+                    crate::jobs::View::Screen
+                },
+            )
             .await?;
         Ok(answer(&status, text))
     }

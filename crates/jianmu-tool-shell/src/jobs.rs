@@ -14,7 +14,7 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use jianmu_process::{Jail, Spec, Stream, Supervised};
+use jianmu_process::{Jail, Size, Spec, Stream, Supervised, Terminal};
 use jianmu_tool_core::{ToolError, shorten};
 use serde::Serialize;
 use tokio::io::AsyncWriteExt as _;
@@ -61,7 +61,37 @@ struct Job {
     /// stdout and stderr since the last read.
     unread: Mutex<Captured>,
     ended: watch::Sender<Option<(Ended, Instant)>>,
-    stdin: tokio::sync::Mutex<Option<tokio::net::unix::pipe::Sender>>,
+    stdin: tokio::sync::Mutex<Option<Input>>,
+    /// What the job's terminal shows, for a job on a terminal.
+    screen: Option<Mutex<Screen>>,
+}
+
+/// A terminal emulator fed with what a job writes.
+struct Screen(vt100::Parser);
+
+impl std::fmt::Debug for Screen {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Screen")
+            .field("size", &self.0.screen().size())
+            .finish_non_exhaustive()
+    }
+}
+
+/// Where a job's input goes.
+#[derive(Debug)]
+enum Input {
+    Pipe(tokio::net::unix::pipe::Sender),
+    Terminal(Arc<Terminal>),
+}
+
+/// How `bash_output` shows a job on a terminal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub(crate) enum View {
+    /// What the terminal shows now.
+    #[default]
+    Screen,
+    /// What the job wrote since the last read, escape sequences and all.
+    Raw,
 }
 
 /// How a job ended.
@@ -90,8 +120,13 @@ pub struct JobStatus {
     /// Its exit code once it has exited; null while it runs or when it was killed.
     pub exit_code: Option<i32>,
     /// stdout and stderr since the last read, in the order they came; start and end
-    /// kept when long.
+    /// kept when long. For a job on a terminal, what its screen shows (or, asked for
+    /// raw, what it wrote since the last read).
     pub output: String,
+    /// For a job on a terminal: whether the program in the foreground seems to wait
+    /// for typing.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub waiting_for_input: Option<bool>,
 }
 
 /// The answer of `bash_jobs`.
@@ -129,6 +164,8 @@ pub(crate) struct Launch<'a> {
     pub keep_head: usize,
     pub keep_tail: usize,
     pub max_running: usize,
+    /// Runs the job on a terminal of this size.
+    pub terminal: Option<Size>,
 }
 
 impl Jobs {
@@ -160,30 +197,53 @@ impl Jobs {
             )));
         }
         let mut spec = launch.spec;
-        spec.stdin(Stream::Piped)
-            .stdout(Stream::Piped)
-            .stderr(Stream::Piped);
+        match launch.terminal {
+            Some(size) => spec.terminal(size),
+            None => spec
+                .stdin(Stream::Piped)
+                .stdout(Stream::Piped)
+                .stderr(Stream::Piped),
+        };
         let mut child = launch
             .jail
             .spawn(&spec)
             .map_err(|e| ToolError::failed(format!("cannot start the job: {e}")))?;
-        let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
-            return Err(ToolError::failed("the job has no pipes"));
-        };
         table.next += 1;
         let id = table.next;
-        let job = Arc::new(Job {
-            id,
-            command: shorten(launch.command, 200).into_owned(),
-            started: Instant::now(),
-            unread: Mutex::new(Captured::new(launch.keep_head, launch.keep_tail)),
-            ended: watch::Sender::new(None),
-            stdin: tokio::sync::Mutex::new(child.stdin.take()),
-        });
-        let readers = [
-            tokio::spawn(collect(out, Arc::clone(&job))),
-            tokio::spawn(collect(err, Arc::clone(&job))),
-        ];
+        let new_job = |input, screen| {
+            Arc::new(Job {
+                id,
+                command: shorten(launch.command, 200).into_owned(),
+                started: Instant::now(),
+                unread: Mutex::new(Captured::new(launch.keep_head, launch.keep_tail)),
+                ended: watch::Sender::new(None),
+                stdin: tokio::sync::Mutex::new(input),
+                screen,
+            })
+        };
+        let (job, readers) = match (child.terminal.take(), launch.terminal) {
+            (Some(terminal), Some(size)) => {
+                let terminal = Arc::new(terminal);
+                let screen = Screen(vt100::Parser::new(size.rows, size.cols, 0));
+                let job = new_job(
+                    Some(Input::Terminal(Arc::clone(&terminal))),
+                    Some(Mutex::new(screen)),
+                );
+                let reader = tokio::spawn(watch_terminal(terminal, Arc::clone(&job)));
+                (job, vec![reader])
+            }
+            _ => {
+                let (Some(out), Some(err)) = (child.stdout.take(), child.stderr.take()) else {
+                    return Err(ToolError::failed("the job has no pipes"));
+                };
+                let job = new_job(child.stdin.take().map(Input::Pipe), None);
+                let readers = vec![
+                    tokio::spawn(collect(out, Arc::clone(&job))),
+                    tokio::spawn(collect(err, Arc::clone(&job))),
+                ];
+                (job, readers)
+            }
+        };
         let (stop, stopped) = oneshot::channel();
         tokio::spawn(monitor(
             child,
@@ -244,13 +304,14 @@ impl Jobs {
         id: u64,
         input: Option<&str>,
         wait: Duration,
+        view: View,
     ) -> Result<(JobStatus, String), ToolError> {
         let job = self.get(id)?;
         if let Some(input) = input {
             job.write(input).await?;
         }
         job.wait(wait).await;
-        Ok(job.answer())
+        Ok(job.answer(view))
     }
 
     /// Stops job `id` and everything it started, and answers its last output (as
@@ -267,7 +328,7 @@ impl Jobs {
         }
         // The monitor reports the end once the process tree is gone.
         job.wait(KILL_PATIENCE).await;
-        let (status, text) = job.answer();
+        let (status, text) = job.answer(View::default());
         Ok((status, text, was_running))
     }
 
@@ -292,13 +353,19 @@ impl Job {
 
     async fn write(&self, input: &str) -> Result<(), ToolError> {
         let mut stdin = self.stdin.lock().await;
-        let Some(pipe) = stdin.as_mut() else {
+        let Some(into) = stdin.as_mut() else {
             return Err(ToolError::failed(format!(
                 "job {} no longer reads its input",
                 self.id
             )));
         };
-        match tokio::time::timeout(INPUT_PATIENCE, pipe.write_all(input.as_bytes())).await {
+        let written = async {
+            match into {
+                Input::Pipe(pipe) => pipe.write_all(input.as_bytes()).await,
+                Input::Terminal(terminal) => terminal.write_all(input.as_bytes()).await,
+            }
+        };
+        match tokio::time::timeout(INPUT_PATIENCE, written).await {
             Ok(Ok(())) => Ok(()),
             Ok(Err(_)) => {
                 *stdin = None;
@@ -327,14 +394,22 @@ impl Job {
 
     /// The job's state with the output since the last read (which this empties), and
     /// the same in words for the model.
-    fn answer(&self) -> (JobStatus, String) {
+    fn answer(&self, view: View) -> (JobStatus, String) {
         let (ended, runtime) = self.state();
-        let output = self
+        let raw = self
             .unread
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .take()
             .text();
+        let (output, waiting) = match (&self.screen, view) {
+            (Some(screen), View::Screen) => {
+                let screen = screen.lock().unwrap_or_else(PoisonError::into_inner);
+                (show_screen(screen.0.screen()), Some(self.waiting()))
+            }
+            (Some(_), View::Raw) => (raw, Some(self.waiting())),
+            (None, _) => (raw, None),
+        };
         let mut text = match ended {
             None => format!(
                 "[job {} running for {:.1} s: {}]",
@@ -360,6 +435,9 @@ impl Job {
             text.push('\n');
         }
         if ended.is_none() {
+            if waiting == Some(true) {
+                text.push_str("[it waits for input: bash_output with `input` types it]\n");
+            }
             text.push_str(&format!(
                 "[bash_output {{\"job\": {0}}} reads what follows; bash_kill {{\"job\": {0}}} stops it]",
                 self.id
@@ -370,6 +448,7 @@ impl Job {
             running: ended.is_none(),
             exit_code: ended.and_then(Ended::exit_code),
             output,
+            waiting_for_input: waiting.map(|w| w && ended.is_none()),
         };
         (status, text)
     }
@@ -415,6 +494,54 @@ fn round(d: Duration) -> f64 {
     (d.as_secs_f64() * 10.0).round() / 10.0
 }
 
+impl Job {
+    /// Whether the job's foreground program seems to wait for typing.
+    fn waiting(&self) -> bool {
+        match self.stdin.try_lock().as_deref() {
+            Ok(Some(Input::Terminal(terminal))) => terminal.waiting_for_input(),
+            _ => false,
+        }
+    }
+}
+
+/// A screen as text: its rows with trailing blanks and blank last rows left out,
+/// then where the cursor is.
+fn show_screen(screen: &vt100::Screen) -> String {
+    let mut text = screen.contents();
+    let kept = text.trim_end().len();
+    text.truncate(kept);
+    let (row, col) = screen.cursor_position();
+    let (rows, cols) = screen.size();
+    text.push_str(&format!(
+        "\n[screen {rows}x{cols}; cursor at row {}, column {}]",
+        row + 1,
+        col + 1
+    ));
+    text
+}
+
+/// Copies what the job writes on its terminal into its buffer and its screen until
+/// every process holding the terminal is gone.
+async fn watch_terminal(terminal: Arc<Terminal>, job: Arc<Job>) {
+    let mut buf = vec![0u8; 64 * 1024];
+    while let Ok(n) = terminal.read(&mut buf).await {
+        if n == 0 {
+            break;
+        }
+        job.unread
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(&buf[..n]);
+        if let Some(screen) = &job.screen {
+            screen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .0
+                .process(&buf[..n]);
+        }
+    }
+}
+
 /// Copies a stream of the job into its buffer until the stream ends.
 async fn collect(stream: tokio::net::unix::pipe::Receiver, job: Arc<Job>) {
     capture::feed(stream, |data| {
@@ -432,7 +559,7 @@ async fn monitor(
     job: Arc<Job>,
     stop: oneshot::Receiver<Ended>,
     limit: Option<Duration>,
-    readers: [tokio::task::JoinHandle<()>; 2],
+    readers: Vec<tokio::task::JoinHandle<()>>,
 ) {
     let deadline = async {
         match limit {

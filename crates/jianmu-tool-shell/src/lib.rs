@@ -135,6 +135,18 @@ pub struct BashArgs {
     /// answering with its output so far; default 1000.
     #[schemars(range(max = 600_000))]
     pub yield_ms: Option<u64>,
+    /// With `background`: run the job on a terminal, for programs that need one
+    /// (REPLs, prompts, pagers, full-screen programs). `bash_output` then shows its
+    /// screen and whether it waits for input; its `input` is typed, control keys
+    /// included (`\u0003` is Ctrl-C, `\u0004` Ctrl-D, `\u001b` Escape).
+    #[serde(default)]
+    pub tty: bool,
+    /// With `tty`: the terminal's rows (default 24).
+    #[schemars(range(min = 2, max = 500))]
+    pub rows: Option<u16>,
+    /// With `tty`: the terminal's columns (default 80).
+    #[schemars(range(min = 10, max = 1000))]
+    pub cols: Option<u16>,
 }
 
 /// The `bash` tool.
@@ -214,11 +226,32 @@ impl Bash {
         if args.background {
             // A background job starts where the session is but does not change it.
             let mut spec = self.base_spec();
-            spec.arg("-c").arg(command);
+            if args.tty {
+                // The shell keeps job control and runs the command in a subshell, a
+                // job of its own: the command (even one that `exec`s) is the
+                // terminal's foreground group, which Ctrl-C reaches, and never the
+                // first process of its namespace, which ignores signals it does not
+                // handle.
+                spec.arg("-c")
+                    .arg("set -m 2>/dev/null; ( eval \"$1\" ); exit $?")
+                    .arg(&self.settings.shell)
+                    .arg(command);
+            } else {
+                spec.arg("-c").arg(command);
+            }
             if let Some(s) = &session {
                 s.job_start(&mut spec).await;
             }
+            if args.tty && !spec.has_env("TERM") {
+                spec.env("TERM", "xterm-256color");
+            }
             return self.start_job(command, spec, args).await;
+        }
+        if args.tty || args.rows.is_some() || args.cols.is_some() {
+            return Err(ToolError::failed(
+                "`tty`, `rows` and `cols` go with `background: true`: a terminal job is \
+                 driven with bash_output",
+            ));
         }
         let limit = Duration::try_from_secs_f64(args.timeout.unwrap_or(self.settings.timeout_secs))
             .unwrap_or(Duration::from_secs(120));
@@ -399,9 +432,16 @@ impl Bash {
             keep_head: self.settings.keep_head,
             keep_tail: self.settings.keep_tail,
             max_running: self.settings.max_jobs,
+            terminal: args.tty.then(|| jianmu_process::Size {
+                rows: args.rows.unwrap_or(24).clamp(2, 500),
+                cols: args.cols.unwrap_or(80).clamp(10, 1000),
+            }),
         })?;
         let wait = Duration::from_millis(args.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
-        let (status, text) = self.jobs.poll(id, None, wait).await?;
+        let (status, text) = self
+            .jobs
+            .poll(id, None, wait, jobs::View::default())
+            .await?;
         Ok(ToolOutput::text(text).with_data(&BashResult {
             exit_code: status.exit_code,
             job: Some(status.job),

@@ -1179,3 +1179,74 @@ async fn a_session_with_settings_of_its_own_has_them_in_its_container() {
     runtime.shutdown(Duration::from_secs(10)).await;
     f.sandbox.shutdown().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn scripts_call_into_the_container_and_terminal_jobs_run_there() {
+    use jianmu_runtime::{Backend, Runtime, SessionSettings};
+    let f = fixture(settings());
+    let mut session_settings = SessionSettings::new(ToolConfig::new(&f.ws));
+    session_settings.backend = Backend::Docker(Box::new(settings()));
+    let runtime = Runtime::new(session_settings).unwrap();
+    let session = runtime.open().unwrap();
+    // The script runs here; the calls it makes run in the container.
+    let out = session
+        .call(
+            "run_script",
+            json!({"code": r#"let r = bash(#{command: "test -f /.dockerenv && echo in-the-container"}); r.stdout"#}),
+        )
+        .await
+        .unwrap();
+    assert!(out.text.contains("value: in-the-container"), "{}", out.text);
+
+    let started = session
+        .call(
+            "bash",
+            json!({"command": "python3 -i -q", "background": true, "tty": true, "yield_ms": 0}),
+        )
+        .await
+        .unwrap();
+    let job = started.structured.unwrap()["job"].as_u64().unwrap();
+    let mut screen = String::new();
+    let mut input =
+        Some("import os, sys; print(sys.stdin.isatty(), os.path.exists('/.dockerenv'))\n");
+    for _ in 0..100 {
+        let mut args = json!({"job": job, "wait_ms": 100});
+        if screen.contains(">>>")
+            && let Some(text) = input.take()
+        {
+            args["input"] = json!(text);
+        }
+        let out = session.call("bash_output", args).await.unwrap();
+        screen = out.structured.unwrap()["output"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        if screen.contains("True True") {
+            break;
+        }
+    }
+    assert!(screen.contains("True True\n>>>"), "{screen}");
+    let out = session
+        .call(
+            "bash_output",
+            json!({"job": job, "input": "import time; time.sleep(60)\n\u{3}", "wait_ms": 1000}),
+        )
+        .await
+        .unwrap();
+    let data = out.structured.unwrap();
+    assert!(
+        data["output"]
+            .as_str()
+            .unwrap()
+            .contains("KeyboardInterrupt"),
+        "{data}"
+    );
+    let killed = session
+        .call("bash_kill", json!({"job": job}))
+        .await
+        .unwrap();
+    assert_eq!(killed.structured.unwrap()["running"], false);
+    session.close().await;
+    runtime.shutdown(Duration::from_secs(10)).await;
+    f.sandbox.shutdown().await;
+}

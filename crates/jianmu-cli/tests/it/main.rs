@@ -63,7 +63,7 @@ fn expected_tools() -> Vec<&'static str> {
     #[cfg(feature = "http")]
     names.push("http_request");
     #[cfg(feature = "script")]
-    names.extend(["python_repl", "rhai_repl"]);
+    names.extend(["python_repl", "rhai_repl", "run_script"]);
     #[cfg(feature = "search")]
     names.push("duckduckgo_search");
     #[cfg(feature = "shell")]

@@ -63,6 +63,7 @@ struct Pending<'a> {
 impl Pending<'_> {
     fn emit(&self, kind: EventKind, error: Option<&str>) {
         let mut event = ExecutionEvent::new(kind, self.tool, self.call_id);
+        event.parent_call_id = self.cx.parent();
         event.context = self.cx.event_context();
         event.arguments = self.args;
         if kind != EventKind::Started {

@@ -8,7 +8,7 @@ use jianmu_tool_core::{ExecuteOptions, ToolConfig, ToolOutput, ToolSet, registra
 use serde_json::{Value, json};
 
 /// The four shell tools built from `config`, as a provider builds them.
-fn tools(config: &ToolConfig) -> ToolSet {
+pub(crate) fn tools(config: &ToolConfig) -> ToolSet {
     ToolSet::from_tools(
         registrations()
             .filter(|r| r.name.starts_with("bash"))
@@ -23,13 +23,13 @@ fn config(dir: &std::path::Path, network: bool) -> ToolConfig {
     )
 }
 
-async fn run(set: &ToolSet, tool: &str, args: Value) -> Result<ToolOutput, String> {
+pub(crate) async fn run(set: &ToolSet, tool: &str, args: Value) -> Result<ToolOutput, String> {
     set.execute_with(tool, args, ExecuteOptions::default())
         .await
         .map_err(|e| e.to_string())
 }
 
-fn data(out: &ToolOutput) -> &Value {
+pub(crate) fn data(out: &ToolOutput) -> &Value {
     out.structured.as_ref().unwrap()
 }
 

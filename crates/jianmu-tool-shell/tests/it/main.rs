@@ -7,6 +7,7 @@ use jianmu_tool_core::ToolHandle;
 use jianmu_tool_shell::{Bash, BashSettings};
 
 mod jobs;
+mod terminal;
 use serde_json::json;
 
 fn bash(dir: &std::path::Path, settings: BashSettings) -> ToolHandle {

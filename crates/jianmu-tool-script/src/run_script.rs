@@ -1,0 +1,647 @@
+//! `run_script`: one Rhai program that calls the session's tools as functions, so a
+//! loop over many calls costs one model turn.
+
+use std::collections::HashMap;
+use std::fmt::Write as _;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt as _;
+use jianmu_tool_core::{
+    CALLS_TOOLS, CallContext, Calls, Tool, ToolConfig, ToolError, ToolOutput, ToolSpec,
+    calls_tools, cut_chars,
+};
+use rhai::{Array, Dynamic, Engine, EvalAltResult, Position};
+use serde::Deserialize;
+use serde_json::Value;
+
+/// Limits of `run_script`; every one has a safe default.
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ScriptSettings {
+    /// Most script operations one call may run (tool calls count as one each).
+    pub max_operations: u64,
+    /// Wall-clock limit of one script, tool calls included, in seconds.
+    pub timeout_secs: f64,
+    /// Most tool calls one script may make.
+    pub max_calls: usize,
+    /// Most characters the script's tool calls may return, all together.
+    pub max_call_output: usize,
+    /// Most calls of one `parallel` that run at once.
+    pub max_parallel: usize,
+    /// Most characters of the answer; more is cut with a notice.
+    pub max_output: usize,
+    /// Largest string, in bytes.
+    pub max_string_size: usize,
+    /// Largest array, in items.
+    pub max_array_size: usize,
+    /// Largest object map, in entries.
+    pub max_map_size: usize,
+}
+
+impl Default for ScriptSettings {
+    fn default() -> Self {
+        Self {
+            max_operations: 10_000_000,
+            timeout_secs: 120.0,
+            max_calls: 500,
+            max_call_output: 4 << 20,
+            max_parallel: 8,
+            max_output: 20_000,
+            max_string_size: 4 << 20,
+            max_array_size: 100_000,
+            max_map_size: 100_000,
+        }
+    }
+}
+
+/// Arguments of `run_script`.
+#[derive(Debug, Clone, Deserialize, schemars::JsonSchema)]
+#[serde(deny_unknown_fields)]
+pub struct ScriptArgs {
+    /// The Rhai program. Each tool of this session is a function taking a map of the
+    /// tool's arguments, for example `read_file(#{path: "a.txt"})`.
+    pub code: String,
+}
+
+/// The `run_script` tool.
+#[derive(Debug, Clone)]
+pub struct RunScript {
+    settings: ScriptSettings,
+}
+
+impl RunScript {
+    /// A script tool with these limits.
+    pub fn new(settings: ScriptSettings) -> Self {
+        Self { settings }
+    }
+}
+
+/// Why a script was stopped before its end.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Stop {
+    Time,
+    Calls,
+    CallOutput,
+    Cancelled,
+}
+
+/// One tool call a script made, for the answer's log.
+struct Logged {
+    tool: String,
+    error: Option<String>,
+    took: Duration,
+}
+
+/// What one script run shares with the engine's functions.
+struct Run {
+    calls: Arc<dyn Calls>,
+    parent: Arc<str>,
+    context: Option<Value>,
+    handle: tokio::runtime::Handle,
+    settings: ScriptSettings,
+    deadline: Option<tokio::time::Instant>,
+    parallel_safe: HashMap<String, bool>,
+    made: AtomicUsize,
+    returned: AtomicUsize,
+    stop: Mutex<Option<Stop>>,
+    cancelled: AtomicBool,
+    cancel: tokio::sync::Notify,
+    log: Mutex<Vec<Logged>>,
+    printed: Mutex<String>,
+}
+
+impl Run {
+    fn stopped(&self, why: Stop) -> Box<EvalAltResult> {
+        let mut stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        stop.get_or_insert(why);
+        Box::new(EvalAltResult::ErrorTerminated(
+            Dynamic::from("stopped"),
+            Position::NONE,
+        ))
+    }
+
+    /// Takes `n` calls from the budget, or stops the script.
+    fn admit(&self, n: usize) -> Result<usize, Box<EvalAltResult>> {
+        if self.cancelled.load(Ordering::Acquire) {
+            return Err(self.stopped(Stop::Cancelled));
+        }
+        let before = self.made.fetch_add(n, Ordering::AcqRel);
+        if before + n > self.settings.max_calls {
+            return Err(self.stopped(Stop::Calls));
+        }
+        Ok(before)
+    }
+
+    /// Runs `work` on the session until it ends, the script's time is up or the
+    /// script's call is cancelled.
+    fn block_on<T>(&self, work: impl Future<Output = T>) -> Result<T, Box<EvalAltResult>> {
+        let outcome = self.handle.block_on(async {
+            let deadline = async {
+                match self.deadline {
+                    Some(at) => tokio::time::sleep_until(at).await,
+                    None => std::future::pending().await,
+                }
+            };
+            let cancelled = async {
+                let notified = self.cancel.notified();
+                if !self.cancelled.load(Ordering::Acquire) {
+                    notified.await;
+                }
+            };
+            tokio::select! {
+                done = work => Ok(done),
+                () = deadline => Err(Stop::Time),
+                () = cancelled => Err(Stop::Cancelled),
+            }
+        });
+        outcome.map_err(|why| self.stopped(why))
+    }
+
+    /// The context of the `n`th call (counting from 0) the script makes.
+    fn context(&self, n: usize) -> CallContext {
+        let mut cx = CallContext::new()
+            .with_call_id(format!("{}.{}", self.parent, n + 1))
+            .with_parent(Arc::clone(&self.parent));
+        if let Some(context) = &self.context {
+            cx = cx.with_event_context(context.clone());
+        }
+        cx
+    }
+
+    /// One call's outcome as the script sees it, logged and counted against the
+    /// output budget.
+    fn settle(
+        &self,
+        tool: &str,
+        took: Duration,
+        result: Result<ToolOutput, ToolError>,
+    ) -> Result<Result<Dynamic, String>, Box<EvalAltResult>> {
+        let (logged, seen) = match result {
+            Ok(output) => {
+                let size = output.text.len()
+                    + output
+                        .structured
+                        .as_ref()
+                        .map_or(0, |s| serde_json::to_string(s).map_or(0, |t| t.len()));
+                let total = self.returned.fetch_add(size, Ordering::AcqRel) + size;
+                if total > self.settings.max_call_output {
+                    self.record(tool, took, None);
+                    return Err(self.stopped(Stop::CallOutput));
+                }
+                (None, Ok(value_of(output)))
+            }
+            Err(e) => {
+                let text = e.to_string();
+                (Some(text.clone()), Err(text))
+            }
+        };
+        self.record(tool, took, logged);
+        Ok(seen)
+    }
+
+    fn record(&self, tool: &str, took: Duration, error: Option<String>) {
+        self.log
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .push(Logged {
+                tool: tool.to_owned(),
+                error,
+                took,
+            });
+    }
+
+    /// One tool call from the script: its result, or a catchable error with the
+    /// tool's message.
+    fn call(&self, tool: &str, args: Value) -> Result<Dynamic, Box<EvalAltResult>> {
+        let n = self.admit(1)?;
+        let cx = self.context(n);
+        let started = Instant::now();
+        let result = self.block_on(self.calls.call(tool, args, &cx))?;
+        match self.settle(tool, started.elapsed(), result)? {
+            Ok(value) => Ok(value),
+            Err(text) => Err(Box::new(EvalAltResult::ErrorRuntime(
+                Dynamic::from(text),
+                Position::NONE,
+            ))),
+        }
+    }
+
+    /// Several calls at once: consecutive calls of parallel-safe tools run together
+    /// (at most `max_parallel` at a time); any other call runs alone, in order.
+    /// A failed call is `#{error: "..."}` in its place.
+    fn parallel(&self, list: Array) -> Result<Array, Box<EvalAltResult>> {
+        let mut calls = Vec::with_capacity(list.len());
+        for (i, item) in list.into_iter().enumerate() {
+            calls.push(pair(item).map_err(|e| {
+                runtime_error(format!(
+                    "parallel: item {i} is not [tool name, arguments]: {e}"
+                ))
+            })?);
+        }
+        let first = self.admit(calls.len())?;
+        let mut results: Vec<Option<Dynamic>> = vec![None; calls.len()];
+        let mut at = 0;
+        while at < calls.len() {
+            let safe = |c: &(String, Value)| self.parallel_safe.get(&c.0).copied() == Some(true);
+            let end = if safe(&calls[at]) {
+                at + calls[at..].iter().take_while(|c| safe(c)).count()
+            } else {
+                at + 1
+            };
+            let group = (at..end).map(|i| {
+                let (tool, args) = calls[i].clone();
+                let cx = self.context(first + i);
+                async move {
+                    let started = Instant::now();
+                    let result = self.calls.call(&tool, args, &cx).await;
+                    (i, tool, started.elapsed(), result)
+                }
+            });
+            let mut done: Vec<_> = self.block_on(
+                futures::stream::iter(group)
+                    .buffer_unordered(self.settings.max_parallel.max(1))
+                    .collect(),
+            )?;
+            // Logged in the script's order, not the order they ended in.
+            done.sort_by_key(|d| d.0);
+            for (i, tool, took, result) in done {
+                results[i] = Some(match self.settle(&tool, took, result)? {
+                    Ok(value) => value,
+                    Err(text) => {
+                        let mut map = rhai::Map::new();
+                        map.insert("error".into(), Dynamic::from(text));
+                        Dynamic::from_map(map)
+                    }
+                });
+            }
+            at = end;
+        }
+        Ok(results.into_iter().map(Option::unwrap_or_default).collect())
+    }
+}
+
+/// A tool's answer as the script sees it: its text, or, when it has structured
+/// output, that output as a map with the text under `text` too.
+fn value_of(output: ToolOutput) -> Dynamic {
+    let Some(Value::Object(mut map)) = output.structured else {
+        return Dynamic::from(output.text);
+    };
+    map.entry("text").or_insert(Value::String(output.text));
+    rhai::serde::to_dynamic(Value::Object(map)).unwrap_or_default()
+}
+
+fn runtime_error(text: String) -> Box<EvalAltResult> {
+    Box::new(EvalAltResult::ErrorRuntime(
+        Dynamic::from(text),
+        Position::NONE,
+    ))
+}
+
+/// `[name, args]` of a `parallel` list.
+fn pair(item: Dynamic) -> Result<(String, Value), String> {
+    let mut pair = item
+        .into_array()
+        .map_err(|kind| format!("got {kind}"))?
+        .into_iter();
+    let (Some(name), args, None) = (pair.next(), pair.next(), pair.next()) else {
+        return Err("expected two items".into());
+    };
+    let name = name
+        .into_string()
+        .map_err(|kind| format!("the tool name is {kind}"))?;
+    Ok((name, arguments(args.unwrap_or(Dynamic::UNIT))?))
+}
+
+/// A script value as a tool's JSON arguments.
+fn arguments(value: Dynamic) -> Result<Value, String> {
+    if value.is_unit() {
+        return Ok(Value::Object(serde_json::Map::new()));
+    }
+    rhai::serde::from_dynamic::<Value>(&value).map_err(|e| e.to_string())
+}
+
+/// How a tool is shown in the description: `name(#{required, optional?})`, or
+/// `name("…")` for a tool that takes one string.
+fn signature(spec: &ToolSpec) -> String {
+    if spec.takes_bare_string() {
+        return format!("{}(\"…\")", spec.name);
+    }
+    let schema = &spec.input_schema;
+    let required: Vec<&str> = schema["required"]
+        .as_array()
+        .map(|r| r.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    let mut fields: Vec<String> = required.iter().map(|r| (*r).to_owned()).collect();
+    if let Some(properties) = schema["properties"].as_object() {
+        fields.extend(
+            properties
+                .keys()
+                .filter(|k| !required.contains(&k.as_str()))
+                .map(|k| format!("{k}?")),
+        );
+    }
+    format!("{}(#{{{}}})", spec.name, fields.join(", "))
+}
+
+/// The description: the calling convention, then every tool a script can call here.
+fn describe(specs: &[ToolSpec]) -> String {
+    let mut text = String::from(
+        "Runs a short Rhai program in which this session's tools are functions, so that \
+         many tool calls take one turn (for example: for each file, read it and search it). \
+         Each tool takes a map of its usual arguments (or, where it has one required \
+         argument, just that string) and returns its text answer, or, for a tool with \
+         structured output, that output as a map with the text also under `text`; a failed call throws its error text, which \
+         `try { ... } catch (e) { ... }` can catch. \
+         `parallel([[\"tool\", #{...}], ...])` runs calls together and returns their \
+         results in order (a failed one is `#{error: \"...\"}`). The answer is what the \
+         program printed (`print`), its last value, and a log of the calls it made. Every \
+         call obeys the same rules as a direct call; calls, their total output and the \
+         program's time are limited. No file, network or process access except through \
+         the tools.\nExample: `let hits = []; for f in [\"a.rs\", \"b.rs\"] { let r = \
+         grep_search(#{query: \"TODO\", path: f}); hits.push(r); } hits`\nFunctions:",
+    );
+    for spec in specs {
+        let _ = write!(text, " {};", signature(spec));
+    }
+    text.pop();
+    text
+}
+
+/// The tools of the spec's description: every linked tool that a script may call.
+fn callable_specs(config: &ToolConfig) -> Vec<ToolSpec> {
+    let mut specs: Vec<ToolSpec> = jianmu_tool_core::registrations()
+        .filter(|r| r.name != RunScript::NAME)
+        .filter_map(|r| (r.spec)(config).ok())
+        .filter(|spec| !calls_tools(spec))
+        .collect();
+    specs.sort_by(|a, b| a.name.cmp(&b.name));
+    specs.dedup_by(|a, b| a.name == b.name);
+    specs
+}
+
+/// The spec of `run_script`, listing the tools it can call under `config`.
+pub(crate) fn spec(config: &ToolConfig) -> Result<ToolSpec, ToolError> {
+    let mut spec = jianmu_tool_core::spec_of::<RunScript>();
+    spec.description = describe(&callable_specs(config));
+    Ok(spec)
+}
+
+/// Sets the call's cancellation when the call's future is dropped.
+struct CancelOnDrop(Arc<Run>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        self.0.cancelled.store(true, Ordering::Release);
+        self.0.cancel.notify_waiters();
+    }
+}
+
+impl RunScript {
+    fn engine(&self, run: &Arc<Run>) -> Engine {
+        let settings = &self.settings;
+        let limits = crate::RhaiSettings {
+            max_operations: settings.max_operations,
+            max_call_levels: 48,
+            max_expr_depth: 64,
+            max_string_size: settings.max_string_size,
+            max_array_size: settings.max_array_size,
+            max_map_size: settings.max_map_size,
+            timeout_secs: settings.timeout_secs,
+            max_output: settings.max_output,
+        };
+        let sink = Arc::clone(run);
+        let mut engine = crate::rhai_repl::limited_engine(&limits, move |line| {
+            let mut printed = sink.printed.lock().unwrap_or_else(PoisonError::into_inner);
+            crate::rhai_repl::keep_printed(&mut printed, line, limits.max_output);
+        });
+        let clock = Arc::clone(run);
+        engine.on_progress(move |ops| {
+            if ops % 1024 != 0 {
+                return None;
+            }
+            if clock.cancelled.load(Ordering::Acquire) {
+                return Some(Dynamic::from("cancelled"));
+            }
+            match clock.deadline {
+                Some(d) if tokio::time::Instant::now() >= d => {
+                    clock
+                        .stop
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .get_or_insert(Stop::Time);
+                    Some(Dynamic::from("timeout"))
+                }
+                _ => None,
+            }
+        });
+        for name in run.parallel_safe.keys() {
+            let (tool, this) = (name.clone(), Arc::clone(run));
+            engine.register_fn(name.as_str(), move |args: Dynamic| {
+                let args = arguments(args).map_err(|e| {
+                    runtime_error(format!("{tool}: the arguments are not JSON: {e}"))
+                })?;
+                this.call(&tool, args)
+            });
+            let (tool, this) = (name.clone(), Arc::clone(run));
+            engine.register_fn(name.as_str(), move || {
+                this.call(&tool, Value::Object(serde_json::Map::new()))
+            });
+        }
+        let this = Arc::clone(run);
+        engine.register_fn("parallel", move |list: Array| this.parallel(list));
+        let this = Arc::clone(run);
+        engine.register_fn("call_tool", move |tool: &str, args: Dynamic| {
+            let args = arguments(args)
+                .map_err(|e| runtime_error(format!("{tool}: the arguments are not JSON: {e}")))?;
+            this.call(tool, args)
+        });
+        engine
+    }
+
+    /// Compiles and runs `code` on a blocking thread.
+    fn run(&self, code: &str, run: &Arc<Run>) -> Result<ToolOutput, ToolError> {
+        let engine = self.engine(run);
+        let ast = engine
+            .compile(code)
+            .map_err(|e| ToolError::failed(format!("syntax error: {e}")))?;
+        let result = engine.eval_ast::<Dynamic>(&ast);
+        let printed =
+            std::mem::take(&mut *run.printed.lock().unwrap_or_else(PoisonError::into_inner));
+        let log = std::mem::take(&mut *run.log.lock().unwrap_or_else(PoisonError::into_inner));
+        let stop = *run.stop.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut text = String::new();
+        if !printed.is_empty() {
+            text.push_str(&printed);
+        }
+        let failed = match (&result, stop) {
+            (_, Some(why)) => Some(self.limit_text(why)),
+            (Ok(value), None) => {
+                if !value.is_unit() {
+                    let _ = writeln!(text, "value: {}", show(value));
+                }
+                None
+            }
+            (Err(e), None) => Some(script_error(e)),
+        };
+        text.push_str(&summary(&log));
+        if let Some(reason) = &failed {
+            let _ = write!(text, "\n{reason}");
+        }
+        let text = match cut_chars(&text, self.settings.max_output) {
+            (kept, 0) => kept.to_owned(),
+            (kept, rest) => format!("{kept}\n... (answer cut: {rest} more characters)"),
+        };
+        match failed {
+            Some(_) => Err(ToolError::failed(text)),
+            None => Ok(ToolOutput::text(text)),
+        }
+    }
+
+    fn limit_text(&self, why: Stop) -> String {
+        let s = &self.settings;
+        match why {
+            Stop::Time => format!(
+                "stopped: the script ran past its time limit of {} s; the calls above were made",
+                s.timeout_secs
+            ),
+            Stop::Calls => format!(
+                "stopped: the script reached its limit of {} tool calls; the calls above were made",
+                s.max_calls
+            ),
+            Stop::CallOutput => format!(
+                "stopped: the script's tool calls returned more than {} characters in all; \
+                 the calls above were made (ask for less per call)",
+                s.max_call_output
+            ),
+            Stop::Cancelled => "stopped: the call was cancelled".to_owned(),
+        }
+    }
+}
+
+/// A value for the answer: JSON when it is data, else Rhai's own text.
+fn show(value: &Dynamic) -> String {
+    if value.is_string() {
+        return value.to_string();
+    }
+    rhai::serde::from_dynamic::<Value>(value).map_or_else(|_| value.to_string(), |v| v.to_string())
+}
+
+fn script_error(e: &EvalAltResult) -> String {
+    match e {
+        EvalAltResult::ErrorTooManyOperations(..) => {
+            "stopped: the script ran too many operations (an endless loop?)".to_owned()
+        }
+        EvalAltResult::ErrorStackOverflow(..) => {
+            "stopped: function calls nest too deeply (runaway recursion?)".to_owned()
+        }
+        EvalAltResult::ErrorDataTooLarge(..) => format!("stopped: {e}"),
+        EvalAltResult::ErrorRuntime(value, pos) => {
+            format!("error: uncaught error at {pos}: {value}")
+        }
+        other => format!("error: {other}"),
+    }
+}
+
+/// The log of calls: a count, then one line per run of successful calls of one tool
+/// and one per failed call (the first 15 and the last 5 lines when there are more).
+fn summary(log: &[Logged]) -> String {
+    if log.is_empty() {
+        return "calls: none\n".to_owned();
+    }
+    let failed = log.iter().filter(|l| l.error.is_some()).count();
+    let total: Duration = log.iter().map(|l| l.took).sum();
+    let mut text = format!(
+        "calls: {} ({} ok, {failed} failed; {:.1} ms in tools)\n",
+        log.len(),
+        log.len() - failed,
+        total.as_secs_f64() * 1e3
+    );
+    let mut lines: Vec<String> = Vec::new();
+    let mut at = 0;
+    while at < log.len() {
+        let first = &log[at];
+        let ms = |took: Duration| took.as_secs_f64() * 1e3;
+        if let Some(e) = &first.error {
+            let (e, _) = cut_chars(e.lines().next().unwrap_or(""), 160);
+            lines.push(format!(
+                "  {} error {:.1} ms: {e}",
+                first.tool,
+                ms(first.took)
+            ));
+            at += 1;
+            continue;
+        }
+        let run = log[at..]
+            .iter()
+            .take_while(|l| l.error.is_none() && l.tool == first.tool)
+            .count();
+        let took: Duration = log[at..at + run].iter().map(|l| l.took).sum();
+        lines.push(match run {
+            1 => format!("  {} ok {:.1} ms", first.tool, ms(took)),
+            n => format!("  {} ok ×{n} {:.1} ms", first.tool, ms(took)),
+        });
+        at += run;
+    }
+    if lines.len() > 20 {
+        let left = lines.len() - 20;
+        lines.splice(15..lines.len() - 5, [format!("  … {left} more lines …")]);
+    }
+    for line in lines {
+        text.push_str(&line);
+        text.push('\n');
+    }
+    text
+}
+
+impl Tool for RunScript {
+    type Args = ScriptArgs;
+    type Output = ToolOutput;
+    type Error = ToolError;
+
+    const NAME: &'static str = "run_script";
+
+    // The description a session lists is generated from its tools (`spec`).
+    const DESCRIPTION: &'static str =
+        "Runs a short Rhai program in which this session's tools are functions.";
+
+    const PARALLEL_SAFE: bool = false;
+
+    const EFFECTS: &'static [&'static str] = &["code:exec", CALLS_TOOLS];
+
+    async fn call(&self, args: ScriptArgs, cx: &CallContext) -> Result<ToolOutput, ToolError> {
+        let Some(calls) = cx.calls().cloned() else {
+            return Err(ToolError::failed(
+                "run_script can only run inside a session, which gives it the tools to call",
+            ));
+        };
+        let specs = calls.specs();
+        let timeout =
+            Duration::try_from_secs_f64(self.settings.timeout_secs).unwrap_or(Duration::MAX);
+        let run = Arc::new(Run {
+            parallel_safe: specs
+                .iter()
+                .map(|s| (s.name.clone(), s.parallel_safe))
+                .collect(),
+            calls,
+            parent: Arc::from(cx.call_id()),
+            context: cx.event_context().cloned(),
+            handle: tokio::runtime::Handle::current(),
+            settings: self.settings.clone(),
+            deadline: tokio::time::Instant::now().checked_add(timeout),
+            made: AtomicUsize::new(0),
+            returned: AtomicUsize::new(0),
+            stop: Mutex::new(None),
+            cancelled: AtomicBool::new(false),
+            cancel: tokio::sync::Notify::new(),
+            log: Mutex::new(Vec::new()),
+            printed: Mutex::new(String::new()),
+        });
+        let _cancel = CancelOnDrop(Arc::clone(&run));
+        let this = self.clone();
+        tokio::task::spawn_blocking(move || this.run(&args.code, &run))
+            .await
+            .map_err(|e| ToolError::runner(Self::NAME, e))?
+    }
+}
