@@ -273,6 +273,16 @@ fn the_description_lists_the_tools_and_its_example_uses_real_arguments() {
         .lines()
         .find(|l| l.starts_with("Functions:"))
         .unwrap();
+    // Its effects are its own and those of every tool it can call.
+    for tag in [
+        "code:exec",
+        "tools:call",
+        "filesystem:write",
+        "process:exec",
+        "network",
+    ] {
+        assert!(spec.effect_tags.iter().any(|t| t == tag), "{tag}");
+    }
     for name in jianmu_provider::available_tools() {
         let listed = functions.contains(&format!(" {name}("));
         assert_eq!(listed, name != "run_script", "{name} in {functions}");

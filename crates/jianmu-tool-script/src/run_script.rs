@@ -381,10 +381,21 @@ fn callable_specs(config: &ToolConfig) -> Vec<ToolSpec> {
     specs
 }
 
-/// The spec of `run_script`, listing the tools it can call under `config`.
+/// The spec of `run_script` under `config`: its description lists the tools it can
+/// call, and its effects are its own and every effect of those tools (what a script
+/// may do), so that policies and clients' hints see them.
 pub(crate) fn spec(config: &ToolConfig) -> Result<ToolSpec, ToolError> {
+    let callable = callable_specs(config);
     let mut spec = jianmu_tool_core::spec_of::<RunScript>();
-    spec.description = describe(&callable_specs(config));
+    spec.description = describe(&callable);
+    let mut theirs: Vec<&String> = callable.iter().flat_map(|s| &s.effect_tags).collect();
+    theirs.sort();
+    theirs.dedup();
+    for tag in theirs {
+        if !spec.effect_tags.contains(tag) {
+            spec.effect_tags.push(tag.clone());
+        }
+    }
     Ok(spec)
 }
 

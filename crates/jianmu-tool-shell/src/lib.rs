@@ -142,10 +142,10 @@ pub struct BashArgs {
     #[serde(default)]
     pub tty: bool,
     /// With `tty`: the terminal's rows (default 24).
-    #[schemars(range(min = 2, max = 500))]
+    #[schemars(range(min = 2, max = 200))]
     pub rows: Option<u16>,
     /// With `tty`: the terminal's columns (default 80).
-    #[schemars(range(min = 10, max = 1000))]
+    #[schemars(range(min = 10, max = 300))]
     pub cols: Option<u16>,
 }
 
@@ -433,8 +433,8 @@ impl Bash {
             keep_tail: self.settings.keep_tail,
             max_running: self.settings.max_jobs,
             terminal: args.tty.then(|| jianmu_process::Size {
-                rows: args.rows.unwrap_or(24).clamp(2, 500),
-                cols: args.cols.unwrap_or(80).clamp(10, 1000),
+                rows: args.rows.unwrap_or(24).clamp(2, 200),
+                cols: args.cols.unwrap_or(80).clamp(10, 300),
             }),
         })?;
         let wait = Duration::from_millis(args.yield_ms.unwrap_or(DEFAULT_YIELD_MS));
