@@ -85,20 +85,31 @@ async fn a_python_repl_is_driven_by_typing_and_ctrl_c_interrupts_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_program_sees_a_terminal_of_the_size_asked_and_ctrl_c_stops_it() {
     let dir = tempfile::tempdir().unwrap();
-    let set = set(dir.path());
+    sized_and_interrupted(&set(dir.path())).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_supervisor_alone_a_terminal_job_works_the_same() {
+    let dir = tempfile::tempdir().unwrap();
+    let config =
+        ToolConfig::new(dir.path()).with_settings("bash", json!({"isolation": {"mode": "off"}}));
+    sized_and_interrupted(&tools(&config)).await;
+}
+
+async fn sized_and_interrupted(set: &ToolSet) {
     let mut args =
         start("test -t 0 && test -t 1 && test -t 2 && echo on-a-tty; stty size; exec sleep 60");
     args["rows"] = json!(30);
     args["cols"] = json!(100);
-    let started = run(&set, "bash", args).await.unwrap();
+    let started = run(set, "bash", args).await.unwrap();
     let job = data(&started)["job"].as_u64().unwrap();
-    let seen = screen_until(&set, job, None, "30 100").await;
+    let seen = screen_until(set, job, None, "30 100").await;
     let screen = seen["output"].as_str().unwrap();
     assert!(screen.starts_with("on-a-tty\n30 100"), "{screen}");
     assert!(screen.contains("[screen 30x100;"), "{screen}");
     // `sleep` has no handler of its own: the terminal's Ctrl-C still ends it.
     let out = run(
-        &set,
+        set,
         "bash_output",
         json!({"job": job, "input": "\u{3}", "wait_ms": 10_000}),
     )
@@ -108,7 +119,7 @@ async fn a_program_sees_a_terminal_of_the_size_asked_and_ctrl_c_stops_it() {
     assert_eq!(data(&out)["exit_code"], 130, "{}", out.text);
 
     // Without `background`, a terminal is refused with what to do.
-    let e = run(&set, "bash", json!({"command": "true", "tty": true}))
+    let e = run(set, "bash", json!({"command": "true", "tty": true}))
         .await
         .unwrap_err();
     assert!(e.contains("go with `background: true`"), "{e}");
