@@ -26,9 +26,18 @@ pub struct OutputArgs {
     /// Text written to the job's stdin first (add `\n` to end a line); for a job on
     /// a terminal, typed, control keys included (`\u0003` is Ctrl-C).
     pub input: Option<String>,
-    /// For a job on a terminal: what it wrote since the last read, escape sequences
-    /// and all, instead of what its screen shows.
-    #[serde(default)]
+    /// For a job on a terminal: true for what it wrote since the last read, escape
+    /// sequences and all; false for what its screen shows (the default unless this
+    /// tool's settings say `raw = true`).
+    pub raw: Option<bool>,
+}
+
+/// Settings of `bash_output` (`[tools.bash_output]`).
+#[derive(Debug, Clone, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct OutputSettings {
+    /// A job on a terminal is shown as the stream it wrote rather than its screen,
+    /// unless a call says otherwise.
     pub raw: bool,
 }
 
@@ -49,6 +58,7 @@ pub struct JobListArgs {}
 #[derive(Debug, Clone)]
 pub struct BashOutput {
     jobs: Arc<Jobs>,
+    settings: OutputSettings,
 }
 
 /// The `bash_kill` tool.
@@ -66,7 +76,17 @@ pub struct BashJobs {
 impl BashOutput {
     /// Reads the jobs of `jobs` (the table `bash` was given with `Bash::with_jobs`).
     pub fn new(jobs: Arc<Jobs>) -> Self {
-        Self { jobs }
+        Self {
+            jobs,
+            settings: OutputSettings::default(),
+        }
+    }
+
+    /// With these settings.
+    #[must_use]
+    pub fn with_settings(mut self, settings: OutputSettings) -> Self {
+        self.settings = settings;
+        self
     }
 }
 
@@ -119,7 +139,7 @@ impl Tool for BashOutput {
                 args.job,
                 args.input.as_deref(),
                 wait,
-                if args.raw {
+                if args.raw.unwrap_or(self.settings.raw) {
                     crate::jobs::View::Raw
                 } else {
                     crate::jobs::View::Screen
@@ -195,7 +215,10 @@ impl Tool for BashJobs {
 }
 
 fn build_output(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(BashOutput::new(config.scope().get::<Jobs>()))
+    ToolHandle::new(
+        BashOutput::new(config.scope().get::<Jobs>())
+            .with_settings(config.settings(BashOutput::NAME)?),
+    )
 }
 
 fn build_kill(config: &ToolConfig) -> Result<ToolHandle, ToolError> {

@@ -29,7 +29,9 @@ mod job_tools;
 mod jobs;
 mod shells;
 
-pub use job_tools::{BashJobs, BashKill, BashOutput, JobArgs, JobListArgs, OutputArgs};
+pub use job_tools::{
+    BashJobs, BashKill, BashOutput, JobArgs, JobListArgs, OutputArgs, OutputSettings,
+};
 pub use jobs::{JobInfo, JobList, JobStatus, Jobs};
 
 /// How often a running command reports progress, when the caller wants reports.

@@ -153,16 +153,42 @@ async fn a_full_screen_program_is_read_as_its_screen_and_killing_it_leaves_nothi
         format!("{}IN THE MIDDLE", " ".repeat(20)),
         "{screen}"
     );
-    // The raw stream has the escape sequences the screen was drawn with.
-    let raw = run(&set, "bash_output", json!({"job": job, "raw": true}))
+    // The raw stream, asked for by the tool's settings unless a call says otherwise,
+    // has the escape sequences the screen is drawn with.
+    let config = ToolConfig::new(dir.path()).with_settings("bash_output", json!({"raw": true}));
+    let raw_by_default = tools(&config);
+    let started = run(
+        &raw_by_default,
+        "bash",
+        start(r"sleep 0.5; printf 'a\033[2Jb'; sleep 60"),
+    )
+    .await
+    .unwrap();
+    let other = data(&started)["job"].as_u64().unwrap();
+    let mut stream = String::new();
+    for _ in 0..100 {
+        let out = run(
+            &raw_by_default,
+            "bash_output",
+            json!({"job": other, "wait_ms": 50}),
+        )
         .await
         .unwrap();
-    assert!(
-        !data(&raw)["output"]
-            .as_str()
-            .unwrap()
-            .contains("IN THE MIDDLE")
-    );
+        stream.push_str(data(&out)["output"].as_str().unwrap());
+        if stream.contains('b') {
+            break;
+        }
+    }
+    assert_eq!(stream, "a\u{1b}[2Jb");
+    let screen = run(
+        &raw_by_default,
+        "bash_output",
+        json!({"job": other, "raw": false}),
+    )
+    .await
+    .unwrap();
+    let screen = data(&screen)["output"].as_str().unwrap().to_owned();
+    assert!(screen.starts_with(" b\n[screen 24x80"), "{screen:?}");
     assert!(!jianmu_test_support::running_with(&marker).is_empty());
     let killed = run(&set, "bash_kill", json!({"job": job})).await.unwrap();
     assert_eq!(data(&killed)["running"], false);
