@@ -36,7 +36,7 @@ async fn fifty_nested_calls_a_denied_tool_caught_and_audit_lines_with_their_pare
     let code = r#"
         let sum = 0;
         for i in 0..49 { sum += parse_int(calculator(`${i} + 1`)); }
-        let file = read_file(#{path: "a.txt"});
+        let file = read_file("a.txt");
         let text = file.text;
         text.trim();
         print(text);

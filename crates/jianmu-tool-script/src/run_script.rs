@@ -87,6 +87,31 @@ enum Stop {
     Cancelled,
 }
 
+/// What a script needs to know of a tool it can call.
+struct Callable {
+    parallel_safe: bool,
+    /// The tool's one required argument, when it is a string: a bare string stands
+    /// for it.
+    shorthand: Option<String>,
+}
+
+impl Callable {
+    fn of(spec: &ToolSpec) -> Self {
+        let schema = &spec.input_schema;
+        let required = schema["required"].as_array().map(Vec::as_slice);
+        let shorthand = match required {
+            Some([Value::String(name)]) if schema["properties"][name]["type"] == "string" => {
+                Some(name.clone())
+            }
+            _ => None,
+        };
+        Self {
+            parallel_safe: spec.parallel_safe,
+            shorthand,
+        }
+    }
+}
+
 /// One tool call a script made, for the answer's log.
 struct Logged {
     tool: String,
@@ -102,7 +127,7 @@ struct Run {
     handle: tokio::runtime::Handle,
     settings: ScriptSettings,
     deadline: Option<tokio::time::Instant>,
-    parallel_safe: HashMap<String, bool>,
+    tools: HashMap<String, Callable>,
     made: AtomicUsize,
     returned: AtomicUsize,
     stop: Mutex<Option<Stop>>,
@@ -212,9 +237,26 @@ impl Run {
             });
     }
 
+    /// `args`, with a bare string given to a tool whose one required argument is a
+    /// string made that argument.
+    fn shorthand(&self, tool: &str, args: Value) -> Value {
+        match (
+            &args,
+            self.tools.get(tool).and_then(|t| t.shorthand.as_ref()),
+        ) {
+            (Value::String(_), Some(name)) => {
+                let mut map = serde_json::Map::new();
+                map.insert(name.clone(), args);
+                Value::Object(map)
+            }
+            _ => args,
+        }
+    }
+
     /// One tool call from the script: its result, or a catchable error with the
     /// tool's message.
     fn call(&self, tool: &str, args: Value) -> Result<Dynamic, Box<EvalAltResult>> {
+        let args = self.shorthand(tool, args);
         let n = self.admit(1)?;
         let cx = self.context(n);
         let started = Instant::now();
@@ -234,17 +276,19 @@ impl Run {
     fn parallel(&self, list: Array) -> Result<Array, Box<EvalAltResult>> {
         let mut calls = Vec::with_capacity(list.len());
         for (i, item) in list.into_iter().enumerate() {
-            calls.push(pair(item).map_err(|e| {
+            let (tool, args) = pair(item).map_err(|e| {
                 runtime_error(format!(
                     "parallel: item {i} is not [tool name, arguments]: {e}"
                 ))
-            })?);
+            })?;
+            let args = self.shorthand(&tool, args);
+            calls.push((tool, args));
         }
         let first = self.admit(calls.len())?;
         let mut results: Vec<Option<Dynamic>> = vec![None; calls.len()];
         let mut at = 0;
         while at < calls.len() {
-            let safe = |c: &(String, Value)| self.parallel_safe.get(&c.0).copied() == Some(true);
+            let safe = |c: &(String, Value)| self.tools.get(&c.0).is_some_and(|t| t.parallel_safe);
             let end = if safe(&calls[at]) {
                 at + calls[at..].iter().take_while(|c| safe(c)).count()
             } else {
@@ -350,12 +394,13 @@ fn describe(specs: &[ToolSpec]) -> String {
     let mut text = String::from(
         "Runs a short Rhai program in which this session's tools are functions, so that \
          many tool calls take one turn (for example: for each file, read it and search it). \
-         Each tool takes a map of its usual arguments (or, where it has one required \
-         argument, just that string) and returns its text answer, or, for a tool with \
+         Each tool takes a map of its usual arguments (or, where its one required \
+         argument is a string, just that string) and returns its text answer, or, for a tool with \
          structured output, that output as a map with the text also under `text`; a failed call throws its error text, which \
          `try { ... } catch (e) { ... }` can catch. \
          `parallel([[\"tool\", #{...}], ...])` runs calls together and returns their \
-         results in order (a failed one is `#{error: \"...\"}`). The answer is what the \
+         results in order (a failed one is `#{error: \"...\"}`); `call_tool(\"tool\", \
+         #{...})` calls a tool by a name held in a variable. The answer is what the \
          program printed (`print`), its last value, and a log of the calls it made. Every \
          call obeys the same rules as a direct call; calls, their total output and the \
          program's time are limited. No file, network or process access except through \
@@ -447,7 +492,7 @@ impl RunScript {
                 _ => None,
             }
         });
-        for name in run.parallel_safe.keys() {
+        for name in run.tools.keys() {
             let (tool, this) = (name.clone(), Arc::clone(run));
             engine.register_fn(name.as_str(), move |args: Dynamic| {
                 let args = arguments(args).map_err(|e| {
@@ -631,9 +676,9 @@ impl Tool for RunScript {
         let timeout =
             Duration::try_from_secs_f64(self.settings.timeout_secs).unwrap_or(Duration::MAX);
         let run = Arc::new(Run {
-            parallel_safe: specs
+            tools: specs
                 .iter()
-                .map(|s| (s.name.clone(), s.parallel_safe))
+                .map(|s| (s.name.clone(), Callable::of(s)))
                 .collect(),
             calls,
             parent: Arc::from(cx.call_id()),
