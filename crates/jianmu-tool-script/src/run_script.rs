@@ -66,15 +66,27 @@ pub struct ScriptArgs {
 }
 
 /// The `run_script` tool.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RunScript {
     settings: ScriptSettings,
+    prepared: Arc<Mutex<Option<Arc<Prepared>>>>,
+}
+
+impl std::fmt::Debug for RunScript {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunScript")
+            .field("settings", &self.settings)
+            .finish_non_exhaustive()
+    }
 }
 
 impl RunScript {
     /// A script tool with these limits.
     pub fn new(settings: ScriptSettings) -> Self {
-        Self { settings }
+        Self {
+            settings,
+            prepared: Arc::default(),
+        }
     }
 }
 
@@ -127,7 +139,7 @@ struct Run {
     handle: tokio::runtime::Handle,
     settings: ScriptSettings,
     deadline: Option<tokio::time::Instant>,
-    tools: HashMap<String, Callable>,
+    tools: Arc<HashMap<String, Callable>>,
     made: AtomicUsize,
     returned: AtomicUsize,
     stop: Mutex<Option<Stop>>,
@@ -454,8 +466,45 @@ impl Drop for CancelOnDrop {
     }
 }
 
+thread_local! {
+    /// The script this thread is running: the engine's functions act on it.
+    static CURRENT: std::cell::RefCell<Option<Arc<Run>>> = const { std::cell::RefCell::new(None) };
+}
+
+/// The run in progress on this thread (there is one while an engine evaluates).
+fn current() -> Result<Arc<Run>, Box<EvalAltResult>> {
+    CURRENT
+        .with(|c| c.borrow().clone())
+        .ok_or_else(|| runtime_error("no script is running".to_owned()))
+}
+
+/// Makes `run` the thread's current run until dropped.
+struct Current;
+
+impl Current {
+    fn set(run: &Arc<Run>) -> Self {
+        CURRENT.with(|c| *c.borrow_mut() = Some(Arc::clone(run)));
+        Self
+    }
+}
+
+impl Drop for Current {
+    fn drop(&mut self) {
+        CURRENT.with(|c| c.borrow_mut().take());
+    }
+}
+
+/// What every run of one `run_script` shares, made on its first call: the engine
+/// (building one costs more than most scripts take to run) and the tools it calls.
+struct Prepared {
+    engine: Engine,
+    tools: Arc<HashMap<String, Callable>>,
+}
+
 impl RunScript {
-    fn engine(&self, run: &Arc<Run>) -> Engine {
+    /// An engine with the limits, whose functions are `tools` and act on the
+    /// thread's current run.
+    fn engine(&self, tools: &HashMap<String, Callable>) -> Engine {
         let settings = &self.settings;
         let limits = crate::RhaiSettings {
             max_operations: settings.max_operations,
@@ -467,23 +516,25 @@ impl RunScript {
             timeout_secs: settings.timeout_secs,
             max_output: settings.max_output,
         };
-        let sink = Arc::clone(run);
         let mut engine = crate::rhai_repl::limited_engine(&limits, move |line| {
-            let mut printed = sink.printed.lock().unwrap_or_else(PoisonError::into_inner);
-            crate::rhai_repl::keep_printed(&mut printed, line, limits.max_output);
+            if let Ok(run) = current() {
+                let mut printed = run.printed.lock().unwrap_or_else(PoisonError::into_inner);
+                crate::rhai_repl::keep_printed(&mut printed, line, limits.max_output);
+            }
         });
-        let clock = Arc::clone(run);
         engine.on_progress(move |ops| {
             if ops % 1024 != 0 {
                 return None;
             }
-            if clock.cancelled.load(Ordering::Acquire) {
+            let Ok(run) = current() else {
+                return Some(Dynamic::from("no run"));
+            };
+            if run.cancelled.load(Ordering::Acquire) {
                 return Some(Dynamic::from("cancelled"));
             }
-            match clock.deadline {
+            match run.deadline {
                 Some(d) if tokio::time::Instant::now() >= d => {
-                    clock
-                        .stop
+                    run.stop
                         .lock()
                         .unwrap_or_else(PoisonError::into_inner)
                         .get_or_insert(Stop::Time);
@@ -492,37 +543,56 @@ impl RunScript {
                 _ => None,
             }
         });
-        for name in run.tools.keys() {
-            let (tool, this) = (name.clone(), Arc::clone(run));
+        for name in tools.keys() {
+            let tool = name.clone();
             engine.register_fn(name.as_str(), move |args: Dynamic| {
                 let args = arguments(args).map_err(|e| {
                     runtime_error(format!("{tool}: the arguments are not JSON: {e}"))
                 })?;
-                this.call(&tool, args)
+                current()?.call(&tool, args)
             });
-            let (tool, this) = (name.clone(), Arc::clone(run));
+            let tool = name.clone();
             engine.register_fn(name.as_str(), move || {
-                this.call(&tool, Value::Object(serde_json::Map::new()))
+                current()?.call(&tool, Value::Object(serde_json::Map::new()))
             });
         }
-        let this = Arc::clone(run);
-        engine.register_fn("parallel", move |list: Array| this.parallel(list));
-        let this = Arc::clone(run);
-        engine.register_fn("call_tool", move |tool: &str, args: Dynamic| {
+        engine.register_fn("parallel", |list: Array| current()?.parallel(list));
+        engine.register_fn("call_tool", |tool: &str, args: Dynamic| {
             let args = arguments(args)
                 .map_err(|e| runtime_error(format!("{tool}: the arguments are not JSON: {e}")))?;
-            this.call(tool, args)
+            current()?.call(tool, args)
         });
         engine
     }
 
+    /// The engine and tools, made on the first call from the session's tools.
+    fn prepared(&self, calls: &dyn Calls) -> Arc<Prepared> {
+        let mut slot = self.prepared.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(prepared) = slot.as_ref() {
+            return Arc::clone(prepared);
+        }
+        let tools: HashMap<String, Callable> = calls
+            .specs()
+            .iter()
+            .map(|s| (s.name.clone(), Callable::of(s)))
+            .collect();
+        let prepared = Arc::new(Prepared {
+            engine: self.engine(&tools),
+            tools: Arc::new(tools),
+        });
+        *slot = Some(Arc::clone(&prepared));
+        prepared
+    }
+
     /// Compiles and runs `code` on a blocking thread.
-    fn run(&self, code: &str, run: &Arc<Run>) -> Result<ToolOutput, ToolError> {
-        let engine = self.engine(run);
+    fn run(&self, code: &str, run: &Arc<Run>, engine: &Engine) -> Result<ToolOutput, ToolError> {
         let ast = engine
             .compile(code)
             .map_err(|e| ToolError::failed(format!("syntax error: {e}")))?;
-        let result = engine.eval_ast::<Dynamic>(&ast);
+        let result = {
+            let _current = Current::set(run);
+            engine.eval_ast::<Dynamic>(&ast)
+        };
         let printed =
             std::mem::take(&mut *run.printed.lock().unwrap_or_else(PoisonError::into_inner));
         let log = std::mem::take(&mut *run.log.lock().unwrap_or_else(PoisonError::into_inner));
@@ -672,14 +742,11 @@ impl Tool for RunScript {
                 "run_script can only run inside a session, which gives it the tools to call",
             ));
         };
-        let specs = calls.specs();
+        let prepared = self.prepared(calls.as_ref());
         let timeout =
             Duration::try_from_secs_f64(self.settings.timeout_secs).unwrap_or(Duration::MAX);
         let run = Arc::new(Run {
-            tools: specs
-                .iter()
-                .map(|s| (s.name.clone(), Callable::of(s)))
-                .collect(),
+            tools: Arc::clone(&prepared.tools),
             calls,
             parent: Arc::from(cx.call_id()),
             context: cx.event_context().cloned(),
@@ -696,7 +763,7 @@ impl Tool for RunScript {
         });
         let _cancel = CancelOnDrop(Arc::clone(&run));
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.run(&args.code, &run))
+        tokio::task::spawn_blocking(move || this.run(&args.code, &run, &prepared.engine))
             .await
             .map_err(|e| ToolError::runner(Self::NAME, e))?
     }
