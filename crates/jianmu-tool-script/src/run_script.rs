@@ -164,6 +164,12 @@ impl Run {
         if self.cancelled.load(Ordering::Acquire) {
             return Err(self.stopped(Stop::Cancelled));
         }
+        if self
+            .deadline
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
+        {
+            return Err(self.stopped(Stop::Time));
+        }
         let before = self.made.fetch_add(n, Ordering::AcqRel);
         if before + n > self.settings.max_calls {
             return Err(self.stopped(Stop::Calls));
@@ -175,6 +181,13 @@ impl Run {
     /// script's call is cancelled.
     fn block_on<T>(&self, work: impl Future<Output = T>) -> Result<T, Box<EvalAltResult>> {
         let outcome = self.handle.block_on(async {
+            // Most tools answer on their first poll: no timer for them.
+            let mut work = std::pin::pin!(work);
+            let first =
+                std::future::poll_fn(|cx| std::task::Poll::Ready(work.as_mut().poll(cx))).await;
+            if let std::task::Poll::Ready(done) = first {
+                return Ok(done);
+            }
             let deadline = async {
                 match self.deadline {
                     Some(at) => tokio::time::sleep_until(at).await,
