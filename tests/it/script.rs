@@ -114,6 +114,28 @@ async fn each_limit_stops_the_script_and_says_which_keeping_what_was_done() {
     assert!(e.contains("more than 10000 characters"), "{e}");
     assert!(e.contains("calls: 4 (4 ok"), "{e}");
 
+    // Values nested far past what a thread's stack survives: no crash, and a tool is
+    // never handed one.
+    let s2 = session(dir.path(), |c| {
+        c.with_setting("run_script", "timeout_secs", json!(600.0))
+    });
+    let answer = script(
+        &s2,
+        r#"let m = #{}; for i in 0..2500 { m = #{a: m}; }
+           let e = ""; try { calculator(m) } catch (err) { e = err } print(e); m"#,
+    )
+    .await
+    .unwrap();
+    assert!(
+        answer.starts_with(
+            "calculator: the arguments are not JSON: they nest more than 64 levels deep
+value: (a value nested more than 64 levels deep)
+calls: none"
+        ),
+        "{answer}"
+    );
+    s2.close().await;
+
     // Operations: an endless loop.
     let e = script(&s, "let n = 0; loop { n += 1; }")
         .await

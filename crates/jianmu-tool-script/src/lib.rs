@@ -34,6 +34,42 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
     }
 }
 
+/// The stack of the thread a Rhai program runs on. Rhai checks, prints and drops
+/// nested values recursively, and a program can nest them as deep as its size limits
+/// allow (maps and arrays counted together, 200,000 levels by default): a tokio
+/// thread's 2 MiB would overflow, which aborts the process. The stack is reserved, not
+/// used: only what a program touches is memory.
+const SCRIPT_STACK: usize = 1 << 30;
+
+/// Runs `f` on a thread of its own with [`SCRIPT_STACK`].
+pub(crate) async fn on_script_thread<T: Send + 'static>(
+    tool: &str,
+    f: impl FnOnce() -> T + Send + 'static,
+) -> Result<T, ToolError> {
+    let (tx, rx) = tokio::sync::oneshot::channel();
+    std::thread::Builder::new()
+        .name("jianmu-script".to_owned())
+        .stack_size(SCRIPT_STACK)
+        .spawn(move || {
+            let _ = tx.send(f());
+        })
+        .map_err(|e| ToolError::runner(tool, format!("cannot start the script's thread: {e}")))?;
+    rx.await
+        .map_err(|_| ToolError::runner(tool, "the script's thread ended without an answer"))
+}
+
+/// Whether `value` holds arrays or maps nested more than `levels` deep (looking no
+/// deeper than that).
+pub(crate) fn nested_deeper_than(value: &rhai::Dynamic, levels: usize) -> bool {
+    if let Ok(array) = value.as_array_ref() {
+        return levels == 0 || array.iter().any(|v| nested_deeper_than(v, levels - 1));
+    }
+    if let Ok(map) = value.as_map_ref() {
+        return levels == 0 || map.values().any(|v| nested_deeper_than(v, levels - 1));
+    }
+    false
+}
+
 fn build_rhai(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::new(RhaiRepl::new(config.settings(RhaiRepl::NAME)?))
 }

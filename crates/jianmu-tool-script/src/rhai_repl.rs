@@ -187,20 +187,54 @@ impl RhaiRepl {
                 .unwrap_or_else(PoisonError::into_inner)
                 .printed,
         );
-        match result {
+        let dropped = drop_deep(&mut session.scope);
+        let mut answer = match result {
             Ok(value) => {
                 // Functions defined by a call that succeeded stay defined.
                 session.functions = session.functions.merge(&ast.clone_functions_only());
                 let text = if value.is_unit() {
                     printed
+                } else if crate::nested_deeper_than(&value, KEPT_DEPTH) {
+                    format!("(a value nested more than {KEPT_DEPTH} levels deep)")
                 } else {
                     value.to_string()
                 };
-                Ok(ToolOutput::text(truncate(&text, self.settings.max_output)))
+                Ok(truncate(&text, self.settings.max_output))
             }
-            Err(e) => Err(ToolError::failed(describe(&e, timeout))),
+            Err(e) => Err(describe(&e, timeout)),
+        };
+        if !dropped.is_empty() {
+            let note = format!(
+                "\n(not kept: {}, nested more than {KEPT_DEPTH} levels deep)",
+                dropped.join(", ")
+            );
+            match &mut answer {
+                Ok(text) | Err(text) => text.push_str(&note),
+            }
+        }
+        answer.map(ToolOutput::text).map_err(ToolError::failed)
+    }
+}
+
+/// How deep a value kept between calls may nest: dropping one nested deeper could
+/// overflow the stack of whatever thread drops the tool.
+const KEPT_DEPTH: usize = 500;
+
+/// Empties the variables of `scope` nested more than [`KEPT_DEPTH`] deep (here, on the
+/// script's thread), and returns their names.
+fn drop_deep(scope: &mut Scope<'static>) -> Vec<String> {
+    let deep: Vec<String> = scope
+        .iter_raw()
+        .filter(|(_, _, value)| crate::nested_deeper_than(value, KEPT_DEPTH))
+        .map(|(name, _, _)| name.to_owned())
+        .collect();
+    for name in &deep {
+        match scope.get_mut(name) {
+            Some(value) => drop(std::mem::take(value)),
+            None => drop(scope.remove::<Dynamic>(name)),
         }
     }
+    deep
 }
 
 fn describe(e: &EvalAltResult, timeout: Duration) -> String {
@@ -238,8 +272,6 @@ impl Tool for RhaiRepl {
 
     async fn call(&self, args: RhaiArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.run(&args))
-            .await
-            .map_err(|e| ToolError::runner(Self::NAME, e))?
+        crate::on_script_thread(Self::NAME, move || this.run(&args)).await?
     }
 }

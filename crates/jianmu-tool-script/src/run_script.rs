@@ -383,10 +383,16 @@ fn pair(item: Dynamic) -> Result<(String, Value), String> {
     Ok((name, arguments(args.unwrap_or(Dynamic::UNIT))?))
 }
 
+/// How deep a tool's arguments may nest, and a value shown in the answer.
+const ARGS_DEPTH: usize = 64;
+
 /// A script value as a tool's JSON arguments.
 fn arguments(value: Dynamic) -> Result<Value, String> {
     if value.is_unit() {
         return Ok(Value::Object(serde_json::Map::new()));
+    }
+    if crate::nested_deeper_than(&value, ARGS_DEPTH) {
+        return Err(format!("they nest more than {ARGS_DEPTH} levels deep"));
     }
     rhai::serde::from_dynamic::<Value>(&value).map_err(|e| e.to_string())
 }
@@ -664,6 +670,9 @@ fn show(value: &Dynamic) -> String {
     if value.is_string() {
         return value.to_string();
     }
+    if crate::nested_deeper_than(value, ARGS_DEPTH) {
+        return format!("(a value nested more than {ARGS_DEPTH} levels deep)");
+    }
     rhai::serde::from_dynamic::<Value>(value).map_or_else(|_| value.to_string(), |v| v.to_string())
 }
 
@@ -776,8 +785,9 @@ impl Tool for RunScript {
         });
         let _cancel = CancelOnDrop(Arc::clone(&run));
         let this = self.clone();
-        tokio::task::spawn_blocking(move || this.run(&args.code, &run, &prepared.engine))
-            .await
-            .map_err(|e| ToolError::runner(Self::NAME, e))?
+        crate::on_script_thread(Self::NAME, move || {
+            this.run(&args.code, &run, &prepared.engine)
+        })
+        .await?
     }
 }

@@ -519,3 +519,23 @@ async fn without_a_session_a_fresh_setting_keeps_nothing() {
         "42"
     );
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rhai_values_nested_thousands_deep_neither_crash_nor_stay() {
+    // Past what a 2 MiB thread stack survives (in a debug build) when Rhai checks or
+    // drops it; each level checks the whole value, so a debug build needs its time.
+    let r = rhai(RhaiSettings {
+        timeout_secs: 600.0,
+        ..RhaiSettings::default()
+    });
+    let deep = "let m = #{}; for i in 0..2500 { m = #{a: m}; } let kept = [1, [2]]; m";
+    let answer = call(&r, json!({ "code": deep })).await;
+    assert_eq!(
+        answer,
+        "(a value nested more than 500 levels deep)\n(not kept: m, nested more than 500 levels deep)"
+    );
+    assert_eq!(call(&r, json!({"code": "kept"})).await, "[1, [2]]");
+    assert_eq!(call(&r, json!({"code": "m"})).await, "");
+    // The tool (and everything it kept) is dropped on this runtime's threads.
+    drop(r);
+}
