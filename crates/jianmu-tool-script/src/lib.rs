@@ -1,5 +1,7 @@
-//! Script tools: `rhai_repl`, an embedded Rhai engine with hard limits, and
-//! `python_repl` (alias `python_eval`), a real CPython in a persistent child process.
+//! Script tools: `rhai_repl`, an embedded Rhai engine with hard limits,
+//! `python_repl` (alias `python_eval`), a real CPython in a persistent child process,
+//! and `run_script`, a Rhai program that calls the session's other tools (through
+//! [`jianmu_tool_core::Calls`], so inside a session only).
 //!
 //! Both keep state between calls of one tool instance (one MCP session, one agent run),
 //! run one call at a time (`parallel_safe` is false) and declare `code:exec`.
@@ -10,8 +12,8 @@
 //! isolated (writes only in the workspace and its `TMPDIR`, no network, no view of
 //! other processes); it can still read what the `jianmu` process can read.
 //!
-//! Settings (`[tools.rhai_repl]`, `[tools.python_repl]` in `jianmu.toml`) are
-//! [`RhaiSettings`] and [`PythonSettings`].
+//! Settings (`[tools.rhai_repl]`, `[tools.python_repl]`, `[tools.run_script]` in
+//! `jianmu.toml`) are [`RhaiSettings`], [`PythonSettings`] and [`ScriptSettings`].
 #![deny(missing_docs)]
 
 use jianmu_tool_core::Tool as _;
