@@ -97,6 +97,12 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
     let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(seen["server"], "jianmu");
     assert_eq!(seen["numbered"], "1\thi\n(lines 1-1 of 1)");
+    let script = seen["script"][1].as_str().unwrap();
+    assert_eq!(seen["script"][0], false, "{script}");
+    assert!(
+        script.starts_with("value: [1,42]\ncalls: 2 (2 ok, 0 failed; "),
+        "{script}"
+    );
     assert_eq!(
         seen["image"],
         json!([["text", null], ["image", "image/png"], true, 3])
@@ -108,6 +114,8 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
         json!({"schema_type": "object", "read_only": true, "destructive": false, "output_schema": false})
     );
     assert_eq!(tools["write_file"]["destructive"], true);
+    // A script may do what the tools it calls do.
+    assert_eq!(tools["run_script"]["destructive"], true);
     // Every tool with structured output advertises its schema, and what it returned
     // passed the client's check against it.
     for name in [

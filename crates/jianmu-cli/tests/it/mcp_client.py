@@ -57,6 +57,12 @@ async def main(jianmu, workspace, audit_log, *flags):
             # Under MCP every read is numbered; an image comes back as image content.
             numbered = await session.call_tool("read_file", {"path": "a.txt"})
             seen["numbered"] = text(numbered)
+            # One script, several calls of the same session's tools.
+            script = await session.call_tool(
+                "run_script",
+                {"code": 'let r = read_file("a.txt"); let n = parse_int(calculator("6*7")); [r.lines, n]'},
+            )
+            seen["script"] = [script.is_error, text(script)]
             picture = await session.call_tool("read_file", {"path": "pixel.png"})
             with open(os.path.join(workspace, "pixel.png"), "rb") as f:
                 raw = f.read()
