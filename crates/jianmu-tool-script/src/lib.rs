@@ -43,21 +43,97 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
 /// used: only what a program touches is memory.
 const SCRIPT_STACK: usize = 1 << 30;
 
-/// Runs `f` on a thread of its own with [`SCRIPT_STACK`].
+/// Runs `f` on a script thread (one with [`SCRIPT_STACK`]): an idle one, or a new one.
 pub(crate) async fn on_script_thread<T: Send + 'static>(
     tool: &str,
     f: impl FnOnce() -> T + Send + 'static,
 ) -> Result<T, ToolError> {
     let (tx, rx) = tokio::sync::oneshot::channel();
-    std::thread::Builder::new()
-        .name("jianmu-script".to_owned())
-        .stack_size(SCRIPT_STACK)
-        .spawn(move || {
-            let _ = tx.send(f());
-        })
-        .map_err(|e| ToolError::runner(tool, format!("cannot start the script's thread: {e}")))?;
+    script_threads::run(Box::new(move || {
+        let _ = tx.send(f());
+    }))
+    .map_err(|e| ToolError::runner(tool, format!("cannot start the script's thread: {e}")))?;
     rx.await
         .map_err(|_| ToolError::runner(tool, "the script's thread ended without an answer"))
+}
+
+/// Script threads: made on demand, kept idle a while for the next script (making one
+/// costs more than a short script takes), at most [`MAX_IDLE`] of them.
+mod script_threads {
+    use std::sync::mpsc::{Receiver, Sender, channel};
+    use std::sync::{Mutex, PoisonError};
+    use std::time::Duration;
+
+    type Job = Box<dyn FnOnce() + Send>;
+
+    /// Idle threads kept at most, and how long one stays idle.
+    const MAX_IDLE: usize = 4;
+    const IDLE: Duration = Duration::from_secs(60);
+
+    /// Idle threads: their id and where to send them a job.
+    static IDLE_THREADS: Mutex<Vec<(u64, Sender<Job>)>> = Mutex::new(Vec::new());
+    static NEXT_ID: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+    fn idle() -> std::sync::MutexGuard<'static, Vec<(u64, Sender<Job>)>> {
+        IDLE_THREADS.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Runs `job` on an idle script thread, or a new one.
+    pub(super) fn run(mut job: Job) -> std::io::Result<()> {
+        loop {
+            let Some((_, worker)) = idle().pop() else {
+                break;
+            };
+            match worker.send(job) {
+                Ok(()) => return Ok(()),
+                // It ended meanwhile: the job comes back.
+                Err(std::sync::mpsc::SendError(back)) => job = back,
+            }
+        }
+        std::thread::Builder::new()
+            .name("jianmu-script".to_owned())
+            .stack_size(super::SCRIPT_STACK)
+            .spawn(move || serve(job))
+            .map(drop)
+    }
+
+    /// A script thread: runs its job, then waits idle for the next.
+    fn serve(first: Job) {
+        let id = NEXT_ID.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let mut job = first;
+        loop {
+            // A job that panics answers nothing (its caller says so); the thread goes on.
+            let _ = std::panic::catch_unwind(std::panic::AssertUnwindSafe(job));
+            let (tx, rx): (Sender<Job>, Receiver<Job>) = channel();
+            {
+                let mut idle = idle();
+                if idle.len() >= MAX_IDLE {
+                    return;
+                }
+                idle.push((id, tx));
+            }
+            job = match rx.recv_timeout(IDLE) {
+                Ok(next) => next,
+                Err(_) => {
+                    let mut idle = idle();
+                    match idle.iter().position(|(i, _)| *i == id) {
+                        Some(at) => {
+                            idle.remove(at);
+                            return;
+                        }
+                        // Taken just now: its job is on the way.
+                        None => {
+                            drop(idle);
+                            match rx.recv() {
+                                Ok(next) => next,
+                                Err(_) => return,
+                            }
+                        }
+                    }
+                }
+            };
+        }
+    }
 }
 
 /// Whether `value` holds arrays or maps nested more than `levels` deep (looking no
