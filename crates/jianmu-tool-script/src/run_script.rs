@@ -435,8 +435,8 @@ fn describe(specs: &[ToolSpec]) -> String {
          program printed (`print`), its last value, and a log of the calls it made. Every \
          call obeys the same rules as a direct call; calls, their total output and the \
          program's time are limited. No file, network or process access except through \
-         the tools.\nExample: `let hits = []; for f in [\"a.rs\", \"b.rs\"] { let r = \
-         grep_search(#{query: \"TODO\", path: f}); hits.push(r); } hits`\nFunctions:",
+         the tools.\nExample: `let found = #{}; for dir in [\"src\", \"tests\"] { let r = \
+         grep_search(#{query: \"TODO\", path: dir}); found[dir] = r.total; } found`\nFunctions:",
     );
     for spec in specs {
         let _ = write!(text, " {};", signature(spec));
