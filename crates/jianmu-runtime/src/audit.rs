@@ -10,8 +10,9 @@ use jianmu_tool_core::{EventBus, EventKind, SubscriptionId};
 use serde_json::json;
 
 /// Appends one line per finished call: time, tool, call id (and `parent_call_id`, the
-/// call that made it, for calls a script made), arguments, outcome, error and duration. Each line is written whole and flushed, so a crash loses at most the
-/// call in flight.
+/// call that made it, for calls a script made), arguments, outcome, error and
+/// duration. Each line is written whole and flushed, so a crash loses at most the call
+/// in flight.
 #[derive(Debug, Clone)]
 pub struct AuditLog {
     file: Arc<Mutex<File>>,

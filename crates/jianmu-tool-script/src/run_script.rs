@@ -150,13 +150,27 @@ struct Run {
 }
 
 impl Run {
+    /// Records why the script stops (the first reason wins).
+    fn note_stop(&self, why: Stop) {
+        self.stop
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .get_or_insert(why);
+    }
+
+    /// Records why the script stops, as the error that stops the engine (which no
+    /// `catch` can take).
     fn stopped(&self, why: Stop) -> Box<EvalAltResult> {
-        let mut stop = self.stop.lock().unwrap_or_else(PoisonError::into_inner);
-        stop.get_or_insert(why);
+        self.note_stop(why);
         Box::new(EvalAltResult::ErrorTerminated(
             Dynamic::from("stopped"),
             Position::NONE,
         ))
+    }
+
+    fn past_deadline(&self) -> bool {
+        self.deadline
+            .is_some_and(|d| tokio::time::Instant::now() >= d)
     }
 
     /// Takes `n` calls from the budget, or stops the script.
@@ -164,10 +178,7 @@ impl Run {
         if self.cancelled.load(Ordering::Acquire) {
             return Err(self.stopped(Stop::Cancelled));
         }
-        if self
-            .deadline
-            .is_some_and(|d| tokio::time::Instant::now() >= d)
-        {
+        if self.past_deadline() {
             return Err(self.stopped(Stop::Time));
         }
         let before = self.made.fetch_add(n, Ordering::AcqRel);
@@ -230,11 +241,7 @@ impl Run {
     ) -> Result<Result<Dynamic, String>, Box<EvalAltResult>> {
         let (logged, seen) = match result {
             Ok(output) => {
-                let size = output.text.len()
-                    + output
-                        .structured
-                        .as_ref()
-                        .map_or(0, |s| serde_json::to_string(s).map_or(0, |t| t.len()));
+                let size = output.text.len() + output.structured.as_ref().map_or(0, json_len);
                 let total = self.returned.fetch_add(size, Ordering::AcqRel) + size;
                 if total > self.settings.max_call_output {
                     self.record(tool, took, None);
@@ -286,13 +293,8 @@ impl Run {
         let cx = self.context(n);
         let started = Instant::now();
         let result = self.block_on(self.calls.call(tool, args, &cx))?;
-        match self.settle(tool, started.elapsed(), result)? {
-            Ok(value) => Ok(value),
-            Err(text) => Err(Box::new(EvalAltResult::ErrorRuntime(
-                Dynamic::from(text),
-                Position::NONE,
-            ))),
-        }
+        self.settle(tool, started.elapsed(), result)?
+            .map_err(runtime_error)
     }
 
     /// Several calls at once: consecutive calls of parallel-safe tools run together
@@ -349,6 +351,24 @@ impl Run {
         }
         Ok(results.into_iter().map(Option::unwrap_or_default).collect())
     }
+}
+
+/// The length of `value` as JSON text, counted without making the text.
+fn json_len(value: &Value) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    // Writing a `Value` to a writer that never fails cannot fail.
+    let _ = serde_json::to_writer(&mut count, value);
+    count.0
 }
 
 /// A tool's answer as the script sees it: its text, or, when it has structured
@@ -551,16 +571,10 @@ impl RunScript {
             if run.cancelled.load(Ordering::Acquire) {
                 return Some(Dynamic::from("cancelled"));
             }
-            match run.deadline {
-                Some(d) if tokio::time::Instant::now() >= d => {
-                    run.stop
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .get_or_insert(Stop::Time);
-                    Some(Dynamic::from("timeout"))
-                }
-                _ => None,
-            }
+            run.past_deadline().then(|| {
+                run.note_stop(Stop::Time);
+                Dynamic::from("timeout")
+            })
         });
         for name in tools.keys() {
             let tool = name.clone();
@@ -616,10 +630,7 @@ impl RunScript {
             std::mem::take(&mut *run.printed.lock().unwrap_or_else(PoisonError::into_inner));
         let log = std::mem::take(&mut *run.log.lock().unwrap_or_else(PoisonError::into_inner));
         let stop = *run.stop.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut text = String::new();
-        if !printed.is_empty() {
-            text.push_str(&printed);
-        }
+        let mut text = printed;
         let failed = match (&result, stop) {
             (_, Some(why)) => Some(self.limit_text(why)),
             (Ok(value), None) => {
@@ -634,10 +645,7 @@ impl RunScript {
         if let Some(reason) = &failed {
             let _ = write!(text, "\n{reason}");
         }
-        let text = match cut_chars(&text, self.settings.max_output) {
-            (kept, 0) => kept.to_owned(),
-            (kept, rest) => format!("{kept}\n... (answer cut: {rest} more characters)"),
-        };
+        let text = crate::truncate(&text, self.settings.max_output);
         match failed {
             Some(_) => Err(ToolError::failed(text)),
             None => Ok(ToolOutput::text(text)),
