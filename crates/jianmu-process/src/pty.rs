@@ -75,8 +75,9 @@ pub(crate) unsafe fn take_as_controlling() -> bool {
     unsafe { libc::setsid() >= 0 && libc::ioctl(0, libc::TIOCSCTTY, 0) == 0 }
 }
 
-/// The caller's end of a command's terminal: what the command writes is read here, and
-/// what is written here is the command's typing.
+/// The caller's end of a command's terminal: what the command writes is read here
+/// (`&Terminal` is an `AsyncRead`, which ends once every process holding the terminal
+/// is gone), and what is written here is the command's typing.
 #[derive(Debug)]
 pub struct Terminal {
     fd: AsyncFd<OwnedFd>,
@@ -97,30 +98,6 @@ impl Terminal {
         // with it.
         let fd = unsafe { AsyncFd::register(near) }.map_err(|e| e.into_parts().1)?;
         Ok(Self { fd })
-    }
-
-    /// Reads what the command wrote; 0 once every process holding the terminal is
-    /// gone.
-    ///
-    /// # Errors
-    /// Reading failed.
-    pub async fn read(&self, buf: &mut [u8]) -> io::Result<usize> {
-        loop {
-            let mut ready = self.fd.readable().await?;
-            // SAFETY: reading into `buf`, which is valid for its length.
-            let n = unsafe { libc::read(self.fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-            if n >= 0 {
-                return Ok(n.unsigned_abs());
-            }
-            let e = io::Error::last_os_error();
-            match e.raw_os_error() {
-                // The far end is closed everywhere: the end of the stream.
-                Some(libc::EIO) => return Ok(0),
-                Some(libc::EAGAIN) => ready.clear_ready(),
-                Some(libc::EINTR) => {}
-                _ => return Err(e),
-            }
-        }
     }
 
     /// Types `data` into the terminal.
@@ -204,6 +181,46 @@ impl Terminal {
             }
         }
         waiting
+    }
+}
+
+impl tokio::io::AsyncRead for &Terminal {
+    fn poll_read(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &mut tokio::io::ReadBuf<'_>,
+    ) -> std::task::Poll<io::Result<()>> {
+        use std::task::Poll;
+        loop {
+            let mut ready = match self.fd.poll_read_ready(cx) {
+                Poll::Ready(ready) => ready?,
+                Poll::Pending => return Poll::Pending,
+            };
+            let unfilled = buf.initialize_unfilled();
+            let read = ready.try_io(|fd| {
+                // SAFETY: reading into `unfilled`, which is valid for its length.
+                let n = unsafe {
+                    libc::read(fd.as_raw_fd(), unfilled.as_mut_ptr().cast(), unfilled.len())
+                };
+                if n < 0 {
+                    Err(io::Error::last_os_error())
+                } else {
+                    Ok(n.unsigned_abs())
+                }
+            });
+            match read {
+                Ok(Ok(n)) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                // The far end is closed everywhere: the end of the stream.
+                Ok(Err(e)) if e.raw_os_error() == Some(libc::EIO) => return Poll::Ready(Ok(())),
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => {}
+                Ok(Err(e)) => return Poll::Ready(Err(e)),
+                // Not ready after all (its readiness is cleared): wait again.
+                Err(_would_block) => {}
+            }
+        }
     }
 }
 

@@ -183,11 +183,10 @@ pub(crate) fn spawn(
         theirs.push(far);
         near = Some(pair.near);
     }
-    let streams = match spec.terminal {
-        Some(_) => Vec::new(),
-        None => vec![spec.stdin, spec.stdout, spec.stderr],
-    };
-    for (i, how) in streams.into_iter().enumerate() {
+    // On a terminal, all three are its far end (above); else each as asked.
+    let streams = [spec.stdin, spec.stdout, spec.stderr];
+    let streams: &[Stdio] = if near.is_some() { &[] } else { &streams };
+    for (i, &how) in streams.iter().enumerate() {
         let child_end = match how {
             Stdio::Null => dev_null().map_err(C)?,
             Stdio::Piped => {

@@ -229,7 +229,8 @@ impl Jobs {
                     Some(Input::Terminal(Arc::clone(&terminal))),
                     Some(Mutex::new(screen)),
                 );
-                let reader = tokio::spawn(watch_terminal(terminal, Arc::clone(&job)));
+                let fed = Arc::clone(&job);
+                let reader = tokio::spawn(async move { collect(&*terminal, fed).await });
                 (job, vec![reader])
             }
             _ => {
@@ -520,35 +521,21 @@ fn show_screen(screen: &vt100::Screen) -> String {
     text
 }
 
-/// Copies what the job writes on its terminal into its buffer and its screen until
-/// every process holding the terminal is gone.
-async fn watch_terminal(terminal: Arc<Terminal>, job: Arc<Job>) {
-    let mut buf = vec![0u8; 64 * 1024];
-    while let Ok(n) = terminal.read(&mut buf).await {
-        if n == 0 {
-            break;
-        }
-        job.unread
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .push(&buf[..n]);
-        if let Some(screen) = &job.screen {
-            screen
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .0
-                .process(&buf[..n]);
-        }
-    }
-}
-
-/// Copies a stream of the job into its buffer until the stream ends.
-async fn collect(stream: tokio::net::unix::pipe::Receiver, job: Arc<Job>) {
+/// Copies a stream of the job (a pipe, or its terminal) into its buffer, and its
+/// screen when it has one, until the stream ends.
+async fn collect<R: tokio::io::AsyncRead + Unpin>(stream: R, job: Arc<Job>) {
     capture::feed(stream, |data| {
         job.unread
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .push(data);
+        if let Some(screen) = &job.screen {
+            screen
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .0
+                .process(data);
+        }
     })
     .await;
 }
