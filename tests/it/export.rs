@@ -94,6 +94,34 @@ fn samples(tool: &str) -> Vec<Value> {
         ],
         "bash_kill" => vec![json!({"job": 1})],
         "bash_jobs" => vec![json!({})],
+        "git_status" => vec![json!({}), json!({"paths": ["src"]})],
+        "git_diff" => vec![
+            json!({}),
+            json!({"staged": true, "from": "HEAD~1", "paths": ["a.txt"], "context": 5, "stat": true, "offset": 10, "limit": 20}),
+            json!({"from": "v1", "to": "v2"}),
+        ],
+        "git_log" => vec![
+            json!({}),
+            json!({"max_count": 5, "skip": 5, "revision": "main..HEAD", "paths": ["src"], "stat": true}),
+        ],
+        "git_show" => vec![
+            json!({}),
+            json!({"revision": "HEAD~1:a.txt", "paths": ["a.txt"], "stat": true, "offset": 1, "limit": 5}),
+        ],
+        "git_blame" => vec![
+            json!({"path": "a.txt"}),
+            json!({"path": "a.txt", "start_line": 1, "end_line": 9, "revision": "HEAD"}),
+        ],
+        "git_add" => vec![json!({"paths": ["a.txt"]}), json!({"all": true})],
+        "git_commit" => vec![
+            json!({"message": "m"}),
+            json!({"message": "m", "all": true}),
+        ],
+        "git_branch" => vec![json!({}), json!({"create": "b", "start_point": "HEAD"})],
+        "git_checkout" => vec![
+            json!({"target": "main"}),
+            json!({"target": "HEAD", "paths": ["a.txt"]}),
+        ],
         other => panic!("add samples for `{other}`"),
     }
 }

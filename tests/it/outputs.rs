@@ -35,6 +35,12 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "hello\nworld\n").unwrap();
     std::fs::write(dir.path().join("bin.dat"), b"\0\x01\x02").unwrap();
+    let git = jianmu_process::std_command("git")
+        .args(["init", "-q", "-b", "main"])
+        .current_dir(dir.path())
+        .status()
+        .unwrap();
+    assert!(git.success());
     let api = TcpListener::bind("127.0.0.1:0").unwrap();
     let api_url = format!("http://{}/v1", api.local_addr().unwrap());
     serve(api, "application/json", r#"{"ok": true}"#);
@@ -44,7 +50,11 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
 
     let config = ToolConfig::new(dir.path())
         .with_allow_hosts(["127.0.0.1".to_owned()])
-        .with_settings("duckduckgo_search", json!({"endpoint": search_url}));
+        .with_settings("duckduckgo_search", json!({"endpoint": search_url}))
+        .with_settings(
+            "git",
+            json!({"author_name": "Test", "author_email": "test@example.com"}),
+        );
     // Specs from a set; calls through a session, which `run_script` needs.
     let tools = ToolSet::from_providers(&[&BuiltinToolProvider::new(config.clone())]).unwrap();
     let session =
@@ -60,6 +70,16 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
         ("read_file", json!({"path": "bin.dat"})),
         ("write_file", json!({"path": "out.txt", "content": "hi"})),
         ("list_dir", json!({"path": "."})),
+        ("git_status", json!({})),
+        ("git_add", json!({"paths": ["notes.txt"]})),
+        ("git_diff", json!({"staged": true})),
+        ("git_commit", json!({"message": "notes"})),
+        ("git_log", json!({})),
+        ("git_show", json!({})),
+        ("git_blame", json!({"path": "notes.txt"})),
+        ("git_branch", json!({"create": "topic"})),
+        ("git_branch", json!({})),
+        ("git_checkout", json!({"target": "topic"})),
         ("glob_search", json!({"pattern": "*.txt"})),
         ("grep_search", json!({"query": "world"})),
         ("file_info", json!({"path": "notes.txt"})),

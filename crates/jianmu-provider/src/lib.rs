@@ -11,8 +11,9 @@
 //! | `calculator` | `calculator` (crate `jianmu-tool-calc`) | No |
 //! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace`, `edit_file`, `apply_patch` (crate `jianmu-tool-code`) | No |
 //! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
+//! | `git` | `git_status`, `git_diff`, `git_log`, `git_show`, `git_blame`, `git_add`, `git_commit`, `git_branch`, `git_checkout` (crate `jianmu-tool-git`) | No |
 //! | `http` | `http_request` (crate `jianmu-tool-http`) | No |
-//! | `script` | `rhai_repl`, `python_repl` (crate `jianmu-tool-script`) | No |
+//! | `script` | `rhai_repl`, `python_repl`, `run_script` (crate `jianmu-tool-script`) | No |
 //! | `search` | `duckduckgo_search` (crate `jianmu-tool-search`) | No |
 //! | `shell` | `bash`, `bash_output`, `bash_kill`, `bash_jobs` (crate `jianmu-tool-shell`) | No |
 //! | `full` | every tool above | No |
@@ -55,6 +56,8 @@ use jianmu_tool_calc as _;
 use jianmu_tool_code as _;
 #[cfg(feature = "fs")]
 use jianmu_tool_fs as _;
+#[cfg(feature = "git")]
+use jianmu_tool_git as _;
 #[cfg(feature = "http")]
 use jianmu_tool_http as _;
 #[cfg(feature = "script")]
@@ -83,6 +86,15 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("duckduckgo_search", "search"),
     ("edit_file", "code"),
     ("file_info", "code"),
+    ("git_add", "git"),
+    ("git_blame", "git"),
+    ("git_branch", "git"),
+    ("git_checkout", "git"),
+    ("git_commit", "git"),
+    ("git_diff", "git"),
+    ("git_log", "git"),
+    ("git_show", "git"),
+    ("git_status", "git"),
     ("glob_search", "code"),
     ("grep_search", "code"),
     ("http_request", "http"),

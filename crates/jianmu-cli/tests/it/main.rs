@@ -60,6 +60,18 @@ fn expected_tools() -> Vec<&'static str> {
     ]);
     #[cfg(feature = "fs")]
     names.extend(["list_dir", "read_file", "write_file"]);
+    #[cfg(feature = "git")]
+    names.extend([
+        "git_add",
+        "git_blame",
+        "git_branch",
+        "git_checkout",
+        "git_commit",
+        "git_diff",
+        "git_log",
+        "git_show",
+        "git_status",
+    ]);
     #[cfg(feature = "http")]
     names.push("http_request");
     #[cfg(feature = "script")]

@@ -1,0 +1,381 @@
+//! Running `git` so that nothing but git's own code runs: the fixed options and
+//! environment of every invocation, the repository check, argument checks, and reading
+//! what git prints with a bound and a time limit.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use jianmu_process::{IsolationSettings, Jail, Spec, Stream};
+use jianmu_tool_core::ToolError;
+use jianmu_workspace::Workspace;
+use serde::Deserialize;
+use tokio::io::AsyncReadExt;
+
+/// Settings of the git tools, shared by all of them (`[tools.git]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GitSettings {
+    /// The `git` program: a name on PATH or a path.
+    pub git: PathBuf,
+    /// Time limit of one git command, in seconds.
+    pub timeout_secs: f64,
+    /// Most bytes read from git's output; past it git is stopped and the answer says
+    /// the output was cut.
+    pub max_read: usize,
+    /// Most lines of one answer (a `limit` argument asks for fewer); the answer says
+    /// how to read on.
+    pub max_lines: usize,
+    /// Most characters of one answer.
+    pub max_output: usize,
+    /// The author and committer name of `git_commit`, over git's own configuration.
+    pub author_name: Option<String>,
+    /// The author and committer email of `git_commit`, over git's own configuration.
+    pub author_email: Option<String>,
+    /// How git is isolated (`[tools.git.isolation]`): by default it has no network and
+    /// writes only in the workspace and its temporary folder.
+    pub isolation: IsolationSettings,
+}
+
+impl Default for GitSettings {
+    fn default() -> Self {
+        Self {
+            git: PathBuf::from("git"),
+            timeout_secs: 30.0,
+            max_read: 16 * 1024 * 1024,
+            max_lines: 2000,
+            max_output: 60_000,
+            author_name: None,
+            author_email: None,
+            isolation: IsolationSettings::default(),
+        }
+    }
+}
+
+/// Configuration that would make git run a program, or reach the network, set to
+/// nothing on every command (these `-c` values override every configuration file).
+/// Diff drivers (`diff.*.command`, `diff.*.textconv`) are turned off by the commands'
+/// `--no-ext-diff` and `--no-textconv`; filter drivers by [`Git::filter_overrides`].
+const FIXED_CONFIG: &[&str] = &[
+    "core.hooksPath=/dev/null",
+    "core.fsmonitor=false",
+    "core.pager=cat",
+    "core.editor=true",
+    "core.sshCommand=false",
+    "core.askPass=",
+    "core.gitProxy=",
+    "credential.helper=",
+    "diff.external=",
+    "sequence.editor=true",
+    "commit.gpgSign=false",
+    "tag.gpgSign=false",
+    "log.showSignature=false",
+    "gpg.program=false",
+    "gc.auto=0",
+    "maintenance.auto=false",
+    "protocol.allow=never",
+    "submodule.recurse=false",
+    "fetch.recurseSubmodules=false",
+    "color.ui=false",
+    "core.quotePath=false",
+    "advice.detachedHead=false",
+];
+
+/// What a git command printed.
+pub(crate) struct Output {
+    pub(crate) stdout: Vec<u8>,
+    /// Stdout was longer than `max_read` and was cut there.
+    pub(crate) cut: bool,
+}
+
+/// Runs git for the workspace's repository.
+#[derive(Clone)]
+pub(crate) struct Git {
+    pub(crate) settings: Arc<GitSettings>,
+    pub(crate) ws: Arc<Workspace>,
+    jail: Jail,
+}
+
+impl std::fmt::Debug for Git {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Git")
+            .field("root", &self.ws.root())
+            .field("isolation", &self.jail.describe())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Git {
+    pub(crate) fn new(settings: GitSettings, ws: Arc<Workspace>) -> Result<Self, ToolError> {
+        let jail = Jail::new(&settings.isolation, ws.root()).map_err(|e| ToolError::Config {
+            tool: "git".into(),
+            message: e.to_string(),
+        })?;
+        Ok(Self {
+            settings: Arc::new(settings),
+            ws,
+            jail,
+        })
+    }
+
+    /// Runs the private network of the session where one is in force.
+    #[must_use]
+    pub(crate) fn with_network(mut self, network: Arc<jianmu_process::Network>) -> Self {
+        self.jail = self.jail.sharing_network(network);
+        self
+    }
+
+    /// The repository's git folder: `.git` at the workspace root, a real folder (not a
+    /// link, not a `gitdir:` file that could point anywhere).
+    fn git_dir(&self) -> Result<PathBuf, ToolError> {
+        let dir = self.ws.root().join(".git");
+        match std::fs::symlink_metadata(&dir) {
+            Ok(meta) if meta.is_dir() => Ok(dir),
+            Ok(_) => Err(ToolError::failed(
+                "the workspace's `.git` is not a folder (a link, or a worktree's `gitdir:` file): the git tools work only on a repository whose `.git` folder is at the workspace root",
+            )),
+            Err(_) => Err(ToolError::failed(
+                "the workspace is not a git repository: there is no `.git` folder at its root (the git tools work on the repository at the workspace root and cannot create one)",
+            )),
+        }
+    }
+
+    /// `-c` overrides that turn off every filter driver (`filter.NAME.clean`, `smudge`,
+    /// `process`) any configuration defines: only when a configuration file mentions
+    /// filters or includes others, which is read first, so the usual case costs no
+    /// extra command.
+    async fn filter_overrides(&self, git_dir: &Path) -> Result<Vec<String>, ToolError> {
+        let mut files = vec![git_dir.join("config"), git_dir.join("config.worktree")];
+        if let Some(home) = std::env::var_os("HOME") {
+            let home = PathBuf::from(home);
+            files.push(home.join(".gitconfig"));
+            files.push(home.join(".config/git/config"));
+        }
+        if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME") {
+            files.push(PathBuf::from(xdg).join("git/config"));
+        }
+        files.push(PathBuf::from("/etc/gitconfig"));
+        let mentions = files.iter().any(|f| {
+            std::fs::read(f).is_ok_and(|bytes| {
+                let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+                text.contains("filter") || text.contains("include")
+            })
+        });
+        if !mentions {
+            return Ok(Vec::new());
+        }
+        let listed = self
+            .command(
+                &["config", "-z", "--get-regexp", r"^filter\."].map(OsString::from),
+                &[],
+            )
+            .await?;
+        let mut out = Vec::new();
+        for entry in listed.stdout.split(|b| *b == 0) {
+            let key = String::from_utf8_lossy(entry.split(|b| *b == b'\n').next().unwrap_or(b""));
+            let Some(name) = key
+                .strip_prefix("filter.")
+                .and_then(|k| k.rsplit_once('.'))
+                .map(|(name, _)| name.to_owned())
+            else {
+                continue;
+            };
+            for part in ["clean", "smudge", "process"] {
+                out.push(format!("filter.{name}.{part}="));
+            }
+            out.push(format!("filter.{name}.required=false"));
+        }
+        out.sort();
+        out.dedup();
+        Ok(out)
+    }
+
+    /// Runs `git ARGS` in the workspace's repository and answers what it printed, or
+    /// its error. `filters`: the command may read work-tree files through filter
+    /// drivers (status, diff, blame, add, checkout, commit), which are turned off.
+    pub(crate) async fn run(&self, args: &[OsString], filters: bool) -> Result<Output, ToolError> {
+        let git_dir = self.git_dir()?;
+        let extra = if filters {
+            self.filter_overrides(&git_dir).await?
+        } else {
+            Vec::new()
+        };
+        self.command(args, &extra).await
+    }
+
+    async fn command(&self, args: &[OsString], extra: &[String]) -> Result<Output, ToolError> {
+        let root = self.ws.root();
+        let mut spec = Spec::new(&self.settings.git);
+        spec.arg("--no-pager");
+        for value in FIXED_CONFIG
+            .iter()
+            .copied()
+            .map(str::to_owned)
+            .chain(extra.iter().cloned())
+        {
+            spec.arg("-c").arg(value);
+        }
+        if let Some(name) = &self.settings.author_name {
+            spec.arg("-c").arg(format!("user.name={name}"));
+        }
+        if let Some(email) = &self.settings.author_email {
+            spec.arg("-c").arg(format!("user.email={email}"));
+        }
+        for arg in args {
+            spec.arg(arg.clone());
+        }
+        spec.current_dir(root)
+            .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+            .env("LANG", "C.UTF-8")
+            .env("GIT_DIR", root.join(".git"))
+            .env("GIT_WORK_TREE", root)
+            .env("GIT_TERMINAL_PROMPT", "0")
+            .env("GIT_PAGER", "cat")
+            .env("PAGER", "cat")
+            .env("GIT_EDITOR", "true")
+            .env("GIT_SEQUENCE_EDITOR", "true")
+            .env("GIT_OPTIONAL_LOCKS", "0")
+            .env("GIT_LITERAL_PATHSPECS", "1")
+            .env("GIT_NO_LAZY_FETCH", "1")
+            .env("GIT_PROTOCOL_FROM_USER", "0")
+            .stdout(Stream::Piped)
+            .stderr(Stream::Piped);
+        for key in ["HOME", "XDG_CONFIG_HOME"] {
+            if let Some(value) = std::env::var_os(key) {
+                spec.env(key, value);
+            }
+        }
+        if let Some(tmp) = self.jail.tmp() {
+            spec.env("TMPDIR", tmp);
+        }
+        let git = &self.settings.git;
+        let mut process = self.jail.spawn(&spec).map_err(|e| {
+            ToolError::failed(format!(
+                "cannot run `{}`: {e}; install git, or set `git` in [tools.git]",
+                git.display()
+            ))
+        })?;
+        let (Some(mut stdout), Some(mut stderr)) = (process.stdout.take(), process.stderr.take())
+        else {
+            return Err(ToolError::failed("git has no pipes"));
+        };
+        let max = self.settings.max_read;
+        let timeout = Duration::try_from_secs_f64(self.settings.timeout_secs)
+            .unwrap_or(Duration::from_secs(30));
+        let work = async {
+            let mut out = Vec::new();
+            let mut err = Vec::new();
+            let read_out = async {
+                let mut limited = (&mut stdout).take(max as u64 + 1);
+                limited.read_to_end(&mut out).await
+            };
+            let read_err = async {
+                let mut limited = (&mut stderr).take(64 * 1024);
+                limited.read_to_end(&mut err).await
+            };
+            let (a, b) = tokio::join!(read_out, read_err);
+            (a.and(b), out, err)
+        };
+        let (read, mut out, err) = match tokio::time::timeout(timeout, work).await {
+            Ok(done) => done,
+            Err(_) => {
+                process.stop_and_wait().await;
+                return Err(ToolError::failed(format!(
+                    "git did not finish within {} s and was stopped; narrow the request (paths, a revision range, fewer commits)",
+                    timeout.as_secs_f64()
+                )));
+            }
+        };
+        read.map_err(|e| ToolError::failed(format!("reading git's output: {e}")))?;
+        let cut = out.len() > max;
+        if cut {
+            out.truncate(max);
+            process.stop_and_wait().await;
+            return Ok(Output { stdout: out, cut });
+        }
+        let status = match tokio::time::timeout(timeout, process.wait()).await {
+            Ok(Ok(status)) => status,
+            _ => {
+                process.stop_and_wait().await;
+                return Err(ToolError::failed("git did not exit"));
+            }
+        };
+        if !status.success() {
+            // Some failures (`nothing to commit`) are told on stdout.
+            let said = if err.iter().all(u8::is_ascii_whitespace) {
+                &out
+            } else {
+                &err
+            };
+            let text = String::from_utf8_lossy(said);
+            let text = jianmu_tool_core::shorten(text.trim(), 2000);
+            let what = args
+                .first()
+                .map(|a| a.to_string_lossy().into_owned())
+                .unwrap_or_default();
+            return Err(ToolError::failed(if text.is_empty() {
+                format!("git {what} failed ({status})")
+            } else {
+                format!("git {what} failed: {text}")
+            }));
+        }
+        Ok(Output { stdout: out, cut })
+    }
+
+    /// A revision (or range) from the model: refused when it could be read as an
+    /// option, or holds what no revision holds.
+    pub(crate) fn revision(&self, what: &str, rev: &str) -> Result<OsString, ToolError> {
+        if rev.is_empty() {
+            return Err(ToolError::failed(format!("`{what}` is empty")));
+        }
+        if rev.starts_with('-') {
+            return Err(ToolError::failed(format!(
+                "`{what}` may not start with `-` (`{}` would be read as an option): give a revision such as HEAD, main, a commit id or A..B",
+                jianmu_tool_core::echo(rev)
+            )));
+        }
+        if rev.len() > 512 || rev.chars().any(char::is_control) {
+            return Err(ToolError::failed(format!(
+                "`{what}` is not a revision: at most 512 characters, no control characters"
+            )));
+        }
+        Ok(OsString::from(rev))
+    }
+
+    /// A path from the model, as git should see it: relative to the workspace root,
+    /// inside it, and not through a symlink.
+    pub(crate) fn path(&self, path: &str) -> Result<OsString, ToolError> {
+        if path.starts_with('-') {
+            return Err(ToolError::failed(format!(
+                "the path `{}` may not start with `-`; write `./{}` instead",
+                jianmu_tool_core::echo(path),
+                jianmu_tool_core::echo(path)
+            )));
+        }
+        let rel = self.ws.relative(path)?;
+        // Every folder on the way must be a real folder: git would follow a link out
+        // of the workspace for some commands, and refuse it for others.
+        let mut walked = PathBuf::new();
+        let mut parts = rel.components().peekable();
+        while let Some(part) = parts.next() {
+            walked.push(part);
+            if parts.peek().is_none() {
+                break;
+            }
+            if let Ok(meta) = std::fs::symlink_metadata(self.ws.root().join(&walked))
+                && meta.file_type().is_symlink()
+            {
+                return Err(ToolError::failed(format!(
+                    "the path `{}` goes through the symlink `{}`: give the path it points to inside the workspace",
+                    jianmu_tool_core::echo(path),
+                    jianmu_workspace::show(&walked)
+                )));
+            }
+        }
+        if rel.as_os_str().is_empty() {
+            return Ok(OsString::from("."));
+        }
+        Ok(rel.into_os_string())
+    }
+}
