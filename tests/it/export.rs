@@ -94,6 +94,20 @@ fn samples(tool: &str) -> Vec<Value> {
         ],
         "bash_kill" => vec![json!({"job": 1})],
         "bash_jobs" => vec![json!({})],
+        "diagnostics" => vec![json!({"paths": ["a.py"]})],
+        "definition" | "hover" => vec![
+            json!({"path": "a.py", "line": 3}),
+            json!({"path": "a.py", "line": 3, "column": 5, "symbol": "f", "language": "python"}),
+            json!({"symbol": "f"}),
+        ],
+        "references" => vec![
+            json!({"path": "a.py", "symbol": "f"}),
+            json!({"path": "a.py", "line": 1, "column": 5, "include_declaration": false}),
+        ],
+        "symbols" => vec![
+            json!({"path": "a.py"}),
+            json!({"query": "f", "language": "python"}),
+        ],
         "git_status" => vec![json!({}), json!({"paths": ["src"]})],
         "git_diff" => vec![
             json!({}),

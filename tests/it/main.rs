@@ -4,6 +4,7 @@
 mod call_path;
 mod export;
 mod hostile;
+mod lsp;
 mod outputs;
 mod properties;
 mod script;

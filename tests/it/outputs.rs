@@ -35,6 +35,11 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("notes.txt"), "hello\nworld\n").unwrap();
     std::fs::write(dir.path().join("bin.dat"), b"\0\x01\x02").unwrap();
+    std::fs::write(
+        dir.path().join("code.py"),
+        "def twice(x):\n    return 2 * x\n\n\nprint(twice(21))\n",
+    )
+    .unwrap();
     let git = jianmu_process::std_command("git")
         .args(["init", "-q", "-b", "main"])
         .current_dir(dir.path())
@@ -51,6 +56,10 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
     let config = ToolConfig::new(dir.path())
         .with_allow_hosts(["127.0.0.1".to_owned()])
         .with_settings("duckduckgo_search", json!({"endpoint": search_url}))
+        .with_settings(
+            "lsp",
+            json!({"servers": {"python": {"command": [jianmu_test_support::pylsp().to_string_lossy()], "extensions": ["py"]}}}),
+        )
         .with_settings(
             "git",
             json!({"author_name": "Test", "author_email": "test@example.com"}),
@@ -70,6 +79,11 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
         ("read_file", json!({"path": "bin.dat"})),
         ("write_file", json!({"path": "out.txt", "content": "hi"})),
         ("list_dir", json!({"path": "."})),
+        ("diagnostics", json!({"paths": ["code.py"]})),
+        ("definition", json!({"path": "code.py", "symbol": "twice", "line": 5})),
+        ("references", json!({"path": "code.py", "symbol": "twice"})),
+        ("hover", json!({"path": "code.py", "line": 5, "column": 7})),
+        ("symbols", json!({"path": "code.py"})),
         ("git_status", json!({})),
         ("git_add", json!({"paths": ["notes.txt"]})),
         ("git_diff", json!({"staged": true})),

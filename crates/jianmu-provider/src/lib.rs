@@ -13,6 +13,7 @@
 //! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
 //! | `git` | `git_status`, `git_diff`, `git_log`, `git_show`, `git_blame`, `git_add`, `git_commit`, `git_branch`, `git_checkout` (crate `jianmu-tool-git`) | No |
 //! | `http` | `http_request` (crate `jianmu-tool-http`) | No |
+//! | `lsp` | `diagnostics`, `definition`, `references`, `hover`, `symbols`, and diagnostics after edits (crate `jianmu-tool-lsp`) | No |
 //! | `script` | `rhai_repl`, `python_repl`, `run_script` (crate `jianmu-tool-script`) | No |
 //! | `search` | `duckduckgo_search` (crate `jianmu-tool-search`) | No |
 //! | `shell` | `bash`, `bash_output`, `bash_kill`, `bash_jobs` (crate `jianmu-tool-shell`) | No |
@@ -60,6 +61,8 @@ use jianmu_tool_fs as _;
 use jianmu_tool_git as _;
 #[cfg(feature = "http")]
 use jianmu_tool_http as _;
+#[cfg(feature = "lsp")]
+use jianmu_tool_lsp as _;
 #[cfg(feature = "script")]
 use jianmu_tool_script as _;
 #[cfg(feature = "search")]
@@ -83,6 +86,8 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("bash_kill", "shell"),
     ("bash_output", "shell"),
     ("calculator", "calculator"),
+    ("definition", "lsp"),
+    ("diagnostics", "lsp"),
     ("duckduckgo_search", "search"),
     ("edit_file", "code"),
     ("file_info", "code"),
@@ -97,13 +102,16 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("git_status", "git"),
     ("glob_search", "code"),
     ("grep_search", "code"),
+    ("hover", "lsp"),
     ("http_request", "http"),
     ("list_dir", "fs"),
     ("python_repl", "script"),
     ("read_file", "fs"),
+    ("references", "lsp"),
     ("rhai_repl", "script"),
     ("run_script", "script"),
     ("str_replace", "code"),
+    ("symbols", "lsp"),
     ("write_file", "fs"),
 ];
 

@@ -119,3 +119,45 @@ impl Rng {
 
 /// A real 3x2 PNG (red pixels), CRCs included: an image for the tools to read.
 pub const PNG: &[u8] = b"\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x48\x44\x52\x00\x00\x00\x03\x00\x00\x00\x02\x08\x02\x00\x00\x00\x12\x16\xf1\x4d\x00\x00\x00\x10\x49\x44\x41\x54\x78\x9c\x63\xf8\xcf\xc0\x00\x41\x0c\x70\x16\x00\x41\xd2\x05\xfb\x87\xf0\xb9\x48\x00\x00\x00\x00\x49\x45\x4e\x44\xae\x42\x60\x82";
+
+/// The version of `python-lsp-server` the tests run.
+pub const PYLSP_VERSION: &str = "1.13.1";
+
+/// `pylsp` (python-lsp-server with pyflakes, from PyPI) in a venv under `target/`,
+/// made on first use; one process makes it while the others wait.
+///
+/// # Panics
+/// When python3 or PyPI is not available: the tests cannot run without them.
+#[must_use]
+pub fn pylsp() -> std::path::PathBuf {
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let venv = target.join("lsp-venv");
+    let pylsp = venv.join("bin/pylsp");
+    let ready = venv.join(format!("ready-{PYLSP_VERSION}"));
+    if ready.exists() {
+        return pylsp;
+    }
+    std::fs::create_dir_all(&target).expect("target folder");
+    let lock = std::fs::File::create(target.join("lsp-venv.lock")).expect("lock file");
+    lock.lock().expect("lock");
+    if !ready.exists() {
+        let status = jianmu_process::std_command("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .status()
+            .expect("python3 is needed for the language-server tests");
+        assert!(status.success(), "cannot create {}", venv.display());
+        let status = jianmu_process::std_command(venv.join("bin/python"))
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .arg(format!("python-lsp-server[pyflakes]=={PYLSP_VERSION}"))
+            .arg("pyflakes==3.2.0")
+            .status()
+            .expect("pip runs");
+        assert!(
+            status.success(),
+            "cannot install python-lsp-server from PyPI"
+        );
+        std::fs::write(&ready, "").expect("marker");
+    }
+    pylsp
+}

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Change, EditDiagnostics, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WriteOptions, blocking, show};
 use serde::{Deserialize, Serialize};
 
@@ -26,6 +26,9 @@ pub struct EditSettings {
     /// Sync each write to disk before answering, so it survives a power loss (writes
     /// are atomic either way).
     pub durable: bool,
+    /// After each write, list the errors it introduced (new since before it, in the
+    /// written files), from the files' language servers (the `lsp` tools' servers).
+    pub diagnostics: bool,
 }
 
 impl Default for EditSettings {
@@ -34,6 +37,7 @@ impl Default for EditSettings {
             max_file_size: 10 * 1024 * 1024,
             max_diff_lines: 400,
             durable: false,
+            diagnostics: false,
         }
     }
 }
@@ -94,12 +98,24 @@ pub struct EditOutput {
 pub struct EditFile {
     ws: Arc<Workspace>,
     settings: EditSettings,
+    checks: EditDiagnostics,
 }
 
 impl EditFile {
     /// An `edit_file` confined to `ws`.
     pub fn new(ws: Arc<Workspace>, settings: EditSettings) -> Self {
-        Self { ws, settings }
+        Self {
+            ws,
+            settings,
+            checks: EditDiagnostics::default(),
+        }
+    }
+
+    /// The same, listing the errors each edit introduced (`diagnostics = true`).
+    #[must_use]
+    pub fn with_diagnostics(mut self, checks: EditDiagnostics) -> Self {
+        self.checks = checks;
+        self
     }
 
     /// The synchronous body.
@@ -359,6 +375,19 @@ impl Tool for EditFile {
 
     async fn call(&self, args: EditArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking(Self::NAME, move || this.edit(&args)).await
+        if !self.checks.is_on() || args.dry_run {
+            return blocking(Self::NAME, move || this.edit(&args)).await;
+        }
+        let (rel, before, mut out) = blocking(Self::NAME, move || {
+            let rel = this.ws.relative_file(&args.path)?;
+            let before = crate::text_before(&this.ws, &rel, this.settings.max_file_size);
+            Ok((rel, before, this.edit(&args)?))
+        })
+        .await?;
+        if crate::was_written(&out) {
+            let change = Change { path: rel, before };
+            self.checks.append(&mut out, vec![change]).await;
+        }
+        Ok(out)
     }
 }

@@ -57,6 +57,26 @@ impl Limit {
     }
 }
 
+/// The text of `rel` before a write, for diagnostics after it (`None` when it cannot
+/// be read: a new file).
+pub(crate) fn text_before(
+    ws: &jianmu_workspace::Workspace,
+    rel: &std::path::Path,
+    max: u64,
+) -> Option<String> {
+    ws.read_to_end(rel, max)
+        .ok()
+        .map(|b| String::from_utf8_lossy(&b).into_owned())
+}
+
+/// Whether a tool's structured answer says the file was written.
+fn was_written(out: &jianmu_tool_core::ToolOutput) -> bool {
+    out.structured
+        .as_ref()
+        .and_then(|s| s.get("written"))
+        .is_none_or(|w| w.as_bool() != Some(false))
+}
+
 fn dot() -> String {
     ".".into()
 }
@@ -83,17 +103,27 @@ fn build_info(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
 }
 
 fn build_edit(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(EditFile::new(
-        jianmu_workspace::for_tool(config, EditFile::NAME)?,
-        config.settings(EditFile::NAME)?,
-    ))
+    let settings: EditSettings = config.settings(EditFile::NAME)?;
+    let checks = jianmu_tool_core::EditDiagnostics::for_tool(config, settings.diagnostics)?;
+    ToolHandle::new(
+        EditFile::new(
+            jianmu_workspace::for_tool(config, EditFile::NAME)?,
+            settings,
+        )
+        .with_diagnostics(checks),
+    )
 }
 
 fn build_patch(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(ApplyPatch::new(
-        jianmu_workspace::for_tool(config, ApplyPatch::NAME)?,
-        config.settings(ApplyPatch::NAME)?,
-    ))
+    let settings: PatchSettings = config.settings(ApplyPatch::NAME)?;
+    let checks = jianmu_tool_core::EditDiagnostics::for_tool(config, settings.diagnostics)?;
+    ToolHandle::new(
+        ApplyPatch::new(
+            jianmu_workspace::for_tool(config, ApplyPatch::NAME)?,
+            settings,
+        )
+        .with_diagnostics(checks),
+    )
 }
 
 fn build_replace(config: &ToolConfig) -> Result<ToolHandle, ToolError> {

@@ -34,6 +34,7 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod args;
+mod diagnose;
 mod error;
 mod events;
 mod export;
@@ -52,6 +53,7 @@ mod text;
 mod tool;
 
 pub use args::INPUT_KEY;
+pub use diagnose::{Change, Diagnose, DiagnoseRegistration, EditDiagnostics, diagnose};
 pub use error::{BoxError, ToolError, Violation, error_chain};
 pub use events::{Emitter, EventBus, EventKind, ExecutionEvent, SubscriptionId};
 pub use export::{Annotations, SchemaFormat};

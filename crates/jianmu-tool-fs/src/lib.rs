@@ -103,10 +103,15 @@ fn build_read(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
 }
 
 fn build_write(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(WriteFile::new(
-        jianmu_workspace::for_tool(config, WriteFile::NAME)?,
-        config.settings(WriteFile::NAME)?,
-    ))
+    let settings: WriteSettings = config.settings(WriteFile::NAME)?;
+    let checks = jianmu_tool_core::EditDiagnostics::for_tool(config, settings.diagnostics)?;
+    ToolHandle::new(
+        WriteFile::new(
+            jianmu_workspace::for_tool(config, WriteFile::NAME)?,
+            settings,
+        )
+        .with_diagnostics(checks),
+    )
 }
 
 fn build_list(config: &ToolConfig) -> Result<ToolHandle, ToolError> {

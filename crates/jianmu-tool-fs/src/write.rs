@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Change, EditDiagnostics, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Workspace, WorkspaceError, WriteOptions, show};
 use serde::{Deserialize, Serialize};
 
@@ -21,6 +21,9 @@ pub struct WriteSettings {
     /// Sync each write to disk before answering, so it survives a power loss (writes
     /// are atomic either way).
     pub durable: bool,
+    /// After each write, list the errors it introduced (new since before it, in the
+    /// written file), from the file's language server (the `lsp` tools' servers).
+    pub diagnostics: bool,
 }
 
 impl Default for WriteSettings {
@@ -29,6 +32,7 @@ impl Default for WriteSettings {
             max_content_size: MIB,
             allowed_extensions: Extensions::default(),
             durable: false,
+            diagnostics: false,
         }
     }
 }
@@ -59,12 +63,24 @@ pub struct WriteArgs {
 pub struct WriteFile {
     ws: Arc<Workspace>,
     settings: WriteSettings,
+    checks: EditDiagnostics,
 }
 
 impl WriteFile {
     /// A `write_file` confined to `ws`.
     pub fn new(ws: Arc<Workspace>, settings: WriteSettings) -> Self {
-        Self { ws, settings }
+        Self {
+            ws,
+            settings,
+            checks: EditDiagnostics::default(),
+        }
+    }
+
+    /// The same, listing the errors each write introduced (`diagnostics = true`).
+    #[must_use]
+    pub fn with_diagnostics(mut self, checks: EditDiagnostics) -> Self {
+        self.checks = checks;
+        self
     }
 
     /// The synchronous body.
@@ -144,6 +160,23 @@ impl Tool for WriteFile {
 
     async fn call(&self, args: WriteArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking(Self::NAME, move || this.write(&args)).await
+        if !self.checks.is_on() {
+            return blocking(Self::NAME, move || this.write(&args)).await;
+        }
+        let (rel, before, mut out) = blocking(Self::NAME, move || {
+            let rel = this.ws.relative_file(&args.path)?;
+            // Bounded like a write: a bigger file is not sent to a server.
+            let before = this
+                .ws
+                .read_to_end(&rel, this.settings.max_content_size.max(4 * MIB))
+                .ok()
+                .map(|b| String::from_utf8_lossy(&b).into_owned());
+            Ok((rel, before, this.write(&args)?))
+        })
+        .await?;
+        self.checks
+            .append(&mut out, vec![Change { path: rel, before }])
+            .await;
+        Ok(out)
     }
 }

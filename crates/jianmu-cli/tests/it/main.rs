@@ -74,6 +74,14 @@ fn expected_tools() -> Vec<&'static str> {
     ]);
     #[cfg(feature = "http")]
     names.push("http_request");
+    #[cfg(feature = "lsp")]
+    names.extend([
+        "definition",
+        "diagnostics",
+        "hover",
+        "references",
+        "symbols",
+    ]);
     #[cfg(feature = "script")]
     names.extend(["python_repl", "rhai_repl", "run_script"]);
     #[cfg(feature = "search")]

@@ -40,6 +40,9 @@ pub struct PatchSettings {
     /// Sync each write to disk before answering, so it survives a power loss (writes
     /// are atomic either way).
     pub durable: bool,
+    /// After each write, list the errors it introduced (new since before it, in the
+    /// written files), from the files' language servers (the `lsp` tools' servers).
+    pub diagnostics: bool,
 }
 
 impl Default for PatchSettings {
@@ -50,6 +53,7 @@ impl Default for PatchSettings {
             max_total_size: 100 * 1024 * 1024,
             strict: false,
             durable: false,
+            diagnostics: false,
         }
     }
 }
@@ -98,6 +102,7 @@ pub struct PatchedFile {
 pub struct ApplyPatch {
     ws: Arc<Workspace>,
     settings: PatchSettings,
+    checks: jianmu_tool_core::EditDiagnostics,
 }
 
 /// What one file operation will do, worked out before anything is written.
@@ -129,10 +134,24 @@ impl Planned {
 
 const NOTHING: &str = "no file was changed";
 
+/// Most files of one patch checked for new errors (`diagnostics = true`).
+const MAX_CHECKED: usize = 10;
+
 impl ApplyPatch {
     /// An `apply_patch` confined to `ws`.
     pub fn new(ws: Arc<Workspace>, settings: PatchSettings) -> Self {
-        Self { ws, settings }
+        Self {
+            ws,
+            settings,
+            checks: jianmu_tool_core::EditDiagnostics::default(),
+        }
+    }
+
+    /// The same, listing the errors each patch introduced (`diagnostics = true`).
+    #[must_use]
+    pub fn with_diagnostics(mut self, checks: jianmu_tool_core::EditDiagnostics) -> Self {
+        self.checks = checks;
+        self
     }
 
     /// The synchronous body.
@@ -512,7 +531,48 @@ impl Tool for ApplyPatch {
 
     async fn call(&self, args: PatchArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
-        blocking(Self::NAME, move || this.apply(&args)).await
+        if !self.checks.is_on() {
+            return blocking(Self::NAME, move || this.apply(&args)).await;
+        }
+        let (before, mut out) = blocking(Self::NAME, move || {
+            // The text of each file the patch names (a few), as it was before.
+            let mut before = std::collections::HashMap::new();
+            if let Ok(parsed) = parse::parse(&args.patch) {
+                for op in parsed.ops.iter().take(MAX_CHECKED) {
+                    if let Ok(rel) = this.ws.relative_file(&op.path) {
+                        let text = crate::text_before(&this.ws, &rel, this.settings.max_file_size);
+                        before.insert(rel, text);
+                    }
+                }
+            }
+            Ok((before, this.apply(&args)?))
+        })
+        .await?;
+        let files = out
+            .structured
+            .as_ref()
+            .and_then(|s| s.get("files"))
+            .and_then(serde_json::Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        let changes = files
+            .iter()
+            .filter(|f| f.get("status").and_then(serde_json::Value::as_str) != Some("D"))
+            .filter_map(|f| {
+                let path = PathBuf::from(f.get("path")?.as_str()?);
+                let from = f
+                    .get("from")
+                    .and_then(serde_json::Value::as_str)
+                    .map_or_else(|| path.clone(), PathBuf::from);
+                Some(jianmu_tool_core::Change {
+                    before: before.get(&from).cloned().flatten(),
+                    path,
+                })
+            })
+            .take(MAX_CHECKED)
+            .collect();
+        self.checks.append(&mut out, changes).await;
+        Ok(out)
     }
 }
 

@@ -376,6 +376,7 @@ async fn a_file_over_the_limit_is_refused() {
         max_total_size: 12,
         strict: false,
         durable: true,
+        diagnostics: false,
     };
     let t = ToolHandle::new(ApplyPatch::new(ws, settings)).unwrap();
     put(dir.path(), "a.txt", "1234\n");

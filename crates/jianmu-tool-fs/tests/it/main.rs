@@ -245,6 +245,7 @@ async fn write_file_writes_appends_and_refuses() {
         max_content_size: 4,
         allowed_extensions: Extensions::only([".md"]),
         durable: true,
+        diagnostics: false,
     });
     check(
         call(&write, json!({"path": "a.md", "content": "12345"})).await,
