@@ -39,7 +39,11 @@ async fn edits_name_the_errors_they_introduce_and_the_server_ends_with_the_sessi
         )
         .await
         .unwrap();
-    assert!(out.text.contains("+    return width * heigth"), "{}", out.text);
+    assert!(
+        out.text.contains("+    return width * heigth"),
+        "{}",
+        out.text
+    );
     assert!(
         out.text.ends_with(
             "New errors (pylsp):\napp.py:5:20: error: undefined name 'heigth' [pyflakes]"
@@ -55,7 +59,11 @@ async fn edits_name_the_errors_they_introduce_and_the_server_ends_with_the_sessi
         )
         .await
         .unwrap();
-    assert!(out.text.ends_with("Diagnostics (pylsp): no new errors."), "{}", out.text);
+    assert!(
+        out.text.ends_with("Diagnostics (pylsp): no new errors."),
+        "{}",
+        out.text
+    );
     // A patch that adds a broken file, and a write that breaks another.
     let out = session
         .call(
@@ -65,16 +73,21 @@ async fn edits_name_the_errors_they_introduce_and_the_server_ends_with_the_sessi
         .await
         .unwrap();
     assert!(
-        out.text.ends_with("extra.py:2:12: error: undefined name 'missing_thing' [pyflakes]"),
+        out.text
+            .ends_with("extra.py:2:12: error: undefined name 'missing_thing' [pyflakes]"),
         "{}",
         out.text
     );
     let out = session
-        .call("write_file", json!({"path": "app.py", "content": "print(nothing_here)\n"}))
+        .call(
+            "write_file",
+            json!({"path": "app.py", "content": "print(nothing_here)\n"}),
+        )
         .await
         .unwrap();
     assert!(
-        out.text.ends_with("app.py:1:7: error: undefined name 'nothing_here' [pyflakes]"),
+        out.text
+            .ends_with("app.py:1:7: error: undefined name 'nothing_here' [pyflakes]"),
         "{}",
         out.text
     );
@@ -86,11 +99,17 @@ async fn edits_name_the_errors_they_introduce_and_the_server_ends_with_the_sessi
     assert_eq!(out.text, "Wrote notes.txt (1 bytes)");
 
     let needle = log.to_string_lossy().into_owned();
-    assert!(!running_with(&needle).is_empty(), "pylsp runs for the session");
+    assert!(
+        !running_with(&needle).is_empty(),
+        "pylsp runs for the session"
+    );
     session.close().await;
     let deadline = std::time::Instant::now() + Duration::from_secs(10);
     while !running_with(&needle).is_empty() {
-        assert!(std::time::Instant::now() < deadline, "pylsp outlived its session");
+        assert!(
+            std::time::Instant::now() < deadline,
+            "pylsp outlived its session"
+        );
         tokio::time::sleep(Duration::from_millis(50)).await;
     }
 }

@@ -80,7 +80,10 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
         ("write_file", json!({"path": "out.txt", "content": "hi"})),
         ("list_dir", json!({"path": "."})),
         ("diagnostics", json!({"paths": ["code.py"]})),
-        ("definition", json!({"path": "code.py", "symbol": "twice", "line": 5})),
+        (
+            "definition",
+            json!({"path": "code.py", "symbol": "twice", "line": 5}),
+        ),
         ("references", json!({"path": "code.py", "symbol": "twice"})),
         ("hover", json!({"path": "code.py", "line": 5, "column": 7})),
         ("symbols", json!({"path": "code.py"})),

@@ -44,10 +44,14 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "jianmu-tool-script",
         "jianmu-tool-http",
         "jianmu-tool-shell",
+        "jianmu-tool-git",
+        "jianmu-tool-lsp",
     ] {
         c.args(["-p", krate]);
     }
-    for bench in ["dispatch", "calc", "read", "script", "loopback", "spawn"] {
+    for bench in [
+        "dispatch", "calc", "read", "script", "loopback", "spawn", "git", "lsp",
+    ] {
         c.args(["--bench", bench]);
     }
     if let Some(python) = aiohttp_python() {
@@ -218,6 +222,55 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             reference: "200 session calls of calculator",
             reference_ns: Some(200.0 * median_ns("nested/session_calculator")?),
             goal: "report",
+        },
+        Row {
+            what: "git_status: 10,000 commits, 1,000 files",
+            ours_ns: median_ns("git/status_tool")?,
+            reference: "`git status` run directly",
+            reference_ns: Some(median_ns("git/status_git")?),
+            goal: "<= 1x (report)",
+        },
+        Row {
+            what: "git_status, isolation off (supervised only)",
+            ours_ns: median_ns("git/status_tool_supervised_only")?,
+            reference: "`git status` run directly",
+            reference_ns: Some(median_ns("git/status_git")?),
+            goal: "report",
+        },
+        Row {
+            what: "git_log: 100 of 10,000 commits",
+            ours_ns: median_ns("git/log_100_tool")?,
+            reference: "`git log -n 100` run directly",
+            reference_ns: Some(median_ns("git/log_100_git")?),
+            goal: "<= 1x (report)",
+        },
+        Row {
+            what: "git_log, isolation off (supervised only)",
+            ours_ns: median_ns("git/log_100_tool_supervised_only")?,
+            reference: "`git log -n 100` run directly",
+            reference_ns: Some(median_ns("git/log_100_git")?),
+            goal: "report",
+        },
+        Row {
+            what: "diagnostics (pylsp): first call, server start",
+            ours_ns: median_ns("lsp/diagnostics_first")?,
+            reference: "-",
+            reference_ns: None,
+            goal: "report",
+        },
+        Row {
+            what: "diagnostics (pylsp): warm, file unchanged",
+            ours_ns: median_ns("lsp/diagnostics_warm_unchanged")?,
+            reference: "-",
+            reference_ns: None,
+            goal: "report",
+        },
+        Row {
+            what: "diagnostics (pylsp): warm, file changed",
+            ours_ns: median_ns("lsp/diagnostics_warm_changed")?,
+            reference: "-",
+            reference_ns: None,
+            goal: "report (pylsp waits 0.5 s)",
         },
         Row {
             what: "calculator tool call via ToolSet + ToolRunner",

@@ -235,7 +235,6 @@ impl Git {
             .env("PAGER", "cat")
             .env("GIT_EDITOR", "true")
             .env("GIT_SEQUENCE_EDITOR", "true")
-            .env("GIT_OPTIONAL_LOCKS", "0")
             .env("GIT_LITERAL_PATHSPECS", "1")
             .env("GIT_NO_LAZY_FETCH", "1")
             .env("GIT_PROTOCOL_FROM_USER", "0")
