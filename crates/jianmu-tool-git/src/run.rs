@@ -271,7 +271,9 @@ impl Git {
             };
             let read_err = async {
                 let mut limited = (&mut stderr).take(64 * 1024);
-                limited.read_to_end(&mut err).await
+                limited.read_to_end(&mut err).await?;
+                // The rest is drained, so git never waits on a full pipe.
+                tokio::io::copy(&mut stderr, &mut tokio::io::sink()).await
             };
             let (a, b) = tokio::join!(read_out, read_err);
             (a.and(b), out, err)

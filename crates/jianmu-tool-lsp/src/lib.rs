@@ -519,7 +519,7 @@ impl Servers {
         if let Some(path) = &args.path {
             let opened = self.open(path).await?;
             let (line, column) = match (args.line, args.column, symbol) {
-                (Some(line), Some(column), _) => (line - 1, column),
+                (Some(line), Some(column), _) => (line.saturating_sub(1), column),
                 (line, None, Some(symbol)) => {
                     find_symbol(&opened.text, symbol, line).ok_or_else(|| {
                         ToolError::failed(format!(
@@ -531,9 +531,10 @@ impl Servers {
                     })?
                 }
                 (Some(line), None, None) => {
-                    let text = opened.text.lines().nth(line as usize - 1).unwrap_or("");
+                    let line = line.saturating_sub(1);
+                    let text = opened.text.lines().nth(line as usize).unwrap_or("");
                     let blank = text.chars().take_while(|c| c.is_whitespace()).count() as u32;
-                    (line - 1, blank + 1)
+                    (line, blank + 1)
                 }
                 (None, _, _) => {
                     return Err(ToolError::failed("give `line` (and `column`), or `symbol`"));

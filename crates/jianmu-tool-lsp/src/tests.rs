@@ -158,9 +158,10 @@ async fn a_missing_server_names_the_command_to_install() {
     );
 }
 
-/// A server written in Python for the test: `behaviour` runs after the headers are
-/// parsed helpers are defined.
-fn scripted(dir: &Path, behaviour: &str) -> Value {
+/// A server written in Python for the test: `behaviour` runs after the helpers
+/// `send` and `read` are defined. Its command line ends with `marker`, which tells its
+/// process apart.
+fn scripted(dir: &Path, behaviour: &str, marker: &str) -> Value {
     let script = format!(
         r#"
 import json, sys, time
@@ -187,16 +188,28 @@ def read():
     );
     let path = dir.join("server.py");
     std::fs::write(&path, script).unwrap();
-    json!({"request_timeout_secs": 1.5, "diagnostics_wait_secs": 3, "servers": {"fake": {"command": ["python3", path.to_string_lossy()], "extensions": ["fake"]}}})
+    json!({"request_timeout_secs": 1.5, "diagnostics_wait_secs": 3, "servers": {"fake": {"command": ["python3", path.to_string_lossy(), marker], "extensions": ["fake"]}}})
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_server_that_hangs_hits_the_time_limit_and_is_stopped() {
     let dir = tempfile::tempdir().unwrap();
     std::fs::write(dir.path().join("a.fake"), "x\n").unwrap();
-    let settings = scripted(dir.path(), "read()\ntime.sleep(3600) # hang-marker-1\n");
+    let settings = scripted(dir.path(), "read()\ntime.sleep(3600)\n", "hang-marker-1");
     let (_config, tool) = tools(dir.path(), settings);
-    let out = call(&tool("diagnostics"), json!({"paths": ["a.fake"]})).await;
+    let diagnostics = tool("diagnostics");
+    let call_now = call(&diagnostics, json!({"paths": ["a.fake"]}));
+    let watch = async {
+        let deadline = std::time::Instant::now() + Duration::from_secs(10);
+        while running_with("hang-marker-1").is_empty() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the server never started"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    };
+    let (out, ()) = tokio::join!(call_now, watch);
     assert!(
         out.contains("did not answer `initialize` within 1.5 s"),
         "{out}"
@@ -237,11 +250,11 @@ while True:
     if msg.get("method") == "textDocument/hover":
         out.write(b"Content-Length: 999999999999\r\n\r\n")
         out.flush()
-        time.sleep(3600) # hostile-marker-2
+        time.sleep(3600)
 "#,
         log = log.to_string_lossy()
     );
-    let settings = scripted(dir.path(), &behaviour);
+    let settings = scripted(dir.path(), &behaviour, "hostile-marker-2");
     let (_config, tool) = tools(dir.path(), settings);
     let out = call(&tool("diagnostics"), json!({"paths": ["a.fake"]})).await;
     assert_eq!(out, "a.fake:1:1: error: scripted problem [fake]");
@@ -256,4 +269,50 @@ while True:
         hover.contains("exited before answering `textDocument/hover`"),
         "{hover}"
     );
+    // The next call replaces it.
+    assert_eq!(running_with("hostile-marker-2").len(), 1);
+    let again = call(&tool("diagnostics"), json!({"paths": ["a.fake"]})).await;
+    assert_eq!(again, "a.fake:1:1: error: scripted problem [fake]");
+    assert_eq!(running_with("hostile-marker-2").len(), 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_idle_server_is_stopped_and_the_next_call_starts_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.fake"), "x\n").unwrap();
+    let behaviour = r#"
+init = read()
+send({"jsonrpc": "2.0", "id": init["id"], "result": {"capabilities": {}}})
+while True:
+    msg = read()
+    if msg.get("method") == "textDocument/didOpen":
+        uri = msg["params"]["textDocument"]["uri"]
+        send({"jsonrpc": "2.0", "method": "textDocument/publishDiagnostics", "params": {"uri": uri, "diagnostics": []}})
+    if msg.get("method") == "shutdown":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": None})
+    if msg.get("method") == "exit":
+        sys.exit(0)
+"#;
+    let mut settings = scripted(dir.path(), behaviour, "idle-marker-3");
+    settings["idle_secs"] = json!(1);
+    let (_config, tool) = tools(dir.path(), settings);
+    let diagnostics = tool("diagnostics");
+    assert_eq!(
+        call(&diagnostics, json!({"paths": ["a.fake"]})).await,
+        "a.fake: no problems"
+    );
+    assert_eq!(running_with("idle-marker-3").len(), 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !running_with("idle-marker-3").is_empty() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the idle server is still running"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    assert_eq!(
+        call(&diagnostics, json!({"paths": ["a.fake"]})).await,
+        "a.fake: no problems"
+    );
+    assert_eq!(running_with("idle-marker-3").len(), 1);
 }
