@@ -596,6 +596,19 @@ impl Servers {
         })
     }
 
+    /// `method` at the place `args` name, with `extra` parameters.
+    async fn at(
+        self: &Arc<Self>,
+        args: &PlaceArgs,
+        method: &str,
+        mut extra: Value,
+    ) -> Result<Value, ToolError> {
+        let t = self.target(args).await?;
+        extra["textDocument"] = json!({"uri": t.uri});
+        extra["position"] = t.position;
+        t.server.request(method, extra).await
+    }
+
     /// `workspace/symbol` on the server of `language` (or the one running server).
     async fn workspace_symbol(
         self: &Arc<Self>,
@@ -741,14 +754,7 @@ impl Tool for Definition {
                 s.settings.max_results,
             )));
         }
-        let t = s.target(&args).await?;
-        let found = t
-            .server
-            .request(
-                "textDocument/definition",
-                json!({"textDocument": {"uri": t.uri}, "position": t.position}),
-            )
-            .await?;
+        let found = s.at(&args, "textDocument/definition", json!({})).await?;
         Ok(ToolOutput::text(show_locations(
             s,
             &found,
@@ -771,14 +777,9 @@ impl Tool for References {
 
     async fn call(&self, args: PlaceArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let s = &self.servers;
-        let t = s.target(&args).await?;
-        let found = t
-            .server
-            .request(
-                "textDocument/references",
-                json!({"textDocument": {"uri": t.uri}, "position": t.position, "context": {"includeDeclaration": args.include_declaration.unwrap_or(true)}}),
-            )
-            .await?;
+        let context =
+            json!({"context": {"includeDeclaration": args.include_declaration.unwrap_or(true)}});
+        let found = s.at(&args, "textDocument/references", context).await?;
         Ok(ToolOutput::text(show_locations(
             s,
             &found,
@@ -800,14 +801,7 @@ impl Tool for Hover {
 
     async fn call(&self, args: PlaceArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let s = &self.servers;
-        let t = s.target(&args).await?;
-        let found = t
-            .server
-            .request(
-                "textDocument/hover",
-                json!({"textDocument": {"uri": t.uri}, "position": t.position}),
-            )
-            .await?;
+        let found = s.at(&args, "textDocument/hover", json!({})).await?;
         let contents = found.get("contents").cloned().unwrap_or(Value::Null);
         let piece = |v: &Value| match v {
             Value::String(s) => s.clone(),
