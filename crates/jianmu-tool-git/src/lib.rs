@@ -72,7 +72,8 @@ fn page(
         if out.len() + kept.len() > git.settings.max_output && last >= first {
             break;
         }
-        out.push_str(kept);
+        // A file's bytes cannot forge lines or drive a terminal.
+        out.push_str(&jianmu_tool_core::escape_controls(kept));
         if rest > 0 {
             out.push_str(&format!(" … ({rest} more characters on this line)"));
         }
@@ -450,13 +451,22 @@ impl Tool for GitShow {
         let rev = args.revision.as_deref().unwrap_or("HEAD");
         list.push(git.revision("revision", rev)?);
         push_paths(git, &mut list, &args.paths)?;
-        let (out, cut) = text(git, list, false).await?;
+        let out = git.run(&list, false).await?;
+        if rev.contains(':') && out.stdout.iter().take(8000).any(|b| *b == 0) {
+            return Ok(ToolOutput::text(format!(
+                "(`{}` is a binary file of {} bytes{}; not shown)",
+                jianmu_tool_core::echo(rev),
+                out.stdout.len(),
+                if out.cut { " or more" } else { "" }
+            )));
+        }
+        let text = String::from_utf8_lossy(&out.stdout);
         Ok(ToolOutput::text(page(
             git,
-            &out,
+            &text,
             args.offset,
             args.limit,
-            cut,
+            out.cut,
             "(empty)",
         )))
     }

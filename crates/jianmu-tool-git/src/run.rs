@@ -82,6 +82,30 @@ const FIXED_CONFIG: &[&str] = &[
     "advice.detachedHead=false",
 ];
 
+/// Whether the configuration file `path` may define a filter driver: it mentions
+/// filters or includes another file, or cannot be read as a small regular file (a
+/// link to a device, a FIFO, something huge) and so is not ruled out. A missing file
+/// defines nothing.
+fn config_mentions_filters(path: &Path) -> bool {
+    use std::io::Read as _;
+    /// Larger than any real configuration file.
+    const MAX: u64 = 1 << 20;
+    let meta = match std::fs::metadata(path) {
+        Ok(meta) => meta,
+        Err(e) => return e.kind() != std::io::ErrorKind::NotFound,
+    };
+    if !meta.is_file() || meta.len() > MAX {
+        return true;
+    }
+    let mut bytes = Vec::new();
+    let read = std::fs::File::open(path).and_then(|f| f.take(MAX).read_to_end(&mut bytes));
+    if read.is_err() {
+        return true;
+    }
+    let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
+    text.contains("filter") || text.contains("include")
+}
+
 /// What a git command printed.
 pub(crate) struct Output {
     pub(crate) stdout: Vec<u8>,
@@ -156,12 +180,7 @@ impl Git {
             files.push(PathBuf::from(xdg).join("git/config"));
         }
         files.push(PathBuf::from("/etc/gitconfig"));
-        let mentions = files.iter().any(|f| {
-            std::fs::read(f).is_ok_and(|bytes| {
-                let text = String::from_utf8_lossy(&bytes).to_ascii_lowercase();
-                text.contains("filter") || text.contains("include")
-            })
-        });
+        let mentions = files.iter().any(|f| config_mentions_filters(f));
         if !mentions {
             return Ok(Vec::new());
         }

@@ -127,6 +127,17 @@ async fn reading_tools_answer_from_real_history() {
     );
     let file = run(d, "git_show", json!({"revision": "HEAD~2:a.txt"})).await;
     assert_eq!(file, "one\ntwo\n");
+    std::fs::write(d.join("bin.dat"), b"\x89PNG\0\x1b[31m\0").unwrap();
+    sh(d, "git add bin.dat && git commit -qm bin");
+    let bin = run(d, "git_show", json!({"revision": "HEAD:bin.dat"})).await;
+    assert_eq!(
+        bin,
+        "(`HEAD:bin.dat` is a binary file of 11 bytes; not shown)"
+    );
+    sh(
+        d,
+        "git reset -q --soft HEAD~1 && git rm -q --cached bin.dat && rm bin.dat",
+    );
 
     let blame = run(
         d,
@@ -357,6 +368,16 @@ async fn option_like_values_and_paths_outside_are_refused() {
     assert!(run(d, "git_status", json!({})).await.contains("?? link"));
     let add = run(d, "git_add", json!({"paths": [":(top)a.txt"]})).await;
     assert!(add.contains("did not match any files"), "{add}");
+
+    // A configuration that is a device, not a file, neither hangs nor fills memory.
+    let real = d.join(".git/config");
+    std::fs::rename(&real, d.join(".git/config.real")).unwrap();
+    std::os::unix::fs::symlink("/dev/zero", &real).unwrap();
+    let out = tool_with(d, "git_status", json!({"timeout_secs": 2}));
+    let out = call(&out, json!({})).await;
+    assert!(out.starts_with("error: "), "{out}");
+    std::fs::remove_file(&real).unwrap();
+    std::fs::rename(d.join(".git/config.real"), &real).unwrap();
 
     // A `.git` that is a file (`gitdir:` anywhere) or missing is refused.
     let other = tempfile::tempdir().unwrap();
