@@ -48,7 +48,7 @@ const HEAVY: &[(&str, &[&str])] = &[
     ("grep-searcher", &["code"]),
     ("grep-regex", &["code"]),
     ("ignore", &["code"]),
-    ("cap-std", &["fs", "code"]),
+    ("cap-std", &["fs", "code", "git", "lsp"]),
     ("rmcp", &["mcp"]),
 ];
 
