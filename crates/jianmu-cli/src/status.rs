@@ -6,8 +6,9 @@ use serde_json::{Value, json};
 
 use crate::settings::Settings;
 
-/// The tools whose commands run jailed.
-const JAILED: [&str; 2] = ["bash", "python_repl"];
+/// The settings keys of the tools whose commands run jailed: `bash`, `python_repl`,
+/// the git tools (`[tools.git]`) and the language servers (`[tools.lsp]`).
+const JAILED: [&str; 4] = ["bash", "python_repl", "git", "lsp"];
 
 /// The report, as text or JSON.
 pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> {

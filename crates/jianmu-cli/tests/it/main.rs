@@ -467,7 +467,7 @@ fn sandbox_status_says_what_isolation_is_in_force() {
     );
     let report: Value = serde_json::from_slice(&out.stdout).unwrap();
     let kernel = &report["kernel"];
-    for tool in ["bash", "python_repl"] {
+    for tool in ["bash", "python_repl", "git", "lsp"] {
         let line = report["local"][tool].as_str().unwrap();
         assert!(line.starts_with("supervised ("), "{line}");
         assert_eq!(
@@ -501,7 +501,7 @@ fn sandbox_status_says_what_isolation_is_in_force() {
         bash == "bash: supervised (own pid namespace)" || bash == "bash: supervised (subreaper)",
         "{text}"
     );
-    assert_eq!(text.lines().count(), 4, "{text}");
+    assert_eq!(text.lines().count(), 6, "{text}");
 }
 
 /// A project's own test suite that starts local servers (HTTP, IPv6, UDP, Unix and
