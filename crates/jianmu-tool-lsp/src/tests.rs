@@ -294,7 +294,7 @@ while True:
         sys.exit(0)
 "#;
     let mut settings = scripted(dir.path(), behaviour, "idle-marker-3");
-    settings["idle_secs"] = json!(1);
+    settings["idle_secs"] = json!(2);
     let (_config, tool) = tools(dir.path(), settings);
     let diagnostics = tool("diagnostics");
     assert_eq!(
