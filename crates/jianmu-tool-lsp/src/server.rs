@@ -50,7 +50,14 @@ struct Doc {
     text: String,
     /// The publication count when this version was sent.
     sent_at: u64,
+    /// When it was last synced, in syncs: the least recent is closed first.
+    used: u64,
 }
+
+/// Most documents kept open on one server, and most bytes of their text: past either,
+/// the least recently used is closed.
+const MAX_OPEN: usize = 100;
+const MAX_OPEN_BYTES: usize = 64 << 20;
 
 /// A running language server.
 pub(crate) struct Server {
@@ -60,6 +67,8 @@ pub(crate) struct Server {
     next_id: AtomicI64,
     pub(crate) capabilities: Value,
     docs: tokio::sync::Mutex<HashMap<PathBuf, Doc>>,
+    /// Syncs so far, for ordering documents by use.
+    syncs: AtomicU64,
     reader: tokio::task::JoinHandle<()>,
     /// Dropping it ends the server and everything it started.
     _process: Supervised,
@@ -175,6 +184,7 @@ impl Server {
             next_id: AtomicI64::new(1),
             capabilities: Value::Null,
             docs: tokio::sync::Mutex::default(),
+            syncs: AtomicU64::new(0),
             reader,
             _process: process,
             used: Mutex::new(Instant::now()),
@@ -312,9 +322,14 @@ impl Server {
         let mut docs = self.docs.lock().await;
         let uri = uri(path);
         let seq = self.shared.seq.load(Ordering::Relaxed);
+        let used = self.syncs.fetch_add(1, Ordering::Relaxed);
         match docs.get_mut(path) {
-            Some(doc) if doc.text == text => Ok(false),
+            Some(doc) if doc.text == text => {
+                doc.used = used;
+                Ok(false)
+            }
             Some(doc) => {
+                doc.used = used;
                 doc.version += 1;
                 doc.text = text.to_owned();
                 doc.sent_at = seq;
@@ -327,12 +342,14 @@ impl Server {
                 Ok(true)
             }
             None => {
+                self.close_least_used(&mut docs, text.len()).await?;
                 docs.insert(
                     path.to_owned(),
                     Doc {
                         version: 1,
                         text: text.to_owned(),
                         sent_at: seq,
+                        used,
                     },
                 );
                 self.notify(
@@ -342,6 +359,36 @@ impl Server {
                 .await?;
                 Ok(true)
             }
+        }
+    }
+
+    /// Closes the least recently used documents until one of `adding` bytes fits.
+    async fn close_least_used(
+        &self,
+        docs: &mut HashMap<PathBuf, Doc>,
+        adding: usize,
+    ) -> Result<(), ToolError> {
+        loop {
+            let bytes: usize = docs.values().map(|d| d.text.len()).sum();
+            if docs.is_empty() || (docs.len() < MAX_OPEN && bytes + adding <= MAX_OPEN_BYTES) {
+                return Ok(());
+            }
+            let Some(oldest) = docs
+                .iter()
+                .min_by_key(|(_, d)| d.used)
+                .map(|(p, _)| p.clone())
+            else {
+                return Ok(());
+            };
+            docs.remove(&oldest);
+            let uri = uri(&oldest);
+            // Its publications go too: reopened, it starts again at version 1.
+            lock(&self.shared.published).remove(&uri);
+            self.notify(
+                "textDocument/didClose",
+                json!({"textDocument": {"uri": uri}}),
+            )
+            .await?;
         }
     }
 

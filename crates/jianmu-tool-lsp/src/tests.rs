@@ -316,3 +316,60 @@ while True:
     );
     assert_eq!(running_with("idle-marker-3").len(), 1);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn at_most_a_hundred_documents_stay_open_on_a_server() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("events.log");
+    for i in 0..120 {
+        std::fs::write(dir.path().join(format!("f{i:03}.fake")), format!("{i}\n")).unwrap();
+    }
+    let behaviour = format!(
+        r#"
+init = read()
+send({{"jsonrpc": "2.0", "id": init["id"], "result": {{"capabilities": {{}}}}}})
+events = open({log:?}, "a")
+while True:
+    msg = read()
+    method = msg.get("method", "")
+    if method in ("textDocument/didOpen", "textDocument/didClose"):
+        uri = msg["params"]["textDocument"]["uri"]
+        events.write(method.split("/")[1] + " " + uri.rsplit("/", 1)[1] + "\n")
+        events.flush()
+        if method == "textDocument/didOpen":
+            send({{"jsonrpc": "2.0", "method": "textDocument/publishDiagnostics", "params": {{"uri": uri, "version": 1, "diagnostics": []}}}})
+"#,
+        log = log.to_string_lossy()
+    );
+    let settings = scripted(dir.path(), &behaviour, "docs-marker-4");
+    let (_config, tool) = tools(dir.path(), settings);
+    let diagnostics = tool("diagnostics");
+    for batch in 0..6 {
+        let paths: Vec<String> = (batch * 20..batch * 20 + 20)
+            .map(|i| format!("f{i:03}.fake"))
+            .collect();
+        let out = call(&diagnostics, json!({ "paths": paths })).await;
+        assert_eq!(
+            out.lines().filter(|l| l.ends_with(": no problems")).count(),
+            20,
+            "{out}"
+        );
+    }
+    // The first 20 were closed to make room for the last 20, oldest first.
+    let events = std::fs::read_to_string(&log).unwrap();
+    let closed: Vec<&str> = events
+        .lines()
+        .filter(|l| l.starts_with("didClose"))
+        .collect();
+    let expected: Vec<String> = (0..20).map(|i| format!("didClose f{i:03}.fake")).collect();
+    assert_eq!(closed, expected);
+    assert_eq!(
+        events.lines().filter(|l| l.starts_with("didOpen")).count(),
+        120
+    );
+    // A closed file opens again when it is asked for.
+    let again = call(&diagnostics, json!({"paths": ["f000.fake"]})).await;
+    assert_eq!(again, "f000.fake: no problems");
+    let events = std::fs::read_to_string(&log).unwrap();
+    assert_eq!(events.lines().last(), Some("didOpen f000.fake"));
+}
