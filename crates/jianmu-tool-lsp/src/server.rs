@@ -34,7 +34,9 @@ pub(crate) struct Published {
 #[derive(Default)]
 struct Shared {
     pending: Mutex<HashMap<i64, oneshot::Sender<Result<Value, String>>>>,
-    published: Mutex<HashMap<String, Published>>,
+    /// By the file's path, decoded from the URI the server used (servers spell
+    /// percent-escapes differently).
+    published: Mutex<HashMap<PathBuf, Published>>,
     seq: AtomicU64,
     changed: Notify,
     alive: AtomicBool,
@@ -383,7 +385,7 @@ impl Server {
             docs.remove(&oldest);
             let uri = uri(&oldest);
             // Its publications go too: reopened, it starts again at version 1.
-            lock(&self.shared.published).remove(&uri);
+            lock(&self.shared.published).remove(&oldest);
             self.notify(
                 "textDocument/didClose",
                 json!({"textDocument": {"uri": uri}}),
@@ -425,7 +427,7 @@ impl Server {
         let deadline = tokio::time::Instant::now() + wait;
         loop {
             let notified = self.shared.changed.notified();
-            if let Some(p) = lock(&self.shared.published).get(&uri) {
+            if let Some(p) = lock(&self.shared.published).get(path) {
                 let current = match p.version {
                     Some(v) => v == version,
                     None => p.seq > sent_at,
@@ -575,7 +577,11 @@ async fn read_loop(
                 }
             }
             (Some("textDocument/publishDiagnostics"), None) => {
-                let Some(uri) = message.pointer("/params/uri").and_then(Value::as_str) else {
+                let Some(path) = message
+                    .pointer("/params/uri")
+                    .and_then(Value::as_str)
+                    .and_then(path_of)
+                else {
                     continue;
                 };
                 let mut diagnostics = message
@@ -588,11 +594,11 @@ async fn read_loop(
                 let version = message.pointer("/params/version").and_then(Value::as_i64);
                 let mut published = lock(&shared.published);
                 // A server publishing for endless files is not followed past a bound.
-                if published.len() >= 10_000 && !published.contains_key(uri) {
+                if published.len() >= 10_000 && !published.contains_key(&path) {
                     continue;
                 }
                 published.insert(
-                    uri.to_owned(),
+                    path,
                     Published {
                         version,
                         seq,

@@ -43,6 +43,8 @@ fn project() -> tempfile::TempDir {
         "import os\n\nprint(undefined_name)\n",
     )
     .unwrap();
+    // A name that URIs escape: servers may spell the escapes differently.
+    std::fs::write(dir.path().join("a b é%.py"), "print(missing)\n").unwrap();
     dir
 }
 
@@ -61,6 +63,11 @@ async fn pylsp_answers_diagnostics_navigation_hover_and_outline() {
         "{out}"
     );
     assert!(out.contains("main.py: no problems"), "{out}");
+    let odd = call(&diagnostics, json!({"paths": ["a b é%.py"]})).await;
+    assert_eq!(
+        odd,
+        "a b é%.py:1:7: error: undefined name 'missing' [pyflakes]"
+    );
     // Warm: the file is unchanged, the server's diagnostics are already here.
     assert_eq!(
         call(&diagnostics, json!({"paths": ["broken.py", "main.py"]})).await,
