@@ -125,6 +125,16 @@ impl EditFile {
     /// missing, not unique, or found a number of times other than `expected_count`; a
     /// result over the size limit. Nothing is written then.
     pub fn edit(&self, args: &EditArgs) -> Result<ToolOutput, ToolError> {
+        self.edit_keeping(args, false).map(|(out, _)| out)
+    }
+
+    /// As [`EditFile::edit`]; with `keep`, also the file with its text from before,
+    /// when it was written, for diagnostics after the edit.
+    fn edit_keeping(
+        &self,
+        args: &EditArgs,
+        keep: bool,
+    ) -> Result<(ToolOutput, Option<Change>), ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
         let shown = show(&rel);
         let bytes = self.ws.read_to_end(&rel, self.settings.max_file_size)?;
@@ -239,7 +249,11 @@ impl EditFile {
         } else {
             head
         };
-        Ok(ToolOutput::text(text_out).with_data(&EditOutput {
+        let change = (keep && written).then(|| Change {
+            path: rel,
+            before: Some(String::from_utf8_lossy(&decoded.encode(&decoded.text)).into_owned()),
+        });
+        let out = ToolOutput::text(text_out).with_data(&EditOutput {
             path: shown,
             edits: total,
             replacements,
@@ -247,7 +261,8 @@ impl EditFile {
             removed,
             written,
             diff: unified,
-        }))
+        });
+        Ok((out, change))
     }
 }
 
@@ -378,16 +393,11 @@ impl Tool for EditFile {
         if !self.checks.is_on() || args.dry_run {
             return blocking(Self::NAME, move || this.edit(&args)).await;
         }
-        let (rel, before, mut out) = blocking(Self::NAME, move || {
-            let rel = this.ws.relative_file(&args.path)?;
-            let before = crate::text_before(&this.ws, &rel, this.settings.max_file_size);
-            Ok((rel, before, this.edit(&args)?))
-        })
-        .await?;
-        if crate::was_written(&out) {
-            let change = Change { path: rel, before };
-            self.checks.append(&mut out, vec![change]).await;
-        }
+        let (mut out, change) =
+            blocking(Self::NAME, move || this.edit_keeping(&args, true)).await?;
+        self.checks
+            .append(&mut out, change.into_iter().collect())
+            .await;
         Ok(out)
     }
 }

@@ -57,26 +57,6 @@ impl Limit {
     }
 }
 
-/// The text of `rel` before a write, for diagnostics after it (`None` when it cannot
-/// be read: a new file).
-pub(crate) fn text_before(
-    ws: &jianmu_workspace::Workspace,
-    rel: &std::path::Path,
-    max: u64,
-) -> Option<String> {
-    ws.read_to_end(rel, max)
-        .ok()
-        .map(|b| String::from_utf8_lossy(&b).into_owned())
-}
-
-/// Whether a tool's structured answer says the file was written.
-fn was_written(out: &jianmu_tool_core::ToolOutput) -> bool {
-    out.structured
-        .as_ref()
-        .and_then(|s| s.get("written"))
-        .is_none_or(|w| w.as_bool() != Some(false))
-}
-
 fn dot() -> String {
     ".".into()
 }

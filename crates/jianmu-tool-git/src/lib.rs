@@ -299,16 +299,7 @@ impl Tool for GitStatus {
     const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
     async fn call(&self, args: StatusArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
-        let mut list = argv(&[
-            "status",
-            "--short",
-            "--branch",
-            "--renames",
-            "--ignore-submodules=all",
-        ]);
-        push_paths(&self.git, &mut list, &args.paths)?;
-        let (out, cut) = text(&self.git, list, true).await?;
-        let mut answer = page(&self.git, &out, None, None, cut, "");
+        let (out, mut answer) = short_status(&self.git, &args.paths, None).await?;
         if out.lines().count() <= 1 {
             answer.push_str("(no changes: the work tree matches the last commit)\n");
         }
@@ -540,15 +531,30 @@ impl Tool for GitAdd {
     }
 }
 
+/// The short status of `paths` (all with none): git's output, and it as a page of at
+/// most `limit` lines.
+async fn short_status(
+    git: &Git,
+    paths: &[String],
+    limit: Option<u32>,
+) -> Result<(String, String), ToolError> {
+    let mut list = argv(&[
+        "status",
+        "--short",
+        "--branch",
+        "--renames",
+        "--ignore-submodules=all",
+    ]);
+    push_paths(git, &mut list, paths)?;
+    let (out, cut) = text(git, list, true).await?;
+    let answer = page(git, &out, None, limit, cut, "");
+    Ok((out, answer))
+}
+
 /// The short status, after a change.
 async fn status_after(git: &Git) -> Result<ToolOutput, ToolError> {
-    let (out, cut) = text(
-        git,
-        argv(&["status", "--short", "--branch", "--ignore-submodules=all"]),
-        true,
-    )
-    .await?;
-    Ok(ToolOutput::text(page(git, &out, None, Some(200), cut, "")))
+    let (_, answer) = short_status(git, &[], Some(200)).await?;
+    Ok(ToolOutput::text(answer))
 }
 
 impl Tool for GitCommit {

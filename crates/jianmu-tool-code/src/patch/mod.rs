@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Change, Tool, ToolError, ToolOutput};
 use jianmu_workspace::{Staged, Workspace, WorkspaceError, WriteOptions, blocking, show};
 use serde::{Deserialize, Serialize};
 
@@ -118,6 +118,21 @@ struct Planned {
 }
 
 impl Planned {
+    /// The file this plan writes, with its text from before the patch (a moved
+    /// file's from its old path); none for a deletion.
+    fn change(&self) -> Option<Change> {
+        let (path, _) = self.write.as_ref()?;
+        let before = if self.report.status == "R" {
+            self.remove.as_ref().map(|(_, b)| b)
+        } else {
+            self.write_before.as_ref()
+        };
+        Some(Change {
+            path: path.clone(),
+            before: before.map(|b| String::from_utf8_lossy(b).into_owned()),
+        })
+    }
+
     /// Bytes this plan holds in memory.
     fn held(&self) -> u64 {
         [
@@ -160,6 +175,16 @@ impl ApplyPatch {
     /// A malformed patch, a refused path, a missing or already existing file, a hunk
     /// that does not match, a file over the size limit. No file is changed then.
     pub fn apply(&self, args: &PatchArgs) -> Result<ToolOutput, ToolError> {
+        self.apply_keeping(args, false).map(|(out, _)| out)
+    }
+
+    /// As [`ApplyPatch::apply`]; with `keep`, also the files written (at most
+    /// [`MAX_CHECKED`]) with their text from before, for diagnostics after the patch.
+    fn apply_keeping(
+        &self,
+        args: &PatchArgs,
+        keep: bool,
+    ) -> Result<(ToolOutput, Vec<Change>), ToolError> {
         let patch = parse::parse(&args.patch)
             .map_err(|e| ToolError::failed(format!("the patch is malformed: {e}; {NOTHING}")))?;
         if patch.ops.len() > self.settings.max_files {
@@ -186,6 +211,15 @@ impl ApplyPatch {
             }
             plans.push(plan);
         }
+        let changes = if keep {
+            plans
+                .iter()
+                .filter_map(Planned::change)
+                .take(MAX_CHECKED)
+                .collect()
+        } else {
+            Vec::new()
+        };
         self.commit(&mut plans)?;
         let files: Vec<PatchedFile> = plans.into_iter().map(|p| p.report).collect();
         let added = files.iter().map(|f| f.added).sum();
@@ -215,11 +249,12 @@ impl ApplyPatch {
                 f.path
             ));
         }
-        Ok(ToolOutput::text(text.trim_end()).with_data(&PatchOutput {
+        let out = ToolOutput::text(text.trim_end()).with_data(&PatchOutput {
             files,
             added,
             removed,
-        }))
+        });
+        Ok((out, changes))
     }
 
     /// Reads what `op` needs and works out its result; writes nothing.
@@ -534,43 +569,8 @@ impl Tool for ApplyPatch {
         if !self.checks.is_on() {
             return blocking(Self::NAME, move || this.apply(&args)).await;
         }
-        let (before, mut out) = blocking(Self::NAME, move || {
-            // The text of each file the patch names (a few), as it was before.
-            let mut before = std::collections::HashMap::new();
-            if let Ok(parsed) = parse::parse(&args.patch) {
-                for op in parsed.ops.iter().take(MAX_CHECKED) {
-                    if let Ok(rel) = this.ws.relative_file(&op.path) {
-                        let text = crate::text_before(&this.ws, &rel, this.settings.max_file_size);
-                        before.insert(rel, text);
-                    }
-                }
-            }
-            Ok((before, this.apply(&args)?))
-        })
-        .await?;
-        let files = out
-            .structured
-            .as_ref()
-            .and_then(|s| s.get("files"))
-            .and_then(serde_json::Value::as_array)
-            .cloned()
-            .unwrap_or_default();
-        let changes = files
-            .iter()
-            .filter(|f| f.get("status").and_then(serde_json::Value::as_str) != Some("D"))
-            .filter_map(|f| {
-                let path = PathBuf::from(f.get("path")?.as_str()?);
-                let from = f
-                    .get("from")
-                    .and_then(serde_json::Value::as_str)
-                    .map_or_else(|| path.clone(), PathBuf::from);
-                Some(jianmu_tool_core::Change {
-                    before: before.get(&from).cloned().flatten(),
-                    path,
-                })
-            })
-            .take(MAX_CHECKED)
-            .collect();
+        let (mut out, changes) =
+            blocking(Self::NAME, move || this.apply_keeping(&args, true)).await?;
         self.checks.append(&mut out, changes).await;
         Ok(out)
     }
