@@ -91,6 +91,21 @@ async fn edits_name_the_errors_they_introduce_and_the_server_ends_with_the_sessi
         "{}",
         out.text
     );
+    // A patch that writes more files than are checked says which were.
+    let mut patch = String::from("*** Begin Patch\n");
+    for i in 0..12 {
+        patch.push_str(&format!("*** Add File: many/{i}.txt\n+x\n"));
+    }
+    patch.push_str("*** End Patch");
+    let out = session
+        .call("apply_patch", json!({ "patch": patch }))
+        .await
+        .unwrap();
+    assert!(
+        out.text.ends_with("\n(diagnostics: the first 10 of the 12 files written were checked; use `diagnostics` for the others)"),
+        "{}",
+        out.text
+    );
     // Files no server checks are written as before, with nothing added.
     let out = session
         .call("write_file", json!({"path": "notes.txt", "content": "x"}))

@@ -152,6 +152,14 @@ const NOTHING: &str = "no file was changed";
 /// Most files of one patch checked for new errors (`diagnostics = true`).
 const MAX_CHECKED: usize = 10;
 
+/// The files a patch wrote, for diagnostics after it.
+struct Written {
+    /// The first [`MAX_CHECKED`] of them, with their text from before.
+    checked: Vec<Change>,
+    /// How many it wrote.
+    written: usize,
+}
+
 impl ApplyPatch {
     /// An `apply_patch` confined to `ws`.
     pub fn new(ws: Arc<Workspace>, settings: PatchSettings) -> Self {
@@ -178,13 +186,13 @@ impl ApplyPatch {
         self.apply_keeping(args, false).map(|(out, _)| out)
     }
 
-    /// As [`ApplyPatch::apply`]; with `keep`, also the files written (at most
+    /// As [`ApplyPatch::apply`]; with `keep`, also the files written (the first
     /// [`MAX_CHECKED`]) with their text from before, for diagnostics after the patch.
     fn apply_keeping(
         &self,
         args: &PatchArgs,
         keep: bool,
-    ) -> Result<(ToolOutput, Vec<Change>), ToolError> {
+    ) -> Result<(ToolOutput, Written), ToolError> {
         let patch = parse::parse(&args.patch)
             .map_err(|e| ToolError::failed(format!("the patch is malformed: {e}; {NOTHING}")))?;
         if patch.ops.len() > self.settings.max_files {
@@ -211,14 +219,17 @@ impl ApplyPatch {
             }
             plans.push(plan);
         }
-        let changes = if keep {
-            plans
-                .iter()
-                .filter_map(Planned::change)
-                .take(MAX_CHECKED)
-                .collect()
-        } else {
-            Vec::new()
+        let changes = Written {
+            checked: if keep {
+                plans
+                    .iter()
+                    .filter_map(Planned::change)
+                    .take(MAX_CHECKED)
+                    .collect()
+            } else {
+                Vec::new()
+            },
+            written: plans.iter().filter(|p| p.write.is_some()).count(),
         };
         self.commit(&mut plans)?;
         let files: Vec<PatchedFile> = plans.into_iter().map(|p| p.report).collect();
@@ -571,7 +582,14 @@ impl Tool for ApplyPatch {
         }
         let (mut out, changes) =
             blocking(Self::NAME, move || this.apply_keeping(&args, true)).await?;
-        self.checks.append(&mut out, changes).await;
+        let written = changes.written;
+        self.checks.append(&mut out, changes.checked).await;
+        // Files past the first MAX_CHECKED are not checked, and the answer says so.
+        if written > MAX_CHECKED {
+            out.text.push_str(&format!(
+                "\n(diagnostics: the first {MAX_CHECKED} of the {written} files written were checked; use `diagnostics` for the others)"
+            ));
+        }
         Ok(out)
     }
 }
