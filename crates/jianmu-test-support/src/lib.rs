@@ -13,10 +13,8 @@ pub async fn call(tool: &ToolHandle, args: Value) -> String {
     }
 }
 
-/// Live processes (not zombies) whose command line, its arguments joined by spaces,
-/// contains `needle`, by PID: how tests check that nothing a call started is left.
-#[must_use]
-pub fn running_with(needle: &str) -> Vec<u32> {
+/// Live processes (not zombies) for which `keep` holds, by PID.
+fn live_processes(keep: impl Fn(u32) -> bool) -> Vec<u32> {
     let Ok(entries) = std::fs::read_dir("/proc") else {
         return Vec::new();
     };
@@ -24,20 +22,38 @@ pub fn running_with(needle: &str) -> Vec<u32> {
         .filter_map(Result::ok)
         .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
         .filter(|pid| {
-            let live = std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
+            std::fs::read_to_string(format!("/proc/{pid}/stat")).is_ok_and(|s| {
                 s.rsplit_once(") ")
                     .is_some_and(|(_, rest)| !rest.starts_with('Z'))
-            });
-            live && std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|mut c| {
-                for b in &mut c {
-                    if *b == 0 {
-                        *b = b' ';
-                    }
-                }
-                String::from_utf8_lossy(&c).contains(needle)
-            })
+            }) && keep(*pid)
         })
         .collect()
+}
+
+/// Live processes (not zombies) whose command line, its arguments joined by spaces,
+/// contains `needle`, by PID: how tests check that nothing a call started is left.
+#[must_use]
+pub fn running_with(needle: &str) -> Vec<u32> {
+    live_processes(|pid| {
+        std::fs::read(format!("/proc/{pid}/cmdline")).is_ok_and(|mut c| {
+            for b in &mut c {
+                if *b == 0 {
+                    *b = b' ';
+                }
+            }
+            String::from_utf8_lossy(&c).contains(needle)
+        })
+    })
+}
+
+/// Live processes whose working folder is `dir` or beneath it (what a call that
+/// runs programs in a test's own folder may leave behind).
+#[must_use]
+pub fn running_in(dir: &std::path::Path) -> Vec<u32> {
+    let dir = std::fs::canonicalize(dir).unwrap_or_else(|_| dir.to_path_buf());
+    live_processes(|pid| {
+        std::fs::read_link(format!("/proc/{pid}/cwd")).is_ok_and(|cwd| cwd.starts_with(&dir))
+    })
 }
 
 /// What holds the network namespace `net:[id]` (as `readlink /proc/self/ns/net`

@@ -422,7 +422,7 @@ async fn big_diffs_come_a_page_at_a_time_and_reads_are_bounded() {
     let cut = call(&small, json!({})).await;
     assert!(cut.contains("over 1000 bytes and was cut there"), "{cut}");
     assert!(cut.len() < 1400, "{cut}");
-    assert!(jianmu_test_support::running_with("--no-textconv").is_empty());
+    assert!(jianmu_test_support::running_in(d).is_empty());
 }
 
 #[tokio::test]

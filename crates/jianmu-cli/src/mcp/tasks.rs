@@ -2,10 +2,13 @@
 //!
 //! A client that declared the extension and calls `bash` with `background: true` gets
 //! a task instead of the first answer: its id is `job-N-MILLIS` (the job's number in
-//! its scope, and when it started). `tasks/get` reads the job as `bash_output` does
-//! (what it printed since the last read): `working` while it runs, with that output
-//! as the status message; `completed` once it ended, with the output as the result
-//! (`isError` when it exited non-zero or was stopped). `tasks/cancel` stops it as
+//! its scope, and when it started). `tasks/get` answers `working` while the job runs,
+//! with how long it has run and how much output waits as the status message, and
+//! reads nothing: the output stays for the result, so a poll that lands between the
+//! job's last line and its end takes nothing from it. Once the job ended it is read as
+//! `bash_output` reads it (what it printed and no one read yet, start and end kept
+//! when long): `completed`, with that output as the result (`isError` when it exited
+//! non-zero or was stopped). `tasks/cancel` stops it as
 //! `bash_kill` does. A task is found in the scope that started it only: another
 //! session's or principal's id is unknown (-32602). The job stays a job: `bash_jobs`,
 //! `bash_output` and `bash_kill` see it too.
@@ -88,38 +91,65 @@ async fn job(session: &Session, id: &str, tool: &str) -> Result<(ToolOutput, Str
 
 /// `tasks/get`.
 pub(crate) async fn get(session: &Session, id: &str) -> Result<GetTaskResult, ErrorData> {
-    let (out, created) = job(session, id, "bash_output").await?;
-    let Some((_, running, code)) = job_of(&out) else {
+    let (job, created) = parse(id).ok_or_else(|| unknown(id))?;
+    // The list says whether it runs without reading (and so emptying) its output.
+    let list = session
+        .call("bash_jobs", json!({}))
+        .await
+        .map_err(|_| unknown(id))?;
+    let info = list
+        .structured
+        .as_ref()
+        .and_then(|l| l.get("jobs"))
+        .and_then(Value::as_array)
+        .and_then(|jobs| {
+            jobs.iter()
+                .find(|j| j.get("job").and_then(Value::as_u64) == Some(job))
+        })
+        .ok_or_else(|| unknown(id))?;
+    if info.get("running").and_then(Value::as_bool) == Some(true) {
+        let secs = info
+            .get("runtime_secs")
+            .and_then(Value::as_f64)
+            .unwrap_or(0.0);
+        let unread = info
+            .get("unread_bytes")
+            .and_then(Value::as_u64)
+            .unwrap_or(0);
+        let task = task(id, &created, TaskStatus::Working).with_status_message(format!(
+            "running for {secs:.1} s; {unread} bytes of output so far"
+        ));
+        return Ok(GetTaskResult::new(DetailedTask::new(
+            task,
+            TaskPayload::Working,
+        )));
+    }
+    let out = session
+        .call("bash_output", json!({"job": job}))
+        .await
+        .map_err(|_| unknown(id))?;
+    let Some((_, _, code)) = job_of(&out) else {
         return Err(ErrorData::internal_error(
             "the job's answer has no status",
             None,
         ));
     };
-    let detailed = if running {
-        let mut task = task(id, &created, TaskStatus::Working);
-        if !out.text.is_empty() {
-            task = task.with_status_message(out.text);
+    let mut result = CallToolResult::success(vec![ContentBlock::text(out.text)]);
+    result.structured_content = out.structured;
+    result.is_error = Some(code != Some(0));
+    let result = match serde_json::to_value(&result) {
+        Ok(Value::Object(map)) => map,
+        _ => {
+            return Err(ErrorData::internal_error(
+                "the result does not encode",
+                None,
+            ));
         }
-        DetailedTask::new(task, TaskPayload::Working)
-    } else {
-        let mut result = CallToolResult::success(vec![ContentBlock::text(out.text)]);
-        result.structured_content = out.structured;
-        result.is_error = Some(code != Some(0));
-        let result = match serde_json::to_value(&result) {
-            Ok(Value::Object(map)) => map,
-            _ => {
-                return Err(ErrorData::internal_error(
-                    "the result does not encode",
-                    None,
-                ));
-            }
-        };
-        DetailedTask::new(
-            task(id, &created, TaskStatus::Completed),
-            TaskPayload::Completed { result },
-        )
     };
-    Ok(GetTaskResult::new(detailed))
+    Ok(GetTaskResult::new(DetailedTask::new(
+        task(id, &created, TaskStatus::Completed),
+        TaskPayload::Completed { result },
+    )))
 }
 
 /// `tasks/cancel`.

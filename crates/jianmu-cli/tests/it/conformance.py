@@ -414,8 +414,10 @@ async def tasks_lifecycle(c):
     jobs, _ = await c.request("tools/call", {"name": "bash_jobs", "arguments": {}})
     if "finished" not in json.dumps(jobs):
         return f"bash_jobs does not list the task's job: {jobs}"
-    for _ in range(150):
-        await asyncio.sleep(0.1)
+    # Polled often, so that polls land between the job's last line and its end: a
+    # poll of a running task must not take output away from the result.
+    for _ in range(750):
+        await asyncio.sleep(0.02)
         _, got = await with_tasks(c, "tasks/get", {"taskId": task_id})
         if got.get("result", {}).get("status") != "working":
             break
