@@ -79,6 +79,10 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"url": "https://example.com/"}),
             json!({"url": "https://example.com/", "method": "POST", "headers": {"a": "b"}, "body": {"k": [1]}, "retries": 1, "retry_non_idempotent": true, "timeout": 5}),
         ],
+        "web_fetch" => vec![
+            json!({"url": "https://example.com/"}),
+            json!({"url": "https://example.com/", "max_length": 5000, "start_index": 5000, "raw": true}),
+        ],
         "duckduckgo_search" => vec![
             json!({"query": "rust"}),
             json!({"query": "rust", "max_results": 3, "region": "us-en", "safesearch": "off", "timelimit": "w"}),

@@ -125,6 +125,7 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
         ("python_repl", json!({"code": "print(42)"})),
         ("http_request", json!({"url": api_url})),
         ("http_request", json!({"url": api_url, "method": "HEAD"})),
+        ("web_fetch", json!({"url": search_url})),
         ("duckduckgo_search", json!({"query": "example"})),
     ];
     let mut structured_tools = Vec::new();
@@ -172,6 +173,7 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             "bash_jobs",
             "bash_kill",
             "http_request",
+            "web_fetch",
             "duckduckgo_search",
         ]
     );

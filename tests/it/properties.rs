@@ -107,7 +107,7 @@ fn local_tools(dir: &std::path::Path) -> (ToolSet, Vec<String>) {
     let names = set
         .iter()
         .map(|t| t.spec().name.clone())
-        .filter(|n| n != "http_request" && n != "duckduckgo_search")
+        .filter(|n| n != "http_request" && n != "web_fetch" && n != "duckduckgo_search")
         .collect();
     (set, names)
 }

@@ -43,6 +43,7 @@ const FEATURE_CRATES: [&str; 2] = ["jianmu-provider", "jianmu-cli"];
 const HEAVY: &[(&str, &[&str])] = &[
     ("reqwest", &["http", "search"]),
     ("hyper", &["http", "search", "mcp"]),
+    ("dom_smoothie", &["http"]),
     ("bollard", &["docker"]),
     ("rhai", &["script"]),
     ("grep-searcher", &["code"]),

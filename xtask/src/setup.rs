@@ -84,6 +84,11 @@ const NEEDS: &[Need] = &[
         present: || Path::new("/usr/bin/runsc").exists(),
     },
     Need {
+        what: "Python 3.11 documentation (real pages for web_fetch)",
+        package: "python3.11-doc",
+        present: || Path::new("/usr/share/doc/python3.11/html/library/os.html").exists(),
+    },
+    Need {
         what: "ip (a bridge for the tests' own engine)",
         package: "iproute2",
         present: || on_path("ip"),

@@ -42,6 +42,11 @@ pub struct NetSettings {
     pub max_redirects: usize,
     /// The User-Agent header.
     pub user_agent: String,
+    /// Redirects are followed on the same host only: a redirect to another host is
+    /// answered as it came (a 3xx with its `Location`), for the caller to decide.
+    /// Set by tools, not by configuration.
+    #[serde(skip)]
+    pub same_host_redirects: bool,
 }
 
 impl Default for NetSettings {
@@ -51,6 +56,7 @@ impl Default for NetSettings {
             proxy: None,
             max_redirects: 5,
             user_agent: concat!("jianmu/", env!("CARGO_PKG_VERSION")).to_owned(),
+            same_host_redirects: false,
         }
     }
 }
@@ -167,6 +173,15 @@ pub fn build_client(settings: &NetSettings, lookup: Lookup) -> Result<reqwest::C
         if attempt.previous().len() > s.max_redirects {
             let limit = s.max_redirects;
             return attempt.error(Refused(format!("stopped after {limit} redirects")));
+        }
+        if s.same_host_redirects
+            && let Some(from) = attempt.previous().last()
+            && !from
+                .host_str()
+                .unwrap_or_default()
+                .eq_ignore_ascii_case(attempt.url().host_str().unwrap_or_default())
+        {
+            return attempt.stop();
         }
         match check_url(attempt.url(), &|h| s.allows(h)) {
             Ok(()) => attempt.follow(),

@@ -12,7 +12,7 @@
 //! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace`, `edit_file`, `apply_patch` (crate `jianmu-tool-code`) | No |
 //! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
 //! | `git` | `git_status`, `git_diff`, `git_log`, `git_show`, `git_blame`, `git_add`, `git_commit`, `git_branch`, `git_checkout` (crate `jianmu-tool-git`) | No |
-//! | `http` | `http_request` (crate `jianmu-tool-http`) | No |
+//! | `http` | `http_request`, `web_fetch` (crate `jianmu-tool-http`) | No |
 //! | `lsp` | `diagnostics`, `definition`, `references`, `hover`, `symbols`, and diagnostics after edits (crate `jianmu-tool-lsp`) | No |
 //! | `script` | `rhai_repl`, `python_repl`, `run_script` (crate `jianmu-tool-script`) | No |
 //! | `search` | `duckduckgo_search` (crate `jianmu-tool-search`) | No |
@@ -112,6 +112,7 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("run_script", "script"),
     ("str_replace", "code"),
     ("symbols", "lsp"),
+    ("web_fetch", "http"),
     ("write_file", "fs"),
 ];
 

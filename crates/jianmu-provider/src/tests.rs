@@ -36,7 +36,7 @@ fn expected() -> Vec<&'static str> {
         "git_status",
     ]);
     #[cfg(feature = "http")]
-    names.push("http_request");
+    names.extend(["http_request", "web_fetch"]);
     #[cfg(feature = "lsp")]
     names.extend([
         "definition",

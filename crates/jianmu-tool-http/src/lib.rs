@@ -1,5 +1,5 @@
-//! The `http_request` tool (the Python tools' `HTTPTool`; docs/python-compat.md), on one
-//! shared `reqwest` client.
+//! The `http_request` tool (the Python tools' `HTTPTool`; docs/python-compat.md) and the
+//! `web_fetch` tool (a page as Markdown), on shared guarded `reqwest` clients.
 //!
 //! Beyond the Python tool: HEAD and PATCH; the status line and selected response headers;
 //! retries only where they are safe (connection errors, timeouts, 429/502/503/504; never
@@ -8,6 +8,11 @@
 //! stops there); header values with CR or LF refused; and the SSRF guard of
 //! [`jianmu_net`], on by default.
 #![deny(missing_docs)]
+
+mod fetch;
+mod robots;
+
+pub use fetch::{FetchArgs, FetchOutput, FetchSettings, WebFetch};
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};

@@ -73,7 +73,7 @@ fn expected_tools() -> Vec<&'static str> {
         "git_status",
     ]);
     #[cfg(feature = "http")]
-    names.push("http_request");
+    names.extend(["http_request", "web_fetch"]);
     #[cfg(feature = "lsp")]
     names.extend([
         "definition",

@@ -1,6 +1,7 @@
 //! http_request against real local hyper servers on 127.0.0.1:0; never the outside
 //! network.
 
+mod fetch;
 mod server;
 
 use std::sync::Arc;

@@ -118,8 +118,75 @@ async fn route(req: Request<Incoming>, port: u16, n: u32) -> Response<Full<Bytes
                 .insert("location", "http://10.0.0.1/".parse().unwrap());
             r
         }
+        "/robots.txt" => reply(
+            200,
+            Some("text/plain"),
+            "User-agent: *\nDisallow: /private\n\nUser-agent: otherbot\nDisallow: /\n",
+        ),
+        "/article" | "/private/article" => reply(200, Some("text/html; charset=utf-8"), article()),
+        "/python-os" => reply(
+            200,
+            Some("text/html"),
+            std::fs::read(PYTHON_OS_PAGE).expect("python3.11-doc is installed by cargo xtask test-all"),
+        ),
+        "/latin1" => reply(
+            200,
+            Some("text/html; charset=ISO-8859-1"),
+            b"<html><body><article><h1>Caf\xe9</h1><p>cr\xe8me br\xfbl\xe9e</p></article></body></html>".to_vec(),
+        ),
+        "/deep" => {
+            let n = 100_000;
+            let page = format!("<html><body>{}deep text{}</body></html>", "<div>".repeat(n), "</div>".repeat(n));
+            reply(200, Some("text/html"), page)
+        }
+        "/html-bomb" => {
+            let mut r = reply(200, Some("text/html"), bomb());
+            r.headers_mut()
+                .insert("content-encoding", "gzip".parse().unwrap());
+            r
+        }
+        "/pdf" => reply(200, Some("application/pdf"), b"%PDF-1.4\n%\xe2\xe3\n".to_vec()),
+        "/png" => reply(200, Some("image/png"), b"\x89PNG\r\n\x1a\n\0\0".to_vec()),
+        "/moved" => {
+            let mut r = reply(301, None, "");
+            r.headers_mut()
+                .insert("location", "/article".parse().unwrap());
+            r
+        }
+        "/elsewhere" => {
+            let mut r = reply(302, None, "");
+            r.headers_mut().insert(
+                "location",
+                format!("http://localhost:{port}/article").parse().unwrap(),
+            );
+            r
+        }
         _ => reply(404, None, "not found"),
     }
+}
+
+/// A real page no one here wrote: the Python 3.11 documentation of `os` (Debian's
+/// python3.11-doc).
+pub(crate) const PYTHON_OS_PAGE: &str = "/usr/share/doc/python3.11/html/library/os.html";
+
+/// An article with navigation, a script and a footer around it, long enough to stand
+/// out as the main content.
+pub(crate) fn article() -> String {
+    let para = "<p>Ownership is a set of rules that govern how a program manages memory. \
+                Some languages have garbage collection; in others, the programmer must \
+                allocate and free memory explicitly.</p>";
+    format!(
+        "<html><head><title>Understanding Ownership</title><script>track()</script></head>\
+         <body><nav><a href='/'>Home</a> | <a href='/blog'>Blog</a></nav><article>\
+         <h1>Understanding Ownership</h1>{}<h2>The stack and the heap</h2>\
+         <pre><code>let s = String::from(\"hello\");</code></pre>\
+         <p>Read <a href='/ch04-02'>references and borrowing</a> next.</p>{}</article>\
+         <footer>Site footer text</footer></body></html>",
+        para.repeat(6),
+        (0..200)
+            .map(|i| format!("<p>Paragraph number {i} of the long tail of this chapter.</p>"))
+            .collect::<String>()
+    )
 }
 
 pub(crate) async fn start() -> Server {

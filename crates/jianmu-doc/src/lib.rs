@@ -1,0 +1,10 @@
+//! Documents for Jianmu's tools, read the way a model wants them: a web page as the
+//! Markdown of its main content, decoded from whatever charset it came in.
+//!
+//! Everything here is bounded for hostile input: nesting deeper than a browser would
+//! build is flattened before parsing (so no parse is quadratic and no walk of the tree
+//! recurses without end), work runs on a thread with a stack of its own, and a panic
+//! inside a parser is an error, not a crash.
+#![deny(missing_docs)]
+
+pub mod html;

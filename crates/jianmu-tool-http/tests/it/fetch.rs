@@ -1,0 +1,199 @@
+//! web_fetch against a local server: real pages to Markdown, paging, the cache,
+//! redirects, robots.txt and hostile bodies.
+
+use jianmu_net::{NetSettings, build_client, system_lookup};
+use jianmu_test_support::call;
+use jianmu_tool_core::{ExecuteOptions, ToolHandle};
+use jianmu_tool_http::{FetchSettings, WebFetch};
+use serde_json::{Value, json};
+
+use crate::server;
+
+fn fetcher(tweak: impl FnOnce(&mut FetchSettings)) -> ToolHandle {
+    let mut settings = FetchSettings {
+        net: NetSettings {
+            allow_hosts: vec!["127.0.0.1".into(), "localhost".into()],
+            same_host_redirects: true,
+            ..NetSettings::default()
+        },
+        max_body_bytes: 1024 * 1024,
+        ..FetchSettings::default()
+    };
+    tweak(&mut settings);
+    let client = build_client(&settings.net, system_lookup()).unwrap();
+    ToolHandle::new(WebFetch::new(client, settings)).unwrap()
+}
+
+async fn structured(tool: &ToolHandle, args: Value) -> (String, Value) {
+    let out = tool.execute(args, ExecuteOptions::default()).await.unwrap();
+    (out.text, out.structured.unwrap_or_default())
+}
+
+#[tokio::test]
+async fn an_article_becomes_markdown_and_is_read_in_parts_from_one_fetch() {
+    let srv = server::start().await;
+    let t = fetcher(|_| {});
+    let whole = call(&t, json!({"url": srv.url("/article")})).await;
+    assert!(whole.starts_with("# Understanding Ownership\n"), "{whole}");
+    assert!(whole.contains("## The stack and the heap"), "{whole}");
+    assert!(whole.contains("let s = String::from(\"hello\");"));
+    let link = format!("[references and borrowing]({})", srv.url("/ch04-02"));
+    assert!(whole.contains(&link), "{whole}");
+    assert!(whole.contains("Paragraph number 199"));
+    for left_out in ["track()", "Site footer text", "Blog"] {
+        assert!(!whole.contains(left_out), "{left_out}: {whole}");
+    }
+
+    // Part by part, the parts put together are the whole, from one fetch.
+    let (first, data) =
+        structured(&t, json!({"url": srv.url("/article"), "max_length": 3000})).await;
+    let total = data["total_length"].as_u64().unwrap() as usize;
+    assert_eq!(total, whole.chars().count());
+    assert!(
+        first.ends_with("call web_fetch with start_index=3000 to read on]"),
+        "{first}"
+    );
+    let mut joined = String::new();
+    let mut start = 0;
+    loop {
+        let (_, data) = structured(
+            &t,
+            json!({"url": srv.url("/article"), "max_length": 3000, "start_index": start}),
+        )
+        .await;
+        let text = call(
+            &t,
+            json!({"url": srv.url("/article"), "max_length": 3000, "start_index": start}),
+        )
+        .await;
+        let body = text.split_once("]\n\n").map_or(text.as_str(), |(_, b)| b);
+        let body = body.split("\n\n[").next().unwrap_or(body);
+        joined.push_str(body);
+        match data["next_index"].as_u64() {
+            Some(n) => start = n as usize,
+            None => break,
+        }
+    }
+    assert_eq!(joined.trim_end(), whole.trim_end());
+    assert_eq!(
+        srv.hits("/article"),
+        1,
+        "every part came from the page kept"
+    );
+    assert_eq!(srv.hits("/robots.txt"), 1);
+
+    // Raw is the body as it came.
+    let raw = call(
+        &t,
+        json!({"url": srv.url("/article"), "raw": true, "max_length": 200000}),
+    )
+    .await;
+    assert_eq!(raw, server::article());
+}
+
+#[tokio::test]
+async fn a_real_documentation_page_reads_as_its_text() {
+    let srv = server::start().await;
+    let t = fetcher(|_| {});
+    let (text, data) = structured(
+        &t,
+        json!({"url": srv.url("/python-os"), "max_length": 200000}),
+    )
+    .await;
+    assert_eq!(
+        data["title"],
+        "os — Miscellaneous operating system interfaces"
+    );
+    assert!(
+        text.contains("os.getcwd()") || text.contains("getcwd"),
+        "{}",
+        &text[..2000]
+    );
+    assert!(text.contains("Return a string representing the current working directory."));
+    // The 750 KB page is a fraction of its size as Markdown, without its sidebar.
+    let source = std::fs::read(server::PYTHON_OS_PAGE).unwrap();
+    let total = data["total_length"].as_u64().unwrap() as usize;
+    assert!(total < source.len() / 2, "{total} of {}", source.len());
+    assert!(
+        !text.contains("Navigation") || !text.contains("Quick search"),
+        "{}",
+        &text[..3000]
+    );
+}
+
+#[tokio::test]
+async fn charsets_pdfs_and_binaries() {
+    let srv = server::start().await;
+    let t = fetcher(|_| {});
+    let latin = call(&t, json!({"url": srv.url("/latin1")})).await;
+    assert!(latin.contains("crème brûlée"), "{latin}");
+    let pdf = call(&t, json!({"url": srv.url("/pdf")})).await;
+    assert!(pdf.contains("a PDF document of"), "{pdf}");
+    let png = call(&t, json!({"url": srv.url("/png")})).await;
+    assert_eq!(png, "(binary content, image/png, 10 bytes: not shown)");
+    let missing = call(&t, json!({"url": srv.url("/nothing-here")})).await;
+    assert!(
+        missing.starts_with("error: ") && missing.ends_with("answered HTTP 404 Not Found"),
+        "{missing}"
+    );
+}
+
+#[tokio::test]
+async fn redirects_to_another_host_are_handed_back() {
+    let srv = server::start().await;
+    let t = fetcher(|_| {});
+    let (same, data) = structured(&t, json!({"url": srv.url("/moved"), "max_length": 100})).await;
+    assert_eq!(data["url"], srv.url("/article"), "{same}");
+    let (other, data) = structured(&t, json!({"url": srv.url("/elsewhere")})).await;
+    let to = format!("http://localhost:{}/article", srv.port);
+    assert_eq!(data["redirect"], to);
+    assert_eq!(
+        other,
+        format!(
+            "{} redirected to another host: {to}\nCall web_fetch with that URL to read it.\n",
+            srv.url("/elsewhere")
+        )
+    );
+    assert_eq!(srv.hits("/article"), 1, "the other host was not fetched");
+    let looped = call(&t, json!({"url": srv.url("/loop")})).await;
+    assert!(looped.contains("stopped after 5 redirects"), "{looped}");
+}
+
+#[tokio::test]
+async fn robots_txt_is_honoured_unless_turned_off() {
+    let srv = server::start().await;
+    let t = fetcher(|_| {});
+    let refused = call(&t, json!({"url": srv.url("/private/article")})).await;
+    assert!(
+        refused.contains("robots.txt") && refused.contains("does not allow"),
+        "{refused}"
+    );
+    assert_eq!(srv.hits("/private/article"), 0);
+    let off = fetcher(|s| s.respect_robots = false);
+    let read = call(&off, json!({"url": srv.url("/private/article")})).await;
+    assert!(read.starts_with("# Understanding Ownership"), "{read}");
+}
+
+#[tokio::test]
+async fn hostile_bodies_are_bounded() {
+    let srv = server::start().await;
+    let t = fetcher(|_| {});
+    let deep = call(&t, json!({"url": srv.url("/deep")})).await;
+    assert!(
+        deep.contains("deep text"),
+        "{}",
+        &deep[..deep.len().min(300)]
+    );
+    let bomb = call(&t, json!({"url": srv.url("/html-bomb")})).await;
+    assert!(
+        bomb.starts_with("(the page is over 1048576 bytes; only that much was read)\n"),
+        "{}",
+        bomb.chars().take(300).collect::<String>()
+    );
+    let refused = call(
+        &fetcher(|s| s.net.allow_hosts.clear()),
+        json!({"url": srv.url("/article")}),
+    )
+    .await;
+    assert!(refused.contains("loopback address"), "{refused}");
+}
