@@ -107,6 +107,12 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
         .as_ref()
         .and_then(|v| v["shared_session_ns"].as_f64());
 
+    let readabilipy: Option<f64> =
+        std::fs::read_to_string(root().join("target/criterion/web_fetch/readabilipy.json"))
+            .ok()
+            .and_then(|t| serde_json::from_str::<serde_json::Value>(&t).ok())
+            .and_then(|v| v["ns"].as_f64());
+
     let rows = [
         Row {
             what: "no-op call via ToolSet + ToolRunner + events",
@@ -170,6 +176,13 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             reference: "aiohttp with one shared session",
             reference_ns: aiohttp_shared,
             goal: "-",
+        },
+        Row {
+            what: "web_fetch: 1.4 MB docs page to Markdown, end to end",
+            ours_ns: median_ns("web_fetch/docs_page_1_4mb")?,
+            reference: "readabilipy + markdownify (MCP fetch server), same page",
+            reference_ns: readabilipy,
+            goal: ">= 10x",
         },
         Row {
             what: "bash: `echo hi`, supervised, isolation off",
@@ -311,13 +324,15 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
     crate::search_bench::run(quick)
 }
 
-/// A venv python with aiohttp, made on first use under `target/bench-venv`.
+/// A venv python with aiohttp (the Python tools' client) and readabilipy with
+/// markdownify (the MCP reference fetch server's conversion), made on first use under
+/// `target/bench-venv`.
 fn aiohttp_python() -> Option<std::path::PathBuf> {
     let venv = root().join("target/bench-venv");
     let python = venv.join("bin/python");
     let ok = |p: &std::path::Path| {
         Command::new(p)
-            .args(["-c", "import aiohttp"])
+            .args(["-c", "import aiohttp, readabilipy, markdownify"])
             .output()
             .is_ok_and(|o| o.status.success())
     };
@@ -328,7 +343,15 @@ fn aiohttp_python() -> Option<std::path::PathBuf> {
             .status()
             .is_ok_and(|s| s.success())
             && Command::new(&python)
-                .args(["-m", "pip", "install", "-q", "aiohttp"])
+                .args([
+                    "-m",
+                    "pip",
+                    "install",
+                    "-q",
+                    "aiohttp",
+                    "readabilipy==0.3.0",
+                    "markdownify==1.2.3",
+                ])
                 .status()
                 .is_ok_and(|s| s.success());
         if !made {

@@ -174,9 +174,7 @@ pub fn limit_nesting(html: &str, max: usize) -> Cow<'_, str> {
         }
         if !closing && RAW_TEXT.contains(&name) {
             // Skip to the end tag; its text is not markup.
-            let close = format!("</{name}");
-            let lower_rest = b[i..].to_ascii_lowercase();
-            i = find(&lower_rest, close.as_bytes()).map_or(b.len(), |e| i + e);
+            i = end_tag(b, i, name.as_bytes());
             continue;
         }
         if RAW_TEXT.contains(&name) {
@@ -217,6 +215,21 @@ pub fn limit_nesting(html: &str, max: usize) -> Cow<'_, str> {
         }
         None => Cow::Borrowed(html),
     }
+}
+
+/// Where the end tag `</name` (in any case) first starts at or after `from`; the end
+/// of the text if nowhere.
+fn end_tag(b: &[u8], from: usize, name: &[u8]) -> usize {
+    let mut at = from;
+    while let Some(k) = find(&b[at..], b"</") {
+        let start = at + k;
+        let tag = &b[start + 2..];
+        if tag.len() >= name.len() && tag[..name.len()].eq_ignore_ascii_case(name) {
+            return start;
+        }
+        at = start + 2;
+    }
+    b.len()
 }
 
 /// Where the tag whose attributes start at `from` ends (its `>`), quotes respected;
