@@ -79,6 +79,11 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"url": "https://example.com/"}),
             json!({"url": "https://example.com/", "method": "POST", "headers": {"a": "b"}, "body": {"k": [1]}, "retries": 1, "retry_non_idempotent": true, "timeout": 5}),
         ],
+        "notebook_edit" => vec![
+            json!({"path": "a.ipynb", "cell_id": "c1", "new_source": "x = 1"}),
+            json!({"path": "a.ipynb", "new_source": "# Notes", "cell_type": "markdown", "edit_mode": "insert"}),
+            json!({"path": "a.ipynb", "cell_id": "2", "edit_mode": "delete"}),
+        ],
         "web_fetch" => vec![
             json!({"url": "https://example.com/"}),
             json!({"url": "https://example.com/", "max_length": 5000, "start_index": 5000, "raw": true}),

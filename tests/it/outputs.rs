@@ -36,6 +36,11 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
     std::fs::write(dir.path().join("notes.txt"), "hello\nworld\n").unwrap();
     std::fs::write(dir.path().join("bin.dat"), b"\0\x01\x02").unwrap();
     std::fs::write(
+        dir.path().join("nb.ipynb"),
+        r#"{"nbformat": 4, "nbformat_minor": 5, "metadata": {}, "cells": []}"#,
+    )
+    .unwrap();
+    std::fs::write(
         dir.path().join("code.py"),
         "def twice(x):\n    return 2 * x\n\n\nprint(twice(21))\n",
     )
@@ -77,8 +82,13 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             json!({"path": "notes.txt", "offset": 2, "limit": 1}),
         ),
         ("read_file", json!({"path": "bin.dat"})),
+        ("read_file", json!({"path": "nb.ipynb"})),
         ("write_file", json!({"path": "out.txt", "content": "hi"})),
         ("list_dir", json!({"path": "."})),
+        (
+            "notebook_edit",
+            json!({"path": "nb.ipynb", "new_source": "print(1)", "edit_mode": "insert"}),
+        ),
         ("diagnostics", json!({"paths": ["code.py"]})),
         (
             "definition",
@@ -162,6 +172,7 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             "read_file",
             "write_file",
             "list_dir",
+            "notebook_edit",
             "glob_search",
             "grep_search",
             "file_info",

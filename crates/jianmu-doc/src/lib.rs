@@ -1,5 +1,6 @@
 //! Documents for Jianmu's tools, read the way a model wants them: a web page as the
-//! Markdown of its main content, decoded from whatever charset it came in.
+//! Markdown of its main content, decoded from whatever charset it came in (feature
+//! `html`); a Jupyter notebook as its cells in order, and edits that keep it valid.
 //!
 //! Everything here is bounded for hostile input: nesting deeper than a browser would
 //! build is flattened before parsing (so no parse is quadratic and no walk of the tree
@@ -7,4 +8,6 @@
 //! inside a parser is an error, not a crash.
 #![deny(missing_docs)]
 
+#[cfg(feature = "html")]
 pub mod html;
+pub mod notebook;

@@ -10,7 +10,7 @@
 //! |---|---|---|
 //! | `calculator` | `calculator` (crate `jianmu-tool-calc`) | No |
 //! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace`, `edit_file`, `apply_patch` (crate `jianmu-tool-code`) | No |
-//! | `fs` | `read_file`, `write_file`, `list_dir` (crate `jianmu-tool-fs`) | No |
+//! | `fs` | `read_file`, `write_file`, `list_dir`, `notebook_edit` (crate `jianmu-tool-fs`) | No |
 //! | `git` | `git_status`, `git_diff`, `git_log`, `git_show`, `git_blame`, `git_add`, `git_commit`, `git_branch`, `git_checkout` (crate `jianmu-tool-git`) | No |
 //! | `http` | `http_request`, `web_fetch` (crate `jianmu-tool-http`) | No |
 //! | `lsp` | `diagnostics`, `definition`, `references`, `hover`, `symbols`, and diagnostics after edits (crate `jianmu-tool-lsp`) | No |
@@ -105,6 +105,7 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("hover", "lsp"),
     ("http_request", "http"),
     ("list_dir", "fs"),
+    ("notebook_edit", "fs"),
     ("python_repl", "script"),
     ("read_file", "fs"),
     ("references", "lsp"),

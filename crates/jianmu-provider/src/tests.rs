@@ -22,7 +22,7 @@ fn expected() -> Vec<&'static str> {
         "str_replace",
     ]);
     #[cfg(feature = "fs")]
-    names.extend(["list_dir", "read_file", "write_file"]);
+    names.extend(["list_dir", "notebook_edit", "read_file", "write_file"]);
     #[cfg(feature = "git")]
     names.extend([
         "git_add",

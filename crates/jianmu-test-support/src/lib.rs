@@ -139,6 +139,41 @@ pub const PNG: &[u8] = b"\x89\x50\x4e\x47\x0d\x0a\x1a\x0a\x00\x00\x00\x0d\x49\x4
 /// The version of `python-lsp-server` the tests run.
 pub const PYLSP_VERSION: &str = "1.13.1";
 
+/// A venv under `target/NAME` with `packages` from PyPI, made on first use by one
+/// process while the others wait; `then` runs once inside the lock after the install,
+/// with the venv's folder. Answers the folder.
+///
+/// # Panics
+/// When python3 or PyPI is not available: the tests cannot run without them.
+fn venv(name: &str, packages: &[&str], then: impl FnOnce(&std::path::Path)) -> std::path::PathBuf {
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
+    let venv = target.join(name);
+    let ready = venv.join(format!("ready-{}", packages.join("-")));
+    if ready.exists() {
+        return venv;
+    }
+    std::fs::create_dir_all(&target).expect("target folder");
+    let lock = std::fs::File::create(target.join(format!("{name}.lock"))).expect("lock file");
+    lock.lock().expect("lock");
+    if !ready.exists() {
+        let status = jianmu_process::std_command("python3")
+            .args(["-m", "venv", "--clear"])
+            .arg(&venv)
+            .status()
+            .expect("python3 is needed for these tests");
+        assert!(status.success(), "cannot create {}", venv.display());
+        let status = jianmu_process::std_command(venv.join("bin/python"))
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .args(packages)
+            .status()
+            .expect("pip runs");
+        assert!(status.success(), "cannot install {packages:?} from PyPI");
+        then(&venv);
+        std::fs::write(&ready, "").expect("marker");
+    }
+    venv
+}
+
 /// `pylsp` (python-lsp-server with pyflakes, from PyPI) in a venv under `target/`,
 /// made on first use; one process makes it while the others wait.
 ///
@@ -146,34 +181,46 @@ pub const PYLSP_VERSION: &str = "1.13.1";
 /// When python3 or PyPI is not available: the tests cannot run without them.
 #[must_use]
 pub fn pylsp() -> std::path::PathBuf {
-    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target");
-    let venv = target.join("lsp-venv");
-    let pylsp = venv.join("bin/pylsp");
-    let ready = venv.join(format!("ready-{PYLSP_VERSION}"));
-    if ready.exists() {
-        return pylsp;
-    }
-    std::fs::create_dir_all(&target).expect("target folder");
-    let lock = std::fs::File::create(target.join("lsp-venv.lock")).expect("lock file");
-    lock.lock().expect("lock");
-    if !ready.exists() {
-        let status = jianmu_process::std_command("python3")
-            .args(["-m", "venv", "--clear"])
-            .arg(&venv)
-            .status()
-            .expect("python3 is needed for the language-server tests");
-        assert!(status.success(), "cannot create {}", venv.display());
-        let status = jianmu_process::std_command(venv.join("bin/python"))
-            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
-            .arg(format!("python-lsp-server[pyflakes]=={PYLSP_VERSION}"))
-            .arg("pyflakes==3.2.0")
+    let spec = format!("python-lsp-server[pyflakes]=={PYLSP_VERSION}");
+    venv("lsp-venv", &[&spec, "pyflakes==3.2.0"], |_| {}).join("bin/pylsp")
+}
+
+/// The version of PyPI's `nbformat` the notebook tests validate with.
+pub const NBFORMAT_VERSION: &str = "5.10.4";
+
+/// PyPI's `nbformat` in a venv under `target/`: the python that has it, and the
+/// folder of real notebooks from its source distribution's `tests`.
+///
+/// # Panics
+/// When python3 or PyPI is not available.
+#[must_use]
+pub fn nbformat() -> (std::path::PathBuf, std::path::PathBuf) {
+    let spec = format!("nbformat=={NBFORMAT_VERSION}");
+    let venv = venv("nb-venv", &[&spec], |venv| {
+        let python = venv.join("bin/python");
+        let status = jianmu_process::std_command(&python)
+            .args(["-m", "pip", "download", "-q", "--disable-pip-version-check"])
+            .args(["--no-deps", "--no-binary", ":all:", "-d"])
+            .arg(venv.join("sdist"))
+            .arg(&spec)
             .status()
             .expect("pip runs");
         assert!(
             status.success(),
-            "cannot install python-lsp-server from PyPI"
+            "cannot download the nbformat sources from PyPI"
         );
-        std::fs::write(&ready, "").expect("marker");
-    }
-    pylsp
+        let unpack = format!(
+            "import tarfile; tarfile.open('{0}/sdist/nbformat-{NBFORMAT_VERSION}.tar.gz').extractall('{0}/sdist', filter='data')",
+            venv.display()
+        );
+        let status = jianmu_process::std_command(&python)
+            .args(["-c", &unpack])
+            .status()
+            .expect("python runs");
+        assert!(status.success(), "cannot unpack the nbformat sources");
+    });
+    (
+        venv.join("bin/python"),
+        venv.join(format!("sdist/nbformat-{NBFORMAT_VERSION}/tests")),
+    )
 }

@@ -1,4 +1,4 @@
-//! File tools: `read_file`, `write_file` and `list_dir` (the Python tools' `file.py`; docs/python-compat.md).
+//! File tools: `read_file`, `write_file`, `list_dir` (the Python tools' `file.py`; docs/python-compat.md) and `notebook_edit`.
 //!
 //! Every path is confined to the workspace by [`jianmu_workspace::Workspace`]: relative
 //! paths resolve against the workspace root, absolute ones must lie inside it, and no
@@ -28,10 +28,12 @@ use serde::Deserialize;
 use std::path::Path;
 
 mod list;
+mod notebook;
 mod read;
 mod write;
 
 pub use list::{Entry, ListArgs, ListDir, ListOutput, ListSettings};
+pub use notebook::{CellType, Mode, NotebookArgs, NotebookEdit, NotebookOutput, NotebookSettings};
 pub use read::{ImageData, MAX_NUMBERED_LINE_CHARS, ReadArgs, ReadFile, ReadOutput, ReadSettings};
 pub use write::{WriteArgs, WriteFile, WriteOutput, WriteSettings};
 
@@ -124,3 +126,12 @@ fn build_list(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
 jianmu_tool_core::register_tool!(ReadFile, build_read);
 jianmu_tool_core::register_tool!(WriteFile, build_write);
 jianmu_tool_core::register_tool!(ListDir, build_list);
+
+fn build_notebook(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    ToolHandle::new(NotebookEdit::new(
+        jianmu_workspace::for_tool(config, NotebookEdit::NAME)?,
+        config.settings(NotebookEdit::NAME)?,
+    ))
+}
+
+jianmu_tool_core::register_tool!(NotebookEdit, build_notebook);

@@ -27,6 +27,14 @@ pub struct ReadSettings {
     /// Largest image (PNG, JPEG, GIF, WebP) returned as an image, in bytes; 3.75 MiB
     /// by default, which is 5 MiB in base64.
     pub max_image_size: u64,
+    /// Largest Jupyter notebook (`.ipynb`) read as cells, in bytes.
+    pub max_notebook_size: u64,
+    /// Characters shown of one notebook output (the rest is counted).
+    pub notebook_output_chars: usize,
+    /// Characters of a whole notebook reading (later cells are counted).
+    pub notebook_chars: usize,
+    /// Images from notebook outputs returned per read.
+    pub notebook_images: usize,
 }
 
 impl Default for ReadSettings {
@@ -36,6 +44,10 @@ impl Default for ReadSettings {
             allowed_extensions: Extensions::default(),
             line_numbers: None,
             max_image_size: 3 * MIB + 3 * MIB / 4,
+            max_notebook_size: 64 * MIB,
+            notebook_output_chars: 5_000,
+            notebook_chars: 100_000,
+            notebook_images: 10,
         }
     }
 }
@@ -136,15 +148,20 @@ impl ReadFile {
                 total_lines: None,
                 cut: None,
                 image: None,
+                cells: None,
             }))
         };
         if let Some(mime) = image_type(head) {
             return self.image(&rel, reader, size, mime);
         }
+        let windowed = args.offset.is_some() || args.limit.is_some();
+        if !windowed && crate::suffix(&rel) == ".ipynb" {
+            drop(reader);
+            return self.notebook(&rel, size);
+        }
         if memchr::memchr(0, head).is_some() {
             return binary();
         }
-        let windowed = args.offset.is_some() || args.limit.is_some();
         let numbers = args
             .line_numbers
             .or(self.settings.line_numbers)
@@ -193,6 +210,7 @@ impl ReadFile {
                 total_lines: Some(lines),
                 cut: Some(false),
                 image: None,
+                cells: None,
             }));
         }
         let first = args.offset.unwrap_or(1).max(1);
@@ -232,7 +250,45 @@ impl ReadFile {
             total_lines: Some(window.total),
             cut: Some(window.cut),
             image: None,
+            cells: None,
         }))
+    }
+
+    /// A Jupyter notebook as its cells, with image outputs as images.
+    fn notebook(&self, rel: &Path, size: u64) -> Result<ToolOutput, ToolError> {
+        let bytes = self.ws.read_to_end(rel, self.settings.max_notebook_size)?;
+        let as_text = "; read it as text with `offset` and `limit`";
+        let nb: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+            ToolError::failed(format!("`{}` is not valid JSON ({e}){as_text}", show(rel)))
+        })?;
+        drop(bytes);
+        let limits = jianmu_doc::notebook::Limits {
+            output_chars: self.settings.notebook_output_chars,
+            total_chars: self.settings.notebook_chars,
+            images: self.settings.notebook_images,
+            image_bytes: usize::try_from(self.settings.max_image_size / 3 * 4)
+                .unwrap_or(usize::MAX),
+        };
+        let rendered = jianmu_doc::notebook::render(&nb, limits)
+            .map_err(|e| ToolError::failed(format!("`{}`: {e}{as_text}", show(rel))))?;
+        let mut out = ToolOutput::text(rendered.text).with_data(&ReadOutput {
+            path: show(rel),
+            size,
+            binary: false,
+            first_line: None,
+            lines: None,
+            total_lines: None,
+            cut: None,
+            image: None,
+            cells: Some(rendered.cells as u64),
+        });
+        for image in rendered.images {
+            out = out.with_image(Image {
+                mime_type: image.mime_type,
+                base64: image.base64,
+            });
+        }
+        Ok(out)
     }
 
     /// An image file as an image for the model, with its type and size as text.
@@ -289,6 +345,7 @@ impl ReadFile {
                     height: dims.map(|d| d.height as u64),
                     base64: base64.clone(),
                 }),
+                cells: None,
             })
             .with_image(Image {
                 mime_type: mime.to_owned(),
@@ -419,6 +476,9 @@ pub struct ReadOutput {
     /// The image, when the file is one (PNG, JPEG, GIF or WebP).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub image: Option<ImageData>,
+    /// For a Jupyter notebook read as cells: how many cells it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cells: Option<u64>,
 }
 
 /// An image file's content.
@@ -448,8 +508,10 @@ impl Tool for ReadFile {
      Files over the size limit (1 MiB by default) are read in windows of lines with \
      `offset` (first line, from 1) and `limit` (number of lines); a window numbers its \
      lines (`N<TAB>text`, as `cat -n`; `line_numbers` turns that on or off for any read) \
-     and ends with a line such as `(lines 10-20 of 500)`. Binary files are reported with \
-     their size, not shown.";
+     and ends with a line such as `(lines 10-20 of 500)`. A Jupyter notebook (`.ipynb`) \
+     is shown as its cells in order (number, id, type, source, outputs; image outputs as \
+     images, long outputs cut with a count); `offset`/`limit` read its raw JSON instead. \
+     Binary files are reported with their size, not shown.";
 
     fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<ReadOutput>()

@@ -9,6 +9,8 @@ use jianmu_tool_fs::{
     Extensions, ListDir, ListSettings, ReadFile, ReadSettings, WriteFile, WriteSettings,
 };
 use jianmu_workspace::Workspace;
+
+mod notebook;
 use serde_json::json;
 
 struct Fx {
