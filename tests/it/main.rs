@@ -8,4 +8,5 @@ mod lsp;
 mod outputs;
 mod properties;
 mod script;
+mod spill;
 mod tidy;

@@ -49,7 +49,10 @@ const HEAVY: &[(&str, &[&str])] = &[
     ("grep-searcher", &["code"]),
     ("grep-regex", &["code"]),
     ("ignore", &["code"]),
-    ("cap-std", &["fs", "code", "git", "lsp"]),
+    (
+        "cap-std",
+        &["fs", "code", "git", "lsp", "http", "shell", "script"],
+    ),
     ("rmcp", &["mcp"]),
 ];
 

@@ -19,6 +19,7 @@
 //! Each file is written under a short temporary name beside its target; a batch of
 //! them is flushed with one `syncfs`, then renamed over the targets: a file is whole
 //! or absent, never half written. Files deleted in the sandbox are not deleted here.
+//! Outputs the session's tools saved (`.jianmu/outputs`) stay in the sandbox.
 
 use std::ffi::{OsStr, OsString};
 use std::io::{Read, Write as _};
@@ -31,6 +32,9 @@ use rustix::fs::{Mode, OFlags};
 use rustix::io::Errno;
 
 use super::backend::Backend;
+
+/// Where a session's tools save outputs too long to answer (the tools' `.jianmu/outputs`).
+const SAVED_OUTPUTS: &str = ".jianmu/outputs";
 use crate::SandboxError;
 
 /// The most skipped entries named one by one; the rest are counted.
@@ -456,6 +460,10 @@ pub(crate) fn unpack(
             continue;
         };
         let rel: PathBuf = parts.iter().collect();
+        // Outputs the session saved are its scratch, gone with it: never brought back.
+        if rel.starts_with(SAVED_OUTPUTS) {
+            continue;
+        }
         count += 1;
         if count > limits.entries {
             w.pulled

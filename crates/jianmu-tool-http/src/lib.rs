@@ -18,7 +18,10 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use jianmu_net::{NetSettings, Url, reqwest};
+use std::sync::Arc;
+
 use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use jianmu_workspace::{Spills, Workspace};
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -31,7 +34,8 @@ pub struct HttpSettings {
     pub net: NetSettings,
     /// Default deadline of one call, retries included, in seconds.
     pub timeout_secs: f64,
-    /// Most characters of the body returned; more is cut with a notice.
+    /// Most characters of the body returned; a longer body keeps its start and end and
+    /// is saved whole to a file the answer names.
     pub max_response_length: usize,
     /// Most bytes of the decoded body read at all.
     pub max_body_bytes: usize,
@@ -121,6 +125,7 @@ pub struct HttpArgs {
 pub struct HttpRequest {
     client: reqwest::Client,
     settings: HttpSettings,
+    spills: Option<(Arc<Workspace>, Arc<Spills>)>,
 }
 
 /// Response headers worth showing the model.
@@ -136,7 +141,19 @@ const SHOWN_HEADERS: [&str; 6] = [
 impl HttpRequest {
     /// A tool on `client` (which should be guarded: see [`jianmu_net::build_client`]).
     pub fn new(client: reqwest::Client, settings: HttpSettings) -> Self {
-        Self { client, settings }
+        Self {
+            client,
+            settings,
+            spills: None,
+        }
+    }
+
+    /// Saves a body too long to answer whole in `spills`, in `ws`, and answers its head
+    /// and tail with where the whole is.
+    #[must_use]
+    pub fn with_spills(mut self, ws: Arc<Workspace>, spills: Arc<Spills>) -> Self {
+        self.spills = Some((ws, spills));
+        self
     }
 
     /// Sends the request, retrying where safe, and renders the response.
@@ -266,11 +283,21 @@ impl HttpRequest {
         text.push('\n');
         let limit = self.settings.max_response_length;
         let (kept, rest) = jianmu_tool_core::cut_chars(&body, limit);
-        text.push_str(kept);
-        if rest > 0 {
-            text.push_str(&format!(
-                "\n... (response truncated: {rest} more characters)"
-            ));
+        match (&self.spills, rest) {
+            (_, 0) => text.push_str(kept),
+            (None, _) => {
+                text.push_str(kept);
+                text.push_str(&format!(
+                    "\n... (response truncated: {rest} more characters)"
+                ));
+            }
+            (Some((ws, spills)), _) => {
+                // The head and the tail, and where the whole body is.
+                let saved = spills
+                    .save(ws, "http_request", body.as_bytes())
+                    .unwrap_or_else(|why| why);
+                text.push_str(&jianmu_workspace::head_and_tail(&body, limit, &saved));
+            }
         }
         if cut_bytes {
             text.push_str(&format!(
@@ -368,7 +395,8 @@ impl Tool for HttpRequest {
     const NAME: &'static str = "http_request";
 
     const DESCRIPTION: &'static str = "Sends an HTTP request (GET, POST, PUT, DELETE, HEAD, PATCH) and returns the status line, \
-     selected headers and the body (JSON pretty-printed, long bodies cut).\n\
+     selected headers and the body (JSON pretty-printed; a long body keeps its start and \
+     end, and the whole is saved to a file the answer names).\n\
      Retries connection errors, timeouts and 429/502/503/504 with backoff (not POST or \
      PATCH unless `retry_non_idempotent`). Private, loopback and cloud-metadata addresses \
      are refused unless allow-listed.";
@@ -391,7 +419,8 @@ fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
         .allow_hosts
         .extend_from_slice(config.allow_hosts());
     let client = jianmu_net::client_for(HttpRequest::NAME, &settings.net)?;
-    ToolHandle::new(HttpRequest::new(client, settings))
+    let ws = jianmu_workspace::for_tool(config, HttpRequest::NAME)?;
+    ToolHandle::new(HttpRequest::new(client, settings).with_spills(ws, Spills::of(config)))
 }
 
 jianmu_tool_core::register_tool!(HttpRequest, build);

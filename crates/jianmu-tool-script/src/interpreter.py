@@ -22,6 +22,8 @@ sys.stdin = open(os.devnull, "r")
 
 config = json.loads(proto_in.readline())
 LIMIT = int(config.get("max_output", 10000))
+# What is kept of an answer: more than LIMIT when the rest is saved to a file.
+KEEP = max(LIMIT, int(config.get("keep", LIMIT)))
 OWN_PID_NAMESPACE = bool(config.get("own_pid_namespace")) and os.getpid() == 1
 if not OWN_PID_NAMESPACE:
     # Become the subreaper of what the code starts, so orphans come back here to be
@@ -130,8 +132,8 @@ os.register_at_fork(after_in_child=forked)
 
 
 class Capture:
-    """Keeps the first LIMIT characters written and counts the rest, so printing
-    forever costs the child nothing but time. What it keeps is also sent as it comes,
+    """Keeps the first KEEP characters written and counts the rest, so printing
+    forever costs the child nothing but time. The first LIMIT of it is also sent as it comes,
     as partial output of request `request`."""
 
     def __init__(self, request=None, stream="stdout"):
@@ -144,14 +146,16 @@ class Capture:
     def write(self, text):
         if not isinstance(text, str):
             raise TypeError("write() argument must be str, not %s" % type(text).__name__)
-        room = LIMIT - self.kept
+        room = KEEP - self.kept
         if room > 0:
             piece = text[:room]
+            # Sent as it comes only up to LIMIT, for progress.
+            shown = piece[: max(0, LIMIT - self.kept)]
             self.parts.append(piece)
             self.kept += len(piece)
-            if self.request is not None and piece and not IN_FORK:
+            if self.request is not None and shown and not IN_FORK:
                 with proto_lock:
-                    pending.append([self.request, self.stream, piece])
+                    pending.append([self.request, self.stream, shown])
         self.dropped += max(0, len(text) - max(room, 0))
         return len(text)
 
@@ -236,8 +240,8 @@ def run(code, request):
     elif value is not None:
         try:
             text = str(value)
-            answer["value"] = text[:LIMIT]
-            answer["dropped"] += max(0, len(text) - LIMIT)
+            answer["value"] = text[:KEEP]
+            answer["dropped"] += max(0, len(text) - KEEP)
         except BaseException as exc:  # noqa: BLE001
             answer["error"] = "str() of the result failed: %r" % (exc,)
     return answer

@@ -167,7 +167,11 @@ fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
         config.settings(PythonRepl::NAME)?,
         config.workspace().to_owned(),
     )?
-    .with_network(config.scope().get::<jianmu_process::Network>());
+    .with_network(config.scope().get::<jianmu_process::Network>())
+    .with_spills(
+        jianmu_workspace::for_tool(config, PythonRepl::NAME)?,
+        jianmu_workspace::Spills::of(config),
+    );
     ToolHandle::with_spec(repl, spec_python(config)?)
 }
 

@@ -32,7 +32,8 @@ pub struct PythonSettings {
     pub python: PathBuf,
     /// Default time limit of one call, in seconds.
     pub timeout_secs: f64,
-    /// Most characters of output returned; more is cut with a notice.
+    /// Most characters of output returned; longer output keeps its start and end and
+    /// is saved whole to a file the answer names.
     pub max_output: usize,
     /// Top-level modules user code may import; all when absent. A convenience, not a
     /// security boundary: run python_repl in the Docker sandbox for isolation.
@@ -237,7 +238,15 @@ pub struct PythonRepl {
     jail: Jail,
     state: Slot,
     named: Arc<Named>,
+    spills: Option<(
+        Arc<jianmu_workspace::Workspace>,
+        Arc<jianmu_workspace::Spills>,
+    )>,
 }
+
+/// Characters of one answer the interpreter keeps when long outputs are saved: what
+/// is over `max_output` goes to the saved file, up to this.
+const KEPT_FOR_SAVING: usize = 4 * 1024 * 1024;
 
 impl std::fmt::Debug for PythonRepl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -270,6 +279,7 @@ impl PythonRepl {
             jail,
             state: Arc::default(),
             named: Arc::default(),
+            spills: None,
         })
     }
 
@@ -284,6 +294,57 @@ impl PythonRepl {
     pub fn with_network(mut self, network: Arc<jianmu_process::Network>) -> Self {
         self.jail = self.jail.sharing_network(network);
         self
+    }
+
+    /// Saves output longer than `max_output` in `spills`, in `ws`: the answer keeps
+    /// its head and tail and says where the whole is.
+    #[must_use]
+    pub fn with_spills(
+        mut self,
+        ws: Arc<jianmu_workspace::Workspace>,
+        spills: Arc<jianmu_workspace::Spills>,
+    ) -> Self {
+        self.spills = Some((ws, spills));
+        self
+    }
+
+    /// Characters of an answer the interpreter keeps.
+    fn kept(&self) -> usize {
+        if self.spills.is_some() {
+            KEPT_FOR_SAVING.max(self.settings.max_output)
+        } else {
+            self.settings.max_output
+        }
+    }
+
+    /// `text` as the answer shows it: whole when it fits `max_output`, else its head
+    /// and tail and where the whole is saved (`dropped` characters were never kept).
+    fn bounded(&self, text: &str, dropped: u64) -> String {
+        let max = self.settings.max_output;
+        let Some((ws, spills)) = &self.spills else {
+            let mut out = truncate(text, max);
+            if dropped > 0 && !out.contains("(output truncated") {
+                out.push_str(&format!(
+                    "\n... (output truncated: {dropped} more characters)"
+                ));
+            }
+            return out;
+        };
+        if text.chars().count() <= max && dropped == 0 {
+            return text.to_owned();
+        }
+        let mut saved = spills
+            .save(ws, Self::NAME, text.as_bytes())
+            .unwrap_or_else(|why| why);
+        if dropped > 0 {
+            saved.push_str(&format!(
+                " (the {dropped} characters after its first {KEPT_FOR_SAVING} were not kept)"
+            ));
+        }
+        if text.chars().count() <= max {
+            return format!("{text}\n... ({saved})");
+        }
+        jianmu_workspace::head_and_tail(text, max, &saved)
     }
 
     async fn start(&self) -> Result<Interpreter, ToolError> {
@@ -318,6 +379,7 @@ impl PythonRepl {
         };
         let config = json!({
             "max_output": self.settings.max_output,
+            "keep": self.kept(),
             "allowed_modules": self.settings.allowed_modules,
             "globals": self.settings.globals,
             "own_pid_namespace": self.jail.own_pid_namespace(),
@@ -399,7 +461,7 @@ impl PythonRepl {
                 .unwrap_or(Duration::from_secs(30));
         // A bound on one answer: the child caps what it captures, so anything much
         // longer means it is misbehaving.
-        let bound = self.settings.max_output * 12 + 64 * 1024;
+        let bound = self.kept() * 12 + 64 * 1024;
         let mut flight = InFlight { state, armed: true };
         let Some(interp) = flight.state.interpreter.as_mut() else {
             return Err(ToolError::failed("the Python interpreter is not running"));
@@ -469,7 +531,7 @@ impl PythonRepl {
         if let Some(error) = answer.get("error").and_then(Value::as_str) {
             let mut message = String::new();
             if !text.is_empty() {
-                message.push_str(&truncate(&text, self.settings.max_output));
+                message.push_str(&self.bounded(&text, dropped));
                 if !message.ends_with('\n') {
                     message.push('\n');
                 }
@@ -477,13 +539,7 @@ impl PythonRepl {
             message.push_str(error);
             return Err(ToolError::failed(message));
         }
-        let mut text = truncate(&text, self.settings.max_output);
-        if dropped > 0 && !text.contains("(output truncated") {
-            text.push_str(&format!(
-                "\n... (output truncated: {dropped} more characters)"
-            ));
-        }
-        Ok(ToolOutput::text(text))
+        Ok(ToolOutput::text(self.bounded(&text, dropped)))
     }
 }
 
@@ -604,7 +660,8 @@ impl Tool for PythonRepl {
 
     const DESCRIPTION: &'static str = "Runs Python code in a persistent CPython interpreter and returns what it printed, \
      then the value of its last line when that is an expression, as a notebook cell \
-     shows it (stderr appended).\n\
+     shows it (stderr appended; long output keeps its start and end, and the whole is \
+     saved to a file the answer names).\n\
      Names and imports persist between calls. Pass `session` (a name you choose) to keep \
      them in that named interpreter: where the client keeps no connection between requests, \
      a call without `session` runs in a fresh interpreter. `reset` starts afresh. An exception comes back as the end of its \

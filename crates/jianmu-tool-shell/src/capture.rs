@@ -3,7 +3,10 @@
 //! gigabytes of output can exhaust memory or stall the child.
 
 use std::collections::VecDeque;
+use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+
+use jianmu_workspace::{SpillFile, Spills, Workspace};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -32,6 +35,23 @@ impl Counter {
     }
 }
 
+/// Opens the file a stream's whole output is saved in, once it is too long to keep.
+#[derive(Clone)]
+pub(crate) struct Spiller(Arc<dyn Fn() -> Result<SpillFile, String> + Send + Sync>);
+
+impl std::fmt::Debug for Spiller {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Spiller")
+    }
+}
+
+impl Spiller {
+    /// Saves in `spills`, in `ws`, under `tool`'s name.
+    pub(crate) fn new(ws: Arc<Workspace>, spills: Arc<Spills>, tool: &'static str) -> Self {
+        Self(Arc::new(move || spills.create(&ws, tool)))
+    }
+}
+
 /// What was kept of one stream.
 #[derive(Debug, Default)]
 pub(crate) struct Captured {
@@ -40,6 +60,9 @@ pub(crate) struct Captured {
     total: u64,
     keep_head: usize,
     keep_tail: usize,
+    spiller: Option<Spiller>,
+    /// Once the stream outgrew what is kept: the file it all goes to (or why not).
+    spilled: Option<Result<SpillFile, String>>,
 }
 
 impl Captured {
@@ -51,6 +74,12 @@ impl Captured {
         }
     }
 
+    /// The same, saving the whole stream with `spiller` once it is too long to keep.
+    pub(crate) fn spilling(mut self, spiller: Option<Spiller>) -> Self {
+        self.spiller = spiller;
+        self
+    }
+
     /// Bytes pushed so far, kept or not.
     pub(crate) fn total(&self) -> u64 {
         self.total
@@ -58,7 +87,7 @@ impl Captured {
 
     /// Takes what was kept, leaving an empty capture with the same limits.
     pub(crate) fn take(&mut self) -> Captured {
-        let fresh = Captured::new(self.keep_head, self.keep_tail);
+        let fresh = Captured::new(self.keep_head, self.keep_tail).spilling(self.spiller.clone());
         std::mem::replace(self, fresh)
     }
 
@@ -71,6 +100,24 @@ impl Captured {
     }
 
     pub(crate) fn push(&mut self, mut data: &[u8]) {
+        let keep = (self.keep_head + self.keep_tail) as u64;
+        if self.spilled.is_none()
+            && self.total + data.len() as u64 > keep
+            && let Some(spiller) = &self.spiller
+        {
+            // Nothing was dropped yet: head and tail hold all of it so far.
+            let mut file = (spiller.0)();
+            if let Ok(f) = &mut file {
+                f.write(&self.head);
+                let (a, b) = self.tail.as_slices();
+                f.write(a);
+                f.write(b);
+            }
+            self.spilled = Some(file);
+        }
+        if let Some(Ok(file)) = &mut self.spilled {
+            file.write(data);
+        }
         self.total += data.len() as u64;
         let room = self.keep_head.saturating_sub(self.head.len());
         let take = room.min(data.len());
@@ -100,8 +147,13 @@ impl Captured {
             return String::from_utf8_lossy(&all).into_owned();
         }
         let tail: Vec<u8> = self.tail.iter().copied().collect();
+        let saved = match &self.spilled {
+            Some(Ok(file)) => format!("; {}", file.describe()),
+            Some(Err(why)) => format!("; {why}"),
+            None => String::new(),
+        };
         format!(
-            "{head}\n... ({} bytes cut from the middle; {} bytes in all) ...\n{}",
+            "{head}\n... ({} bytes cut from the middle; {} bytes in all{saved}) ...\n{}",
             self.total - kept,
             self.total,
             String::from_utf8_lossy(&tail)
@@ -116,8 +168,9 @@ pub(crate) async fn drain<R: AsyncRead + Unpin>(
     keep_head: usize,
     keep_tail: usize,
     counter: Option<&Counter>,
+    spiller: Option<Spiller>,
 ) -> Captured {
-    let mut captured = Captured::new(keep_head, keep_tail);
+    let mut captured = Captured::new(keep_head, keep_tail).spilling(spiller);
     feed(stream, |data| captured.push_counted(data, counter)).await;
     captured
 }

@@ -163,6 +163,7 @@ pub(crate) struct Launch<'a> {
     pub limit: Option<Duration>,
     pub keep_head: usize,
     pub keep_tail: usize,
+    pub spiller: Option<crate::capture::Spiller>,
     pub max_running: usize,
     /// Runs the job on a terminal of this size.
     pub terminal: Option<Size>,
@@ -215,7 +216,10 @@ impl Jobs {
                 id,
                 command: shorten(launch.command, 200).into_owned(),
                 started: Instant::now(),
-                unread: Mutex::new(Captured::new(launch.keep_head, launch.keep_tail)),
+                unread: Mutex::new(
+                    Captured::new(launch.keep_head, launch.keep_tail)
+                        .spilling(launch.spiller.clone()),
+                ),
                 ended: watch::Sender::new(None),
                 stdin: tokio::sync::Mutex::new(input),
                 screen,

@@ -159,6 +159,7 @@ pub struct Bash {
     jail: Jail,
     sessions: Arc<shells::Shells>,
     jobs: Arc<Jobs>,
+    spiller: Option<capture::Spiller>,
 }
 
 impl Bash {
@@ -175,6 +176,7 @@ impl Bash {
             jail,
             sessions: Arc::default(),
             jobs: Arc::default(),
+            spiller: None,
         })
     }
 
@@ -188,6 +190,18 @@ impl Bash {
     #[must_use]
     pub fn with_network(mut self, network: Arc<jianmu_process::Network>) -> Self {
         self.jail = self.jail.sharing_network(network);
+        self
+    }
+
+    /// Saves output too long to keep whole in `spills`, in `ws`: the answer keeps its
+    /// head and tail and says where the whole is. Without it, the middle is dropped.
+    #[must_use]
+    pub fn with_spills(
+        mut self,
+        ws: Arc<jianmu_workspace::Workspace>,
+        spills: Arc<jianmu_workspace::Spills>,
+    ) -> Self {
+        self.spiller = Some(capture::Spiller::new(ws, spills, "bash"));
         self
     }
 
@@ -265,6 +279,7 @@ impl Bash {
                     spec: self.base_spec(),
                     keep_head: self.settings.keep_head,
                     keep_tail: self.settings.keep_tail,
+                    spiller: self.spiller.clone(),
                 };
                 reporting(
                     session.run(launch, command, limit, counter.as_ref()),
@@ -365,8 +380,8 @@ impl Bash {
         let (head, tail) = (self.settings.keep_head, self.settings.keep_tail);
         let drained = async {
             tokio::join!(
-                capture::drain(out, head, tail, counter),
-                capture::drain(err, head, tail, counter)
+                capture::drain(out, head, tail, counter, self.spiller.clone()),
+                capture::drain(err, head, tail, counter, self.spiller.clone())
             )
         };
         let waited = async {
@@ -433,6 +448,7 @@ impl Bash {
             limit,
             keep_head: self.settings.keep_head,
             keep_tail: self.settings.keep_tail,
+            spiller: self.spiller.clone(),
             max_running: self.settings.max_jobs,
             terminal: args.tty.then(|| jianmu_process::Size {
                 rows: args.rows.unwrap_or(24).clamp(2, 200),
@@ -514,7 +530,8 @@ impl Tool for Bash {
 
     const DESCRIPTION: &'static str = "Runs a shell command with bash in the workspace and returns its stdout; a non-zero \
      exit returns `Error (CODE):` and stderr.\n\
-     stdin is empty; long output keeps its start and end; nothing the command starts \
+     stdin is empty; long output keeps its start and end, and the whole is saved to a \
+     file the answer names (read it with read_file); nothing the command starts \
      outlives the call, and a time limit (120 s by default, `timeout` to change) ends it \
      all, answering with what it printed until then. With `session`, calls share a \
      shell's working directory and exported variables. For servers, watchers and long \
@@ -548,7 +565,11 @@ fn spec(config: &ToolConfig) -> Result<ToolSpec, ToolError> {
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     let bash = Bash::new(config.settings(Bash::NAME)?, config.workspace().to_owned())?
         .with_jobs(config.scope().get::<Jobs>())
-        .with_network(config.scope().get::<jianmu_process::Network>());
+        .with_network(config.scope().get::<jianmu_process::Network>())
+        .with_spills(
+            jianmu_workspace::for_tool(config, Bash::NAME)?,
+            jianmu_workspace::Spills::of(config),
+        );
     ToolHandle::with_spec(bash, spec(config)?)
 }
 

@@ -59,6 +59,7 @@ pub(crate) struct Launch<'a> {
     pub spec: Spec,
     pub keep_head: usize,
     pub keep_tail: usize,
+    pub spiller: Option<crate::capture::Spiller>,
 }
 
 /// How a session call ended.
@@ -296,8 +297,10 @@ impl Shell {
                 .await
                 .map_err(|e| ToolError::failed(format!("the session's shell is gone: {e}")))?;
         }
-        let mut stdout = Captured::new(launch.keep_head, launch.keep_tail);
-        let mut stderr = Captured::new(launch.keep_head, launch.keep_tail);
+        let mut stdout =
+            Captured::new(launch.keep_head, launch.keep_tail).spilling(launch.spiller.clone());
+        let mut stderr =
+            Captured::new(launch.keep_head, launch.keep_tail).spilling(launch.spiller.clone());
         // Bytes read but not yet taken (held back while they may begin a marker).
         let (mut out_held, mut err_held) = (Vec::new(), Vec::new());
         // Set once stdout's marker came (what is held after it is not output).

@@ -33,12 +33,14 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 
+mod spill;
 mod write;
 
 /// Opening with `O_NONBLOCK` makes opening a FIFO return at once instead of waiting
 /// for a writer; regular files read the same either way.
 pub(crate) const O_NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
 
+pub use spill::{MAX_BYTES, MAX_FILE_BYTES, MAX_FILES, OUTPUTS, SpillFile, Spills, head_and_tail};
 pub use write::{CommitError, Staged, WriteOptions};
 
 /// Why a path was refused or an operation failed. Every message names the path and

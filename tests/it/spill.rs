@@ -1,0 +1,130 @@
+//! Outputs too long to answer whole are saved where the file tools read them, and the
+//! answer says where: bash, background jobs, http_request and python_repl, through a
+//! session; the folder goes with the session.
+
+use std::io::{Read as _, Write as _};
+use std::net::TcpListener;
+
+use jianmu_runtime::{Session, SessionSettings};
+use jianmu_tool_core::ToolConfig;
+use serde_json::json;
+
+/// The saved file an answer names, read back through `read_file` of the same session.
+async fn saved(session: &Session, answer: &str) -> String {
+    let at = answer
+        .find(".jianmu/outputs/")
+        .unwrap_or_else(|| panic!("no saved file named in: {answer}"));
+    let path: String = answer[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != ':' && *c != ')')
+        .collect();
+    let out = session
+        .call("read_file", json!({"path": path, "line_numbers": false}))
+        .await
+        .unwrap();
+    out.text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_outputs_are_saved_whole_and_read_back_exactly() {
+    let dir = tempfile::tempdir().unwrap();
+    let body: String = (0..20_000).map(|i| format!("row {i}\n")).collect();
+    let api = TcpListener::bind("127.0.0.1:0").unwrap();
+    let url = format!("http://{}/big", api.local_addr().unwrap());
+    let served = body.clone();
+    std::thread::spawn(move || {
+        for stream in api.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = [0u8; 4096];
+            let _ = stream.read(&mut buf);
+            let head = format!(
+                "HTTP/1.1 200 OK\r\ncontent-type: text/plain\r\ncontent-length: {}\r\nconnection: close\r\n\r\n",
+                served.len()
+            );
+            let _ = stream.write_all(head.as_bytes());
+            let _ = stream.write_all(served.as_bytes());
+        }
+    });
+    let config = ToolConfig::new(dir.path())
+        .with_allow_hosts(["127.0.0.1".to_owned()])
+        .with_settings("read_file", json!({"max_file_size": 16 * 1024 * 1024}));
+    let session = Session::open(SessionSettings::new(config)).unwrap();
+    let seq: String = (1..=100_000).map(|i| format!("{i}\n")).collect();
+
+    let out = session
+        .call("bash", json!({"command": "seq 1 100000"}))
+        .await
+        .unwrap();
+    assert!(out.text.len() < 40_000, "{}", out.text.len());
+    assert!(out.text.starts_with("1\n2\n3\n"), "{}", &out.text[..100]);
+    assert!(
+        out.text.contains("bytes cut from the middle"),
+        "{}",
+        out.text
+    );
+    assert!(out.text.contains("read it with read_file"), "{}", out.text);
+    assert_eq!(saved(&session, &out.text).await, seq);
+
+    let job = session
+        .call(
+            "bash",
+            json!({"command": "sleep 0.5; seq 1 100000", "background": true, "yield_ms": 0}),
+        )
+        .await
+        .unwrap();
+    let id = job.structured.as_ref().unwrap()["job"].as_u64().unwrap();
+    assert_eq!(job.structured.as_ref().unwrap()["output"], "");
+    let read = session
+        .call("bash_output", json!({"job": id, "wait_ms": 20000}))
+        .await
+        .unwrap();
+    assert!(
+        read.text.contains("bytes cut from the middle"),
+        "{}",
+        read.text
+    );
+    assert_eq!(saved(&session, &read.text).await, seq);
+
+    let http = session
+        .call("http_request", json!({"url": url}))
+        .await
+        .unwrap();
+    assert!(
+        http.text.contains("characters cut from the middle"),
+        "{}",
+        http.text
+    );
+    assert!(
+        http.text.trim_end().ends_with("row 19999"),
+        "{}",
+        &http.text[http.text.len() - 200..]
+    );
+    assert_eq!(saved(&session, &http.text).await, body);
+
+    let py = session
+        .call(
+            "python_repl",
+            json!({"code": "print('\\n'.join(str(i) for i in range(1, 100001)))"}),
+        )
+        .await
+        .unwrap();
+    assert!(
+        py.text.contains("characters cut from the middle"),
+        "{}",
+        py.text
+    );
+    assert_eq!(saved(&session, &py.text).await, seq);
+
+    let folder = dir.path().join(".jianmu/outputs");
+    let kept: Vec<_> = std::fs::read_dir(&folder)
+        .unwrap()
+        .filter_map(Result::ok)
+        .filter(|e| e.file_type().unwrap().is_dir())
+        .collect();
+    assert_eq!(kept.len(), 1, "one folder for the session");
+    session.close().await;
+    assert!(
+        !kept[0].path().exists(),
+        "the session's saved outputs go with it"
+    );
+}
