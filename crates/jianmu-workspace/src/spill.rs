@@ -54,7 +54,7 @@ impl Drop for Folder {
 }
 
 /// A saved output being written: what is written past the limits is dropped, and
-/// [`SpillFile::finish`] says how much was kept.
+/// [`SpillFile::describe`] says how much was kept.
 pub struct SpillFile {
     file: std::fs::File,
     /// The path as the file tools take it (relative to the workspace root).
