@@ -18,10 +18,8 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use jianmu_net::{NetSettings, Url, reqwest};
-use std::sync::Arc;
-
 use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
-use jianmu_workspace::{Spills, Workspace};
+use jianmu_workspace::Saver;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
 
@@ -125,7 +123,7 @@ pub struct HttpArgs {
 pub struct HttpRequest {
     client: reqwest::Client,
     settings: HttpSettings,
-    spills: Option<(Arc<Workspace>, Arc<Spills>)>,
+    saver: Option<Saver>,
 }
 
 /// Response headers worth showing the model.
@@ -144,15 +142,15 @@ impl HttpRequest {
         Self {
             client,
             settings,
-            spills: None,
+            saver: None,
         }
     }
 
-    /// Saves a body too long to answer whole in `spills`, in `ws`, and answers its head
-    /// and tail with where the whole is.
+    /// Saves a body too long to answer whole with `saver`, and answers its head and
+    /// tail with where the whole is.
     #[must_use]
-    pub fn with_spills(mut self, ws: Arc<Workspace>, spills: Arc<Spills>) -> Self {
-        self.spills = Some((ws, spills));
+    pub fn with_saver(mut self, saver: Saver) -> Self {
+        self.saver = Some(saver);
         self
     }
 
@@ -283,7 +281,7 @@ impl HttpRequest {
         text.push('\n');
         let limit = self.settings.max_response_length;
         let (kept, rest) = jianmu_tool_core::cut_chars(&body, limit);
-        match (&self.spills, rest) {
+        match (&self.saver, rest) {
             (_, 0) => text.push_str(kept),
             (None, _) => {
                 text.push_str(kept);
@@ -291,11 +289,9 @@ impl HttpRequest {
                     "\n... (response truncated: {rest} more characters)"
                 ));
             }
-            (Some((ws, spills)), _) => {
+            (Some(saver), _) => {
                 // The head and the tail, and where the whole body is.
-                let saved = spills
-                    .save(ws, "http_request", body.as_bytes())
-                    .unwrap_or_else(|why| why);
+                let saved = saver.save(body.as_bytes()).unwrap_or_else(|why| why);
                 text.push_str(&jianmu_workspace::head_and_tail(&body, limit, &saved));
             }
         }
@@ -419,8 +415,8 @@ fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
         .allow_hosts
         .extend_from_slice(config.allow_hosts());
     let client = jianmu_net::client_for(HttpRequest::NAME, &settings.net)?;
-    let ws = jianmu_workspace::for_tool(config, HttpRequest::NAME)?;
-    ToolHandle::new(HttpRequest::new(client, settings).with_spills(ws, Spills::of(config)))
+    let saver = Saver::for_tool(config, HttpRequest::NAME)?;
+    ToolHandle::new(HttpRequest::new(client, settings).with_saver(saver))
 }
 
 jianmu_tool_core::register_tool!(HttpRequest, build);

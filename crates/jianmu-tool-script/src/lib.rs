@@ -168,10 +168,7 @@ fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
         config.workspace().to_owned(),
     )?
     .with_network(config.scope().get::<jianmu_process::Network>())
-    .with_spills(
-        jianmu_workspace::for_tool(config, PythonRepl::NAME)?,
-        jianmu_workspace::Spills::of(config),
-    );
+    .with_saver(jianmu_workspace::Saver::for_tool(config, PythonRepl::NAME)?);
     ToolHandle::with_spec(repl, spec_python(config)?)
 }
 

@@ -238,10 +238,7 @@ pub struct PythonRepl {
     jail: Jail,
     state: Slot,
     named: Arc<Named>,
-    spills: Option<(
-        Arc<jianmu_workspace::Workspace>,
-        Arc<jianmu_workspace::Spills>,
-    )>,
+    saver: Option<jianmu_workspace::Saver>,
 }
 
 /// Characters of one answer the interpreter keeps when long outputs are saved: what
@@ -279,7 +276,7 @@ impl PythonRepl {
             jail,
             state: Arc::default(),
             named: Arc::default(),
-            spills: None,
+            saver: None,
         })
     }
 
@@ -296,21 +293,17 @@ impl PythonRepl {
         self
     }
 
-    /// Saves output longer than `max_output` in `spills`, in `ws`: the answer keeps
-    /// its head and tail and says where the whole is.
+    /// Saves output longer than `max_output` with `saver`: the answer keeps its head
+    /// and tail and says where the whole is.
     #[must_use]
-    pub fn with_spills(
-        mut self,
-        ws: Arc<jianmu_workspace::Workspace>,
-        spills: Arc<jianmu_workspace::Spills>,
-    ) -> Self {
-        self.spills = Some((ws, spills));
+    pub fn with_saver(mut self, saver: jianmu_workspace::Saver) -> Self {
+        self.saver = Some(saver);
         self
     }
 
     /// Characters of an answer the interpreter keeps.
     fn kept(&self) -> usize {
-        if self.spills.is_some() {
+        if self.saver.is_some() {
             KEPT_FOR_SAVING.max(self.settings.max_output)
         } else {
             self.settings.max_output
@@ -321,7 +314,7 @@ impl PythonRepl {
     /// and tail and where the whole is saved (`dropped` characters were never kept).
     fn bounded(&self, text: &str, dropped: u64) -> String {
         let max = self.settings.max_output;
-        let Some((ws, spills)) = &self.spills else {
+        let Some(saver) = &self.saver else {
             let mut out = truncate(text, max);
             if dropped > 0 && !out.contains("(output truncated") {
                 out.push_str(&format!(
@@ -333,9 +326,7 @@ impl PythonRepl {
         if text.chars().count() <= max && dropped == 0 {
             return text.to_owned();
         }
-        let mut saved = spills
-            .save(ws, Self::NAME, text.as_bytes())
-            .unwrap_or_else(|why| why);
+        let mut saved = saver.save(text.as_bytes()).unwrap_or_else(|why| why);
         if dropped > 0 {
             saved.push_str(&format!(
                 " (the {dropped} characters after its first {KEPT_FOR_SAVING} were not kept)"

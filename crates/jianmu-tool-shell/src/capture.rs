@@ -3,10 +3,9 @@
 //! gigabytes of output can exhaust memory or stall the child.
 
 use std::collections::VecDeque;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use jianmu_workspace::{SpillFile, Spills, Workspace};
+use jianmu_workspace::{Saver, SpillFile};
 
 use tokio::io::{AsyncRead, AsyncReadExt};
 
@@ -35,23 +34,6 @@ impl Counter {
     }
 }
 
-/// Opens the file a stream's whole output is saved in, once it is too long to keep.
-#[derive(Clone)]
-pub(crate) struct Spiller(Arc<dyn Fn() -> Result<SpillFile, String> + Send + Sync>);
-
-impl std::fmt::Debug for Spiller {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str("Spiller")
-    }
-}
-
-impl Spiller {
-    /// Saves in `spills`, in `ws`, under `tool`'s name.
-    pub(crate) fn new(ws: Arc<Workspace>, spills: Arc<Spills>, tool: &'static str) -> Self {
-        Self(Arc::new(move || spills.create(&ws, tool)))
-    }
-}
-
 /// What was kept of one stream.
 #[derive(Debug, Default)]
 pub(crate) struct Captured {
@@ -60,7 +42,7 @@ pub(crate) struct Captured {
     total: u64,
     keep_head: usize,
     keep_tail: usize,
-    spiller: Option<Spiller>,
+    spiller: Option<Saver>,
     /// Once the stream outgrew what is kept: the file it all goes to (or why not).
     spilled: Option<Result<SpillFile, String>>,
 }
@@ -75,7 +57,7 @@ impl Captured {
     }
 
     /// The same, saving the whole stream with `spiller` once it is too long to keep.
-    pub(crate) fn spilling(mut self, spiller: Option<Spiller>) -> Self {
+    pub(crate) fn spilling(mut self, spiller: Option<Saver>) -> Self {
         self.spiller = spiller;
         self
     }
@@ -106,7 +88,7 @@ impl Captured {
             && let Some(spiller) = &self.spiller
         {
             // Nothing was dropped yet: head and tail hold all of it so far.
-            let mut file = (spiller.0)();
+            let mut file = spiller.create();
             if let Ok(f) = &mut file {
                 f.write(&self.head);
                 let (a, b) = self.tail.as_slices();
@@ -168,7 +150,7 @@ pub(crate) async fn drain<R: AsyncRead + Unpin>(
     keep_head: usize,
     keep_tail: usize,
     counter: Option<&Counter>,
-    spiller: Option<Spiller>,
+    spiller: Option<Saver>,
 ) -> Captured {
     let mut captured = Captured::new(keep_head, keep_tail).spilling(spiller);
     feed(stream, |data| captured.push_counted(data, counter)).await;

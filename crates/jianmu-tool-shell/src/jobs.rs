@@ -163,7 +163,7 @@ pub(crate) struct Launch<'a> {
     pub limit: Option<Duration>,
     pub keep_head: usize,
     pub keep_tail: usize,
-    pub spiller: Option<crate::capture::Spiller>,
+    pub spiller: Option<jianmu_workspace::Saver>,
     pub max_running: usize,
     /// Runs the job on a terminal of this size.
     pub terminal: Option<Size>,

@@ -159,7 +159,7 @@ pub struct Bash {
     jail: Jail,
     sessions: Arc<shells::Shells>,
     jobs: Arc<Jobs>,
-    spiller: Option<capture::Spiller>,
+    spiller: Option<jianmu_workspace::Saver>,
 }
 
 impl Bash {
@@ -193,15 +193,11 @@ impl Bash {
         self
     }
 
-    /// Saves output too long to keep whole in `spills`, in `ws`: the answer keeps its
-    /// head and tail and says where the whole is. Without it, the middle is dropped.
+    /// Saves output too long to keep whole with `saver`: the answer keeps its head and
+    /// tail and says where the whole is. Without it, the middle is dropped.
     #[must_use]
-    pub fn with_spills(
-        mut self,
-        ws: Arc<jianmu_workspace::Workspace>,
-        spills: Arc<jianmu_workspace::Spills>,
-    ) -> Self {
-        self.spiller = Some(capture::Spiller::new(ws, spills, "bash"));
+    pub fn with_saver(mut self, saver: jianmu_workspace::Saver) -> Self {
+        self.spiller = Some(saver);
         self
     }
 
@@ -566,10 +562,7 @@ fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     let bash = Bash::new(config.settings(Bash::NAME)?, config.workspace().to_owned())?
         .with_jobs(config.scope().get::<Jobs>())
         .with_network(config.scope().get::<jianmu_process::Network>())
-        .with_spills(
-            jianmu_workspace::for_tool(config, Bash::NAME)?,
-            jianmu_workspace::Spills::of(config),
-        );
+        .with_saver(jianmu_workspace::Saver::for_tool(config, Bash::NAME)?);
     ToolHandle::with_spec(bash, spec(config)?)
 }
 

@@ -59,7 +59,7 @@ pub(crate) struct Launch<'a> {
     pub spec: Spec,
     pub keep_head: usize,
     pub keep_tail: usize,
-    pub spiller: Option<crate::capture::Spiller>,
+    pub spiller: Option<jianmu_workspace::Saver>,
 }
 
 /// How a session call ended.

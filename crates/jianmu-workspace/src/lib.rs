@@ -40,7 +40,9 @@ mod write;
 /// for a writer; regular files read the same either way.
 pub(crate) const O_NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
 
-pub use spill::{MAX_BYTES, MAX_FILE_BYTES, MAX_FILES, OUTPUTS, SpillFile, Spills, head_and_tail};
+pub use spill::{
+    MAX_BYTES, MAX_FILE_BYTES, MAX_FILES, OUTPUTS, Saver, SpillFile, Spills, head_and_tail,
+};
 pub use write::{CommitError, Staged, WriteOptions};
 
 /// Why a path was refused or an operation failed. Every message names the path and

@@ -197,6 +197,55 @@ impl Spills {
     }
 }
 
+/// Where one tool saves its long outputs: the workspace, the scope's [`Spills`] and the
+/// tool's name. Clones share the folder.
+#[derive(Debug, Clone)]
+pub struct Saver {
+    ws: Arc<Workspace>,
+    spills: Arc<Spills>,
+    tool: &'static str,
+}
+
+impl Saver {
+    /// Saves `tool`'s outputs in `spills`, in `ws`.
+    #[must_use]
+    pub fn new(ws: Arc<Workspace>, spills: Arc<Spills>, tool: &'static str) -> Self {
+        Self { ws, spills, tool }
+    }
+
+    /// The saver of `tool` built from `config`: its workspace, and the spills its scope
+    /// shares.
+    ///
+    /// # Errors
+    /// The workspace cannot be opened.
+    pub fn for_tool(
+        config: &jianmu_tool_core::ToolConfig,
+        tool: &'static str,
+    ) -> Result<Self, jianmu_tool_core::ToolError> {
+        Ok(Self::new(
+            crate::for_tool(config, tool)?,
+            Spills::of(config),
+            tool,
+        ))
+    }
+
+    /// A new file for an output, to be written as it comes ([`Spills::create`]).
+    ///
+    /// # Errors
+    /// As [`Spills::create`].
+    pub fn create(&self) -> Result<SpillFile, String> {
+        self.spills.create(&self.ws, self.tool)
+    }
+
+    /// Saves `content` and describes where ([`Spills::save`]).
+    ///
+    /// # Errors
+    /// As [`Spills::create`].
+    pub fn save(&self, content: &[u8]) -> Result<String, String> {
+        self.spills.save(&self.ws, self.tool, content)
+    }
+}
+
 /// `text` as an answer of about `max` characters: its head (four fifths) and tail
 /// (one fifth), with a line between saying how much was cut and `saved` (where the
 /// whole is, or why it is not saved). `text` itself when it fits.
