@@ -44,6 +44,7 @@ const HEAVY: &[(&str, &[&str])] = &[
     ("reqwest", &["http", "search"]),
     ("hyper", &["http", "search", "mcp"]),
     ("dom_smoothie", &["http"]),
+    ("pdf-extract", &["fs", "http"]),
     ("bollard", &["docker"]),
     ("rhai", &["script"]),
     ("grep-searcher", &["code"]),

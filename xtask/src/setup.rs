@@ -89,6 +89,21 @@ const NEEDS: &[Need] = &[
         present: || Path::new("/usr/share/doc/python3.11/html/library/os.html").exists(),
     },
     Need {
+        what: "a real PDF manual (read_file, web_fetch)",
+        package: "libtasn1-doc",
+        present: || Path::new("/usr/share/doc/libtasn1-doc/libtasn1.pdf").exists(),
+    },
+    Need {
+        what: "groff (the PDF benchmark's document)",
+        package: "groff",
+        present: || on_path("gropdf"),
+    },
+    Need {
+        what: "pdftotext (the PDF benchmark's reference)",
+        package: "poppler-utils",
+        present: || on_path("pdftotext"),
+    },
+    Need {
         what: "ip (a bridge for the tests' own engine)",
         package: "iproute2",
         present: || on_path("ip"),

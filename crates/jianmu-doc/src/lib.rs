@@ -1,6 +1,7 @@
 //! Documents for Jianmu's tools, read the way a model wants them: a web page as the
 //! Markdown of its main content, decoded from whatever charset it came in (feature
-//! `html`); a Jupyter notebook as its cells in order, and edits that keep it valid.
+//! `html`); a PDF as the text of its pages, parsed in a child process a hostile file
+//! cannot crash the caller from (feature `pdf`); a Jupyter notebook as its cells in order, and edits that keep it valid.
 //!
 //! Everything here is bounded for hostile input: nesting deeper than a browser would
 //! build is flattened before parsing (so no parse is quadratic and no walk of the tree
@@ -11,3 +12,5 @@
 #[cfg(feature = "html")]
 pub mod html;
 pub mod notebook;
+#[cfg(feature = "pdf")]
+pub mod pdf;

@@ -23,6 +23,7 @@
 use std::ffi::OsStr;
 use std::process::Stdio;
 
+mod child;
 mod isolate;
 mod jail;
 mod landlock;
@@ -37,6 +38,7 @@ mod sys;
 mod tree;
 mod userns;
 
+pub use child::{ChildEnd, ChildLimits, ChildRun, ChildWriter, run_in_child};
 pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Supervised};
 pub use netns::Network;
 pub use pty::{Size, Terminal};

@@ -553,3 +553,106 @@ async fn a_memory_limit_fails_allocations_past_it_on_every_jail() {
         }
     }
 }
+
+/// Work in a forked child: what it writes comes back, and however it fails (a panic,
+/// a stack overflow, an allocation without end, a loop without end, too much output)
+/// this process goes on and the child is gone.
+#[test]
+fn work_in_a_child_ends_one_call_not_the_process() {
+    use std::io::Write;
+    use std::time::Duration;
+
+    use crate::{ChildEnd, ChildLimits, run_in_child};
+
+    let limits = ChildLimits {
+        timeout: Duration::from_secs(20),
+        idle: None,
+        memory: 256 << 20,
+        output: 1 << 20,
+        stack: 8 << 20,
+    };
+    let run = |f: fn(&mut crate::ChildWriter)| run_in_child(limits, f).unwrap();
+
+    let done = run(|w| w.write_all(b"page 1\npage 2\n").unwrap());
+    assert_eq!(
+        (done.output.as_slice(), done.end),
+        (&b"page 1\npage 2\n"[..], ChildEnd::Finished)
+    );
+
+    let panicked = run(|w| {
+        w.write_all(b"before\n").unwrap();
+        panic!("a parser bug");
+    });
+    assert_eq!(
+        (panicked.output.as_slice(), panicked.end),
+        (&b"before\n"[..], ChildEnd::Crashed)
+    );
+
+    fn deep(n: u64) -> u64 {
+        if n == u64::MAX {
+            return 0;
+        }
+        let pad = [n; 64];
+        deep(n + 1) + std::hint::black_box(pad)[3]
+    }
+    let overflowed = run(|w| {
+        w.write_all(b"x").unwrap();
+        deep(0);
+    });
+    assert_eq!(overflowed.end, ChildEnd::Crashed);
+    assert_eq!(overflowed.output, b"x");
+
+    let hungry = run(|_| {
+        let mut keep = Vec::new();
+        loop {
+            keep.push(vec![1u8; 64 << 20]);
+            std::hint::black_box(&keep);
+        }
+    });
+    assert_eq!(hungry.end, ChildEnd::Crashed);
+
+    let chatty = run(|w| {
+        loop {
+            if w.write_all(&[b'a'; 4096]).is_err() {
+                return;
+            }
+        }
+    });
+    assert_eq!(
+        (chatty.output.len(), chatty.end),
+        (1 << 20, ChildEnd::OutputFull)
+    );
+
+    let short = ChildLimits {
+        timeout: Duration::from_millis(300),
+        ..limits
+    };
+    let start = std::time::Instant::now();
+    let stuck = run_in_child(short, |_| {
+        loop {
+            std::hint::spin_loop();
+        }
+    })
+    .unwrap();
+    assert_eq!(stuck.end, ChildEnd::TimedOut);
+    assert!(start.elapsed() < Duration::from_secs(15));
+
+    // Progress, then a step that never ends: killed when it has been quiet too long,
+    // with the progress kept.
+    let idle = ChildLimits {
+        idle: Some(Duration::from_millis(300)),
+        ..limits
+    };
+    let stalled = run_in_child(idle, |w| {
+        for i in 0..5 {
+            writeln!(w, "step {i}").unwrap();
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        loop {
+            std::hint::spin_loop();
+        }
+    })
+    .unwrap();
+    assert_eq!(stalled.end, ChildEnd::Stalled);
+    assert_eq!(stalled.output, b"step 0\nstep 1\nstep 2\nstep 3\nstep 4\n");
+}

@@ -4,6 +4,12 @@
 use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolError, ToolHandle, ToolSet, ToolSpec};
 use serde_json::Value;
 
+pub mod pdf;
+
+/// A real PDF from a Debian package (`libtasn1-doc`, which `cargo xtask test-all`
+/// installs): the GNU Libtasn1 manual, 36 pages of text.
+pub const MANUAL_PDF: &str = "/usr/share/doc/libtasn1-doc/libtasn1.pdf";
+
 /// Calls `tool` with `args` through the real call path (merge, validation, the default
 /// runner): its text, or `error: ` and the error.
 pub async fn call(tool: &ToolHandle, args: Value) -> String {

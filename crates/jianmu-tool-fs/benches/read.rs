@@ -29,6 +29,7 @@ fn bench(c: &mut Criterion) {
         limit: Some(2000),
         // Plain lines, as the reference returns them.
         line_numbers: Some(false),
+        pages: None,
     };
     let out = tool.read(&args).unwrap();
     assert!(out.text.starts_with("009000: "), "{}", &out.text[..20]);

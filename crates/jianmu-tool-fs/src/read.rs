@@ -35,6 +35,14 @@ pub struct ReadSettings {
     pub notebook_chars: usize,
     /// Images from notebook outputs returned per read.
     pub notebook_images: usize,
+    /// Largest PDF read as text, in bytes.
+    pub max_pdf_size: u64,
+    /// Characters of one PDF reading; the pages after are left for the next read.
+    pub pdf_chars: usize,
+    /// Pages of one PDF reading.
+    pub pdf_pages: usize,
+    /// Seconds one PDF reading may take.
+    pub pdf_timeout_secs: u64,
 }
 
 impl Default for ReadSettings {
@@ -48,6 +56,10 @@ impl Default for ReadSettings {
             notebook_output_chars: 5_000,
             notebook_chars: 100_000,
             notebook_images: 10,
+            max_pdf_size: 64 * MIB,
+            pdf_chars: 100_000,
+            pdf_pages: 100,
+            pdf_timeout_secs: 30,
         }
     }
 }
@@ -84,6 +96,9 @@ pub struct ReadArgs {
     /// Number each line like `cat -n` (`N<TAB>text`), cut lines over 2,000 characters,
     /// and end with `(lines A-B of N)`. On by default when `offset` or `limit` is given.
     pub line_numbers: Option<bool>,
+    /// For a PDF: the pages to read, such as `"3"`, `"1-5"`, `"10-"` or `"1-3,7"`;
+    /// from the first page when absent.
+    pub pages: Option<String>,
 }
 
 /// How many characters of one line a numbered read shows.
@@ -149,12 +164,30 @@ impl ReadFile {
                 cut: None,
                 image: None,
                 cells: None,
+                pages: None,
+                pages_read: None,
             }))
         };
         if let Some(mime) = image_type(head) {
             return self.image(&rel, reader, size, mime);
         }
         let windowed = args.offset.is_some() || args.limit.is_some();
+        if jianmu_doc::pdf::looks_like_pdf(head) {
+            if windowed {
+                return Err(ToolError::failed(format!(
+                    "`{}` is a PDF: read its pages with `pages` (such as \"1-5\"), not `offset`/`limit`",
+                    show(&rel)
+                )));
+            }
+            drop(reader);
+            return self.pdf(&rel, size, args.pages.as_deref());
+        }
+        if args.pages.is_some() {
+            return Err(ToolError::failed(format!(
+                "`pages` is for PDFs and `{}` is not one; read a window of lines with `offset` and `limit`",
+                show(&rel)
+            )));
+        }
         if !windowed && crate::suffix(&rel) == ".ipynb" {
             drop(reader);
             return self.notebook(&rel, size);
@@ -211,6 +244,8 @@ impl ReadFile {
                 cut: Some(false),
                 image: None,
                 cells: None,
+                pages: None,
+                pages_read: None,
             }));
         }
         let first = args.offset.unwrap_or(1).max(1);
@@ -251,6 +286,8 @@ impl ReadFile {
             cut: Some(window.cut),
             image: None,
             cells: None,
+            pages: None,
+            pages_read: None,
         }))
     }
 
@@ -281,6 +318,8 @@ impl ReadFile {
             cut: None,
             image: None,
             cells: Some(rendered.cells as u64),
+            pages: None,
+            pages_read: None,
         });
         for image in rendered.images {
             out = out.with_image(Image {
@@ -289,6 +328,49 @@ impl ReadFile {
             });
         }
         Ok(out)
+    }
+
+    /// A PDF as the text of its pages.
+    fn pdf(&self, rel: &Path, size: u64, pages: Option<&str>) -> Result<ToolOutput, ToolError> {
+        use jianmu_doc::pdf;
+        let ranges = pages
+            .map(pdf::parse_pages)
+            .transpose()
+            .map_err(|e| ToolError::failed(e.to_string()))?
+            .unwrap_or_default();
+        let limit = self.settings.max_pdf_size;
+        if size > limit {
+            return Err(ToolError::failed(format!(
+                "`{}` is a PDF of {size} bytes, over the limit of {limit} bytes for PDFs; it was not read",
+                show(rel)
+            )));
+        }
+        let bytes = self.ws.read_to_end(rel, limit)?;
+        let limits = pdf::Limits {
+            timeout: std::time::Duration::from_secs(self.settings.pdf_timeout_secs.max(1)),
+            page_chars: self.settings.pdf_chars,
+            total_chars: self.settings.pdf_chars,
+            max_pages: self.settings.pdf_pages.max(1),
+            ..pdf::Limits::default()
+        };
+        let reading = pdf::read(&bytes, &ranges, &limits)
+            .map_err(|e| ToolError::failed(format!("`{}`: {e}", show(rel))))?;
+        let text = pdf::render(&reading, &format!("`{}`", show(rel)));
+        Ok(ToolOutput::text(text).with_data(&ReadOutput {
+            path: show(rel),
+            size,
+            binary: true,
+            first_line: None,
+            lines: None,
+            total_lines: None,
+            cut: Some(!reading.left.is_empty() || reading.pages.iter().any(|p| p.cut > 0)),
+            image: None,
+            cells: None,
+            pages: Some(u64::from(reading.page_count)),
+            pages_read: Some(pdf::page_list(
+                &reading.pages.iter().map(|p| p.number).collect::<Vec<_>>(),
+            )),
+        }))
     }
 
     /// An image file as an image for the model, with its type and size as text.
@@ -346,6 +428,8 @@ impl ReadFile {
                     base64: base64.clone(),
                 }),
                 cells: None,
+                pages: None,
+                pages_read: None,
             })
             .with_image(Image {
                 mime_type: mime.to_owned(),
@@ -479,6 +563,12 @@ pub struct ReadOutput {
     /// For a Jupyter notebook read as cells: how many cells it has.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cells: Option<u64>,
+    /// For a PDF: how many pages it has.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pages: Option<u64>,
+    /// For a PDF: the pages shown, such as `1-5,7`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pages_read: Option<String>,
 }
 
 /// An image file's content.
@@ -511,6 +601,10 @@ impl Tool for ReadFile {
      and ends with a line such as `(lines 10-20 of 500)`. A Jupyter notebook (`.ipynb`) \
      is shown as its cells in order (number, id, type, source, outputs; image outputs as \
      images, long outputs cut with a count); `offset`/`limit` read its raw JSON instead. \
+     A PDF is read as the text of its pages, under `--- page N ---` lines; `pages` picks \
+     them (\"1-5\", \"3\", \"10-\"; 100 pages or 100000 characters at most per read, \
+     the answer says which pages are left). A page without a text layer (a scan) is said \
+     to be an image; its text cannot be read here. \
      Binary files are reported with their size, not shown.";
 
     fn output_schema() -> serde_json::Value {

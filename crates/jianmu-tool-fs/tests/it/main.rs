@@ -11,6 +11,7 @@ use jianmu_tool_fs::{
 use jianmu_workspace::Workspace;
 
 mod notebook;
+mod pdf;
 use serde_json::json;
 
 struct Fx {
