@@ -143,6 +143,13 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             goal: ">= 5x faster",
         },
         Row {
+            what: "read_file: a 106-page PDF, all pages as text",
+            ours_ns: median_ns("read_file/pdf_106_pages")?,
+            reference: "`pdftotext` (poppler), same file",
+            reference_ns: Some(median_ns("read_file/pdftotext_106_pages")?),
+            goal: "report",
+        },
+        Row {
             what: "8 calls of a 1 ms I/O tool, as one batch",
             ours_ns: median_ns("batch/8_as_batch")?,
             reference: "the same 8 calls one by one",

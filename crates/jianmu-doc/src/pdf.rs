@@ -516,8 +516,8 @@ fn short(why: &str) -> String {
 
 /// Writes a reading as the text a model reads: a header line, each page under
 /// `--- page N ---` (with what it holds when it has no text), and a last line saying
-/// which pages are left and how to read them.
-pub fn render(reading: &Reading, name: &str) -> String {
+/// which pages are left and, through `how_on` (given them as `1-3,7`), how to read them.
+pub fn render(reading: &Reading, name: &str, how_on: impl Fn(&str) -> String) -> String {
     let mut out = String::new();
     let shown = page_list(&reading.pages.iter().map(|p| p.number).collect::<Vec<_>>());
     let _ = writeln!(
@@ -549,7 +549,8 @@ pub fn render(reading: &Reading, name: &str) -> String {
         let next = page_list(&reading.left);
         let _ = write!(
             out,
-            "\n(pages {next} were not read: {why}; read them with `pages: \"{next}\"`, or fewer at a time)"
+            "\n(pages {next} were not read: {why}; {})",
+            how_on(&next)
         );
     }
     out

@@ -355,7 +355,9 @@ impl ReadFile {
         };
         let reading = pdf::read(&bytes, &ranges, &limits)
             .map_err(|e| ToolError::failed(format!("`{}`: {e}", show(rel))))?;
-        let text = pdf::render(&reading, &format!("`{}`", show(rel)));
+        let text = pdf::render(&reading, &format!("`{}`", show(rel)), |next| {
+            format!("read them with `pages: \"{next}\"`, or fewer at a time")
+        });
         Ok(ToolOutput::text(text).with_data(&ReadOutput {
             path: show(rel),
             size,

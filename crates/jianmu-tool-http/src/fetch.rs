@@ -33,6 +33,8 @@ pub struct FetchSettings {
     pub max_body_bytes: usize,
     /// Characters answered when a call gives no `max_length`.
     pub max_length: usize,
+    /// Most characters of a PDF's text (its pages after are named, not read).
+    pub max_pdf_chars: usize,
     /// Honour robots.txt (a page it disallows for `jianmu` or `*` is refused).
     pub respect_robots: bool,
     /// How long a fetched page is kept, in seconds (0: not kept).
@@ -50,6 +52,7 @@ impl Default for FetchSettings {
             timeout_secs: 30.0,
             max_body_bytes: 10 * 1024 * 1024,
             max_length: 20_000,
+            max_pdf_chars: 1_000_000,
             respect_robots: true,
             cache_secs: 15 * 60,
             cache_entries: 64,
@@ -440,11 +443,40 @@ impl WebFetch {
                     .0
                     .replace('\0', "\u{fffd}")
             }
-            Kind::Pdf => format!(
-                "(a PDF document of {} bytes: web_fetch cannot read PDFs here; save it with \
-                 a shell tool if one can reach this host, or ask the user for its text)",
-                bytes.len()
+            Kind::Pdf if cut => format!(
+                "(a PDF document over {} bytes, the most read: a PDF cannot be read from its \
+                 start alone)",
+                self.settings.max_body_bytes
             ),
+            Kind::Pdf => {
+                let limits = jianmu_doc::pdf::Limits {
+                    timeout: deadline
+                        .saturating_duration_since(Instant::now())
+                        .max(Duration::from_secs(1)),
+                    page_chars: MAX_LENGTH,
+                    total_chars: self.settings.max_pdf_chars,
+                    max_pages: 2_000,
+                    ..jianmu_doc::pdf::Limits::default()
+                };
+                let name = url.to_string();
+                let size = bytes.len();
+                let read = tokio::task::spawn_blocking(move || {
+                    jianmu_doc::pdf::read(&bytes, &[], &limits).map(|r| {
+                        jianmu_doc::pdf::render(&r, &name, |_| {
+                            "web_fetch reads no further into a PDF: download it into the \
+                             workspace (if a tool here can) and read those pages with \
+                             read_file and `pages`"
+                                .to_owned()
+                        })
+                    })
+                })
+                .await;
+                match read {
+                    Ok(Ok(text)) => text,
+                    Ok(Err(e)) => format!("(a PDF document of {size} bytes: {e})"),
+                    Err(_) => format!("(a PDF document of {size} bytes: reading it failed)"),
+                }
+            }
             Kind::Binary => format!(
                 "(binary content, {}, {} bytes: not shown)",
                 if content_type.is_empty() {
@@ -612,7 +644,9 @@ impl Tool for WebFetch {
      source). A redirect to another host is not followed: the answer gives the new URL to \
      fetch. Pages whose robots.txt disallows automated agents are refused. Pages are kept \
      for 15 minutes, so reading on does not fetch again. Private, loopback and \
-     cloud-metadata addresses are refused unless allow-listed. Cannot read PDFs.";
+     cloud-metadata addresses are refused unless allow-listed. A PDF comes back as the \
+     text of its pages, under `--- page N ---` lines (a page without a text layer, such \
+     as a scan, is said to be an image).";
 
     fn output_schema() -> Value {
         jianmu_tool_core::schema_for::<FetchOutput>()

@@ -128,7 +128,38 @@ async fn charsets_pdfs_and_binaries() {
     let latin = call(&t, json!({"url": srv.url("/latin1")})).await;
     assert!(latin.contains("crème brûlée"), "{latin}");
     let pdf = call(&t, json!({"url": srv.url("/pdf")})).await;
-    assert!(pdf.contains("a PDF document of"), "{pdf}");
+    assert!(
+        pdf.starts_with("(a PDF document of 13 bytes: the PDF could not be read ("),
+        "{pdf}"
+    );
+    // A real PDF comes back as the text of its pages, paged like any long content.
+    let (manual, data) = structured(&t, json!({"url": srv.url("/manual")})).await;
+    let url = srv.url("/manual");
+    assert!(
+        manual.contains(&format!(
+            "{url} is a PDF of 36 pages; pages 1-36 follow.\n\n--- page 1 ---\nLibtasn1\n"
+        )),
+        "{manual}"
+    );
+    assert_eq!(data["content_type"], "");
+    let next = data["next_index"].as_u64().unwrap();
+    let (more, _) = structured(
+        &t,
+        json!({"url": url, "start_index": next, "max_length": 200_000}),
+    )
+    .await;
+    assert!(
+        more.contains("--- page 36 ---"),
+        "{}",
+        &more[more.len().saturating_sub(500)..]
+    );
+    // A page the parser crashes on is named; the pages around it are read.
+    let looped = call(&t, json!({"url": srv.url("/form-loop.pdf")})).await;
+    assert!(
+        looped.contains("--- page 2 (could not be read: the PDF is damaged here) ---"),
+        "{looped}"
+    );
+    assert!(looped.contains("--- page 3 ---\nthird page"), "{looped}");
     let png = call(&t, json!({"url": srv.url("/png")})).await;
     assert_eq!(png, "(binary content, image/png, 10 bytes: not shown)");
     let missing = call(&t, json!({"url": srv.url("/nothing-here")})).await;

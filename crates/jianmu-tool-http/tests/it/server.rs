@@ -146,6 +146,14 @@ async fn route(req: Request<Incoming>, port: u16, n: u32) -> Response<Full<Bytes
             r
         }
         "/pdf" => reply(200, Some("application/pdf"), b"%PDF-1.4\n%\xe2\xe3\n".to_vec()),
+        // A real manual, served without a content type: the body says what it is.
+        "/manual" => reply(
+            200,
+            None,
+            std::fs::read(jianmu_test_support::MANUAL_PDF)
+                .expect("libtasn1-doc is installed by cargo xtask test-all"),
+        ),
+        "/form-loop.pdf" => reply(200, Some("application/pdf"), jianmu_test_support::pdf::form_loop()),
         "/png" => reply(200, Some("image/png"), b"\x89PNG\r\n\x1a\n\0\0".to_vec()),
         "/moved" => {
             let mut r = reply(301, None, "");
