@@ -1,6 +1,6 @@
 //! Outputs too long to answer whole are saved where the file tools read them, and the
-//! answer says where: bash, background jobs, http_request and python_repl, through a
-//! session; the folder goes with the session.
+//! answer says where: bash, background jobs, http_request, python_repl and grep_search,
+//! through a session; the folder goes with the session.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
@@ -114,6 +114,46 @@ async fn long_outputs_are_saved_whole_and_read_back_exactly() {
         py.text
     );
     assert_eq!(saved(&session, &py.text).await, seq);
+
+    // grep_search: past `limit`, or past one answer's characters, every matching line
+    // is saved, in the listing's own order and form.
+    let lines = |name: &str, n: usize| -> String {
+        (1..=n)
+            .map(|i| format!("src/{name}:{i}:needle {i}\n"))
+            .collect()
+    };
+    std::fs::create_dir_all(dir.path().join("src")).unwrap();
+    for (name, n) in [("b.txt", 500), ("a.txt", 1500)] {
+        let text: String = (1..=n).map(|i| format!("needle {i}\n")).collect();
+        std::fs::write(dir.path().join("src").join(name), text).unwrap();
+    }
+    let all = lines("a.txt", 1500) + lines("b.txt", 500).as_str();
+    let few = session
+        .call("grep_search", json!({"query": "needle", "limit": 3}))
+        .await
+        .unwrap();
+    assert!(
+        few.text.starts_with("src/a.txt:1:needle 1\nsrc/a.txt:2:needle 2\nsrc/a.txt:3:needle 3\n(1997 more matches not shown: 2000 in all; the whole output is saved in .jianmu/outputs/"),
+        "{}",
+        few.text
+    );
+    assert_eq!(saved(&session, &few.text).await, all);
+    let many = session
+        .call("grep_search", json!({"query": "needle", "limit": 10000}))
+        .await
+        .unwrap();
+    assert!(many.text.len() < 32_000, "{}", many.text.len());
+    assert!(
+        many.text.contains("characters cut from the middle"),
+        "{}",
+        many.text
+    );
+    assert!(
+        many.text.ends_with("src/b.txt:500:needle 500\n"),
+        "{}",
+        &many.text[many.text.len() - 100..]
+    );
+    assert_eq!(saved(&session, &many.text).await, all);
 
     let folder = dir.path().join(".jianmu/outputs");
     let kept: Vec<_> = std::fs::read_dir(&folder)

@@ -52,10 +52,27 @@ pub struct GrepArgs {
     pub limit: Limit,
 }
 
+/// Settings of `grep_search` (`[tools.grep_search]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GrepSettings {
+    /// Most characters of an answer; a longer listing keeps its start and end, and
+    /// every matching line is saved to a file the answer names.
+    pub max_output: usize,
+}
+
+impl Default for GrepSettings {
+    fn default() -> Self {
+        Self { max_output: 30_000 }
+    }
+}
+
 /// The `grep_search` tool.
 #[derive(Debug, Clone)]
 pub struct GrepSearch {
     ws: Arc<Workspace>,
+    settings: GrepSettings,
+    saver: Option<jianmu_workspace::Saver>,
 }
 
 /// One matching line; hits are ordered as the output is: by path, then line.
@@ -76,12 +93,33 @@ pub struct GrepOutput {
     pub matches: Vec<Hit>,
     /// How many lines matched in all, shown or not.
     pub total: u64,
+    /// Where every matching line is saved, when not all are shown.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saved: Option<String>,
 }
 
 impl GrepSearch {
-    /// A `grep_search` confined to `ws`.
+    /// A `grep_search` confined to `ws`, with the default settings, saving nothing.
     pub fn new(ws: Arc<Workspace>) -> Self {
-        Self { ws }
+        Self {
+            ws,
+            settings: GrepSettings::default(),
+            saver: None,
+        }
+    }
+
+    /// The same tool with `settings`.
+    #[must_use]
+    pub fn with_settings(mut self, settings: GrepSettings) -> Self {
+        self.settings = settings;
+        self
+    }
+
+    /// The same tool, saving every matching line of a search it does not show whole.
+    #[must_use]
+    pub fn with_saver(mut self, saver: jianmu_workspace::Saver) -> Self {
+        self.saver = Some(saver);
+        self
     }
 
     /// The synchronous body.
@@ -118,10 +156,13 @@ impl GrepSearch {
         }
         let limit = args.limit.get();
         let ws = self.ws.clone();
+        // The files with a match, for saving every matching line when not all are shown.
+        let with_hits = Arc::new(std::sync::Mutex::new(Vec::<String>::new()));
         let (hits, total) = walk::collect(builder.build_parallel(), limit, |mut local| {
             let matcher = matcher.clone();
             let root = root.clone();
             let ws = ws.clone();
+            let with_hits = with_hits.clone();
             let mut searcher = SearcherBuilder::new()
                 .binary_detection(BinaryDetection::quit(b'\x00'))
                 .line_number(true)
@@ -143,6 +184,7 @@ impl GrepSearch {
                     return WalkState::Continue;
                 };
                 let file = file.into_std();
+                let before = local.top.total;
                 let _ = searcher.search_file(
                     &matcher,
                     &file,
@@ -155,6 +197,12 @@ impl GrepSearch {
                         Ok(true)
                     }),
                 );
+                if local.top.total > before {
+                    with_hits
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner)
+                        .push(shown);
+                }
                 WalkState::Continue
             })
         });
@@ -171,12 +219,81 @@ impl GrepSearch {
                 jianmu_tool_core::escape_controls(&h.text)
             )
         });
-        let text = walk::listing(lines, total, "matches", &none);
+        let mut text = walk::listing(lines, total, "matches", &none);
+        let mut saved = None;
+        let cut = total > hits.len() as u64 || text.chars().count() > self.settings.max_output;
+        if cut && let Some(saver) = &self.saver {
+            let mut files = std::mem::take(
+                &mut *with_hits
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner),
+            );
+            files.sort_unstable();
+            let said = match saver.create() {
+                Ok(mut file) => {
+                    self.save_all(&files, &matcher, &mut file);
+                    saved = Some(file.path.clone());
+                    file.describe()
+                }
+                Err(why) => why,
+            };
+            if total > hits.len() as u64 {
+                // The listing's last line says how many are not shown; it says where.
+                let note = "; narrow the search or raise `limit`)\n";
+                if text.ends_with(note) {
+                    text.truncate(text.len() - note.len());
+                    text.push_str(&format!(
+                        "; {said}; or narrow the search or raise `limit`)\n"
+                    ));
+                }
+            }
+            text = jianmu_workspace::head_and_tail(&text, self.settings.max_output, &said);
+        } else if cut {
+            text = jianmu_workspace::head_and_tail(
+                &text,
+                self.settings.max_output,
+                "narrow the search or lower `limit` to see the rest",
+            );
+        }
         let out = GrepOutput {
             matches: hits,
             total,
+            saved,
         };
         Ok(ToolOutput::text(text).with_data(&out))
+    }
+
+    /// Writes every matching line of `files` (sorted), as the listing shows them, to
+    /// `out`, until it is full.
+    fn save_all(
+        &self,
+        files: &[String],
+        matcher: &grep_regex::RegexMatcher,
+        out: &mut jianmu_workspace::SpillFile,
+    ) {
+        let mut searcher = SearcherBuilder::new()
+            .binary_detection(BinaryDetection::quit(b'\x00'))
+            .line_number(true)
+            .build();
+        for path in files {
+            if out.is_full() {
+                return;
+            }
+            let Ok((file, _)) = self.ws.open_file(Path::new(path)) else {
+                continue;
+            };
+            let shown = jianmu_tool_core::escape_controls(path);
+            let _ = searcher.search_file(
+                matcher,
+                &file.into_std(),
+                Lossy(|line, text| {
+                    let clipped = clip(text);
+                    let text = jianmu_tool_core::escape_controls(&clipped);
+                    out.write(format!("{shown}:{line}:{text}\n").as_bytes());
+                    Ok(!out.is_full())
+                }),
+            );
+        }
     }
 }
 
@@ -201,7 +318,9 @@ impl Tool for GrepSearch {
      `PATH:LINE:TEXT` line per matching line, workspace-relative, sorted.\n\
      Respects .gitignore (inside git repositories) and .ignore, skips hidden and binary \
      files, does not follow symbolic links; `glob` filters files as `rg -g`. Lines \
-     over 500 characters are cut with a marker.";
+     over 500 characters are cut with a marker. When more lines match than `limit` \
+     (or than fit in one answer), all of them are saved to a file the answer names, \
+     to read with read_file.";
 
     fn output_schema() -> serde_json::Value {
         jianmu_tool_core::schema_for::<GrepOutput>()

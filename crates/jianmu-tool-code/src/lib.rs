@@ -28,7 +28,7 @@ mod walk;
 
 pub use edit::{Edit, EditArgs, EditFile, EditOutput, EditSettings};
 pub use glob::{GlobArgs, GlobOutput, GlobSearch};
-pub use grep::{GrepArgs, GrepOutput, GrepSearch, Hit, MAX_LINE_CHARS};
+pub use grep::{GrepArgs, GrepOutput, GrepSearch, GrepSettings, Hit, MAX_LINE_CHARS};
 pub use info::{FileInfo, InfoArgs, InfoOutput};
 pub use patch::{ApplyPatch, PatchArgs, PatchOutput, PatchSettings, PatchedFile};
 pub use replace::{ReplaceArgs, ReplaceOutput, ReplaceSettings, StrReplace};
@@ -69,10 +69,11 @@ fn build_glob(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
 }
 
 fn build_grep(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(GrepSearch::new(jianmu_workspace::for_tool(
-        config,
-        GrepSearch::NAME,
-    )?))
+    ToolHandle::new(
+        GrepSearch::new(jianmu_workspace::for_tool(config, GrepSearch::NAME)?)
+            .with_settings(config.settings(GrepSearch::NAME)?)
+            .with_saver(jianmu_workspace::Saver::for_tool(config, GrepSearch::NAME)?),
+    )
 }
 
 fn build_info(config: &ToolConfig) -> Result<ToolHandle, ToolError> {

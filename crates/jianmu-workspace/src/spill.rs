@@ -88,6 +88,12 @@ impl SpillFile {
         self.dropped += (data.len() - take) as u64;
     }
 
+    /// Whether the limits let nothing more be written.
+    #[must_use]
+    pub fn is_full(&self) -> bool {
+        self.written >= MAX_FILE_BYTES || self.total.load(Ordering::Relaxed) >= MAX_BYTES
+    }
+
     /// How the saved file is described to the model: its path and how to read it, and
     /// whether it is whole.
     #[must_use]
