@@ -23,6 +23,20 @@ pub(crate) struct Config {
     /// `[mcp]`: the MCP server's settings.
     #[serde(default)]
     pub(crate) mcp: Mcp,
+    /// `[outputs]`: answer budgets and where long outputs are saved.
+    #[serde(default)]
+    pub(crate) outputs: Outputs,
+}
+
+/// `[outputs]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct Outputs {
+    /// The answer budget, in characters, of every tool whose own settings do not set
+    /// one: longer answers keep their start and end and save the whole.
+    pub(crate) max_chars: Option<usize>,
+    /// Where long outputs are saved, relative to the workspace (`.jianmu/outputs`).
+    pub(crate) folder: Option<String>,
 }
 
 /// `[mcp]`.

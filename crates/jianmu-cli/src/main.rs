@@ -133,7 +133,13 @@ fn run(cli: Cli) -> Result<(), Failure> {
             rt.block_on(native::run(&settings, native_args))
         }
         Command::Call { name, args } => {
-            let settings = load()?;
+            let mut settings = load()?;
+            // The answer may name a saved output, read after this process ends: keep it.
+            let outputs = jianmu_tool_core::SavedOutputs {
+                keep: true,
+                ..settings.tools.saved_outputs().clone()
+            };
+            settings.tools = settings.tools.clone().with_saved_outputs(outputs);
             jianmu_runtime::tool_spec(&settings.tools, name).map_err(lookup)?;
             let args = read_args(args)?;
             let rt = runtime()?;

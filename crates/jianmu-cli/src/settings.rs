@@ -53,13 +53,28 @@ impl Settings {
         if !workspace.is_dir() {
             bail!("workspace {} is not a directory", workspace.display());
         }
-        let tools = config
+        let mut tools = config
             .tools
             .into_iter()
             .fold(ToolConfig::new(workspace), |tools, (name, settings)| {
                 tools.with_settings(name, settings)
             })
             .with_allow_hosts(cli.allow_host.iter().cloned());
+        if let Some(max_chars) = config.outputs.max_chars {
+            tools = jianmu_runtime::with_output_budget(tools, max_chars);
+        }
+        if let Some(folder) = config.outputs.folder {
+            let plain = std::path::Path::new(&folder)
+                .components()
+                .all(|c| matches!(c, std::path::Component::Normal(_)));
+            if folder.is_empty() || !plain {
+                bail!("[outputs] folder `{folder}` must be a relative path inside the workspace");
+            }
+            tools = tools.with_saved_outputs(jianmu_tool_core::SavedOutputs {
+                folder: Some(folder),
+                keep: false,
+            });
+        }
 
         let timeout = cli
             .timeout

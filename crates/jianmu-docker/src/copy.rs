@@ -33,8 +33,9 @@ use rustix::io::Errno;
 
 use super::backend::Backend;
 
-/// Where a session's tools save outputs too long to answer (the tools' `.jianmu/outputs`).
-const SAVED_OUTPUTS: &str = ".jianmu/outputs";
+/// Where a session's tools save outputs too long to answer, unless configured (the
+/// tools' `.jianmu/outputs`).
+pub(crate) const SAVED_OUTPUTS: &str = ".jianmu/outputs";
 use crate::SandboxError;
 
 /// The most skipped entries named one by one; the rest are counted.
@@ -348,6 +349,7 @@ pub(crate) async fn pull(
     id: &str,
     workspace: &Path,
     limits: Limits,
+    saved: &Path,
 ) -> Result<Pulled, SandboxError> {
     // Read at most this much of the archive: the content allowed, skipped files' bytes
     // up to as much again, and each entry's headers and padding.
@@ -358,6 +360,7 @@ pub(crate) async fn pull(
         .saturating_add(64 << 20);
     let (tx, rx) = tokio::sync::mpsc::channel(16);
     let ws = workspace.to_owned();
+    let saved = saved.to_owned();
     let unpacking = tokio::task::spawn_blocking(move || {
         let stream = Stream {
             rx,
@@ -366,7 +369,7 @@ pub(crate) async fn pull(
             read: 0,
             cap,
         };
-        unpack(stream, &ws, limits)
+        unpack_except(stream, &ws, limits, &saved)
     });
     let downloaded = backend.download(id, workspace, tx).await;
     let pulled = unpacking
@@ -409,10 +412,21 @@ impl Read for Stream {
 
 /// Writes the folders and regular files of the archive under `workspace`; the archive
 /// holds one top folder (the workspace, by whatever name), whose contents are written.
+#[cfg(test)]
 pub(crate) fn unpack(
     tar: impl Read,
     workspace: &Path,
     limits: Limits,
+) -> Result<Pulled, SandboxError> {
+    unpack_except(tar, workspace, limits, Path::new(SAVED_OUTPUTS))
+}
+
+/// [`unpack`], leaving out the folder of saved outputs `saved` (workspace-relative).
+pub(crate) fn unpack_except(
+    tar: impl Read,
+    workspace: &Path,
+    limits: Limits,
+    saved: &Path,
 ) -> Result<Pulled, SandboxError> {
     let root = rustix::fs::open(
         workspace,
@@ -461,7 +475,7 @@ pub(crate) fn unpack(
         };
         let rel: PathBuf = parts.iter().collect();
         // Outputs the session saved are its scratch, gone with it: never brought back.
-        if rel.starts_with(SAVED_OUTPUTS) {
+        if rel.starts_with(saved) {
             continue;
         }
         count += 1;

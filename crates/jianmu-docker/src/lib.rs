@@ -338,6 +338,14 @@ impl DockerSandbox {
                     conn.id(),
                     &self.inner.workspace,
                     self.inner.settings.copy_limit(),
+                    Path::new(
+                        self.inner
+                            .tools
+                            .saved_outputs()
+                            .folder
+                            .as_deref()
+                            .unwrap_or(copy::SAVED_OUTPUTS),
+                    ),
                 )
                 .await
             }

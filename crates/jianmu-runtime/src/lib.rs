@@ -96,5 +96,44 @@ pub fn tool_spec(
     Ok(set.tool(name)?.spec().clone())
 }
 
+/// The tool settings an answer budget of `max_chars` characters sets, for each
+/// built-in tool whose long answers keep their start and end and save the whole
+/// (`bash`: `keep_head` four fifths and `keep_tail` one fifth, in bytes;
+/// `http_request`: `max_response_length`; `python_repl` and `grep_search`:
+/// `max_output`), and for the paged readers (`web_fetch`: `max_length`; `read_file`:
+/// `pdf_chars`). A tool's own setting wins over it.
+pub const OUTPUT_BUDGET_KEYS: &[(&str, &str)] = &[
+    ("bash", "keep_head"),
+    ("bash", "keep_tail"),
+    ("http_request", "max_response_length"),
+    ("python_repl", "max_output"),
+    ("grep_search", "max_output"),
+    ("web_fetch", "max_length"),
+    ("read_file", "pdf_chars"),
+];
+
+/// `config` with an answer budget of `max_chars` characters for every built-in tool
+/// whose settings do not set their own ([`OUTPUT_BUDGET_KEYS`]): `[outputs] max_chars`
+/// of `jianmu.toml`.
+#[must_use]
+pub fn with_output_budget(
+    config: jianmu_tool_core::ToolConfig,
+    max_chars: usize,
+) -> jianmu_tool_core::ToolConfig {
+    let max_chars = max_chars.max(100);
+    OUTPUT_BUDGET_KEYS
+        .iter()
+        .fold(config, |config, &(tool, key)| {
+            let value = match key {
+                "keep_head" => max_chars - max_chars / 5,
+                "keep_tail" => max_chars / 5,
+                // web_fetch takes at most 200,000 characters a part.
+                "max_length" => max_chars.min(200_000),
+                _ => max_chars,
+            };
+            config.with_default_setting(tool, key, serde_json::Value::from(value))
+        })
+}
+
 #[cfg(test)]
 mod tests;

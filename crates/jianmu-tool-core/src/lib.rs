@@ -65,7 +65,7 @@ pub use periodic::spawn_periodic;
 pub use policy::{Policy, WRITE_EFFECTS};
 pub use progress::{Progress, ProgressSink};
 pub use registry::{
-    BuildFn, Scope, SpecFn, ToolConfig, ToolRegistration, registrations, static_spec,
+    BuildFn, SavedOutputs, Scope, SpecFn, ToolConfig, ToolRegistration, registrations, static_spec,
 };
 pub use runner::{BoxFuture, DynRunner, InProcess, PreparedCall, Runner};
 pub use set::{ToolCall, ToolProvider, ToolSet};

@@ -107,8 +107,29 @@ pub struct ToolConfig {
     allow_hosts: Vec<String>,
     #[serde(default, rename = "tools")]
     settings: Map<String, Value>,
+    #[serde(default, skip_serializing_if = "SavedOutputs::is_default")]
+    outputs: SavedOutputs,
     #[serde(skip)]
     scope: Scope,
+}
+
+/// Where tools save outputs too long to answer whole (`[outputs]` of `jianmu.toml`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SavedOutputs {
+    /// The folder that holds each session's saved outputs, relative to the workspace
+    /// root (so the file tools can read them); `.jianmu/outputs` when unset.
+    pub folder: Option<String>,
+    /// Keep a session's saved outputs when it ends, instead of removing them: for a
+    /// one-shot call, whose answer names a file that is read after the call. Kept
+    /// folders older than a day are removed when a new one is made.
+    pub keep: bool,
+}
+
+impl SavedOutputs {
+    fn is_default(&self) -> bool {
+        *self == Self::default()
+    }
 }
 
 /// State shared by the tools built from one [`ToolConfig`]: one value per type, made
@@ -163,6 +184,7 @@ impl ToolConfig {
             workspace: workspace.into(),
             allow_hosts: Vec::new(),
             settings: Map::new(),
+            outputs: SavedOutputs::default(),
             scope: Scope::new(),
         }
     }
@@ -239,6 +261,18 @@ impl ToolConfig {
     pub fn with_allow_hosts(mut self, hosts: impl IntoIterator<Item = String>) -> Self {
         self.allow_hosts.extend(hosts);
         self
+    }
+
+    /// The same settings, saving long outputs as `outputs` says.
+    #[must_use]
+    pub fn with_saved_outputs(mut self, outputs: SavedOutputs) -> Self {
+        self.outputs = outputs;
+        self
+    }
+
+    /// Where and how long outputs are saved.
+    pub fn saved_outputs(&self) -> &SavedOutputs {
+        &self.outputs
     }
 
     /// The workspace root.

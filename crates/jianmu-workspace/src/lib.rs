@@ -41,7 +41,8 @@ mod write;
 pub(crate) const O_NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
 
 pub use spill::{
-    MAX_BYTES, MAX_FILE_BYTES, MAX_FILES, OUTPUTS, Saver, SpillFile, Spills, head_and_tail,
+    KEPT_FOR, MAX_BYTES, MAX_FILE_BYTES, MAX_FILES, OUTPUTS, Place, Saver, SpillFile, Spills,
+    check_folder, head_and_tail,
 };
 pub use write::{CommitError, Staged, WriteOptions};
 

@@ -1,9 +1,14 @@
 //! Outputs too long to answer whole, saved where the file tools can read them.
 //!
 //! Each scope (a session's tools) gets a folder `.jianmu/outputs/<id>` in the
-//! workspace on its first saved output; it holds at most [`MAX_FILES`] files and
-//! [`MAX_BYTES`] bytes, and is removed when the scope ends. Every step goes through the
+//! workspace (or under the folder [`SavedOutputs`] names) on its first saved output;
+//! it holds at most [`MAX_FILES`] files and [`MAX_BYTES`] bytes, and is removed when
+//! the scope ends, unless the configuration keeps it (a one-shot call, whose answer
+//! names a file read after it: kept folders are named `kept-<id>`, and those older
+//! than a day are removed when a new one is made). Every step goes through the
 //! workspace's confined handles, so a `.jianmu` planted as a symlink leads nowhere.
+//!
+//! [`SavedOutputs`]: jianmu_tool_core::SavedOutputs
 
 use std::io::Write;
 use std::path::Path;
@@ -26,6 +31,9 @@ pub const MAX_BYTES: u64 = 512 * 1024 * 1024;
 /// Most bytes of one saved output.
 pub const MAX_FILE_BYTES: u64 = 64 * 1024 * 1024;
 
+/// How old a kept folder gets before a new one removes it.
+pub const KEPT_FOR: std::time::Duration = std::time::Duration::from_secs(24 * 60 * 60);
+
 /// The saved outputs of one scope; get it with [`Spills::of`].
 #[derive(Default)]
 pub struct Spills {
@@ -39,18 +47,61 @@ impl std::fmt::Debug for Spills {
 }
 
 struct Folder {
-    /// `.jianmu/outputs`, holding `name`.
+    /// `.jianmu/outputs` (or the configured folder), holding `name`.
     outputs: Dir,
+    /// `outputs` as the file tools take it.
+    base: String,
     name: String,
     dir: Dir,
     files: AtomicU64,
     bytes: Arc<AtomicU64>,
+    keep: bool,
 }
 
 impl Drop for Folder {
     fn drop(&mut self) {
-        let _ = self.outputs.remove_dir_all(&self.name);
+        if !self.keep {
+            let _ = self.outputs.remove_dir_all(&self.name);
+        }
     }
+}
+
+/// Removes the kept folders in `outputs` older than [`KEPT_FOR`].
+fn prune_kept(outputs: &Dir) {
+    let Ok(entries) = outputs.entries() else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for entry in entries.filter_map(Result::ok) {
+        let name = entry.file_name();
+        let Some(name) = name.to_str() else { continue };
+        let old = entry
+            .metadata()
+            .ok()
+            .and_then(|m| m.modified().ok())
+            .and_then(|t| now.duration_since(t.into_std()).ok())
+            .is_some_and(|age| age > KEPT_FOR);
+        if name.starts_with("kept-") && old {
+            let _ = outputs.remove_dir_all(name);
+        }
+    }
+}
+
+/// Checks a configured folder: relative, inside the workspace, plain names only.
+///
+/// # Errors
+/// The folder is absolute, empty, or has `..` or `.` in it.
+pub fn check_folder(folder: &str) -> Result<(), String> {
+    let path = Path::new(folder);
+    let plain = path
+        .components()
+        .all(|c| matches!(c, std::path::Component::Normal(_)));
+    if folder.is_empty() || !plain {
+        return Err(format!(
+            "outputs folder `{folder}` must be a relative path inside the workspace, without `.` or `..`"
+        ));
+    }
+    Ok(())
 }
 
 /// A saved output being written: what is written past the limits is dropped, and
@@ -120,17 +171,21 @@ impl Spills {
         config.scope().get::<Spills>()
     }
 
-    fn folder(&self, ws: &Workspace) -> Result<Arc<Folder>, String> {
+    fn folder(&self, ws: &Workspace, place: &Place) -> Result<Arc<Folder>, String> {
         let mut slot = self.folder.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(folder) = slot.as_ref() {
             return Ok(Arc::clone(folder));
         }
-        let fail = |e: std::io::Error| format!("cannot make {OUTPUTS} in the workspace: {e}");
-        ws.dir().create_dir_all(OUTPUTS).map_err(fail)?;
-        let outputs = ws.dir().open_dir(OUTPUTS).map_err(fail)?;
+        let base = place.base.as_str();
+        let fail = |e: std::io::Error| format!("cannot make {base} in the workspace: {e}");
+        ws.dir().create_dir_all(base).map_err(fail)?;
+        let outputs = ws.dir().open_dir(base).map_err(fail)?;
         // Saved outputs are not part of the project.
         if !outputs.exists(".gitignore") {
             let _ = outputs.write(".gitignore", "*\n");
+        }
+        if place.keep {
+            prune_kept(&outputs);
         }
         let mut name = String::new();
         let mut dir = None;
@@ -139,20 +194,23 @@ impl Spills {
             let mut h = std::collections::hash_map::RandomState::new().build_hasher();
             h.write_u32(attempt);
             h.write_u32(std::process::id());
-            let candidate = format!("{:012x}", h.finish() & 0xffff_ffff_ffff);
+            let prefix = if place.keep { "kept-" } else { "" };
+            let candidate = format!("{prefix}{:012x}", h.finish() & 0xffff_ffff_ffff);
             if outputs.create_dir(&candidate).is_ok() {
                 dir = Some(outputs.open_dir(&candidate).map_err(fail)?);
                 name = candidate;
                 break;
             }
         }
-        let dir = dir.ok_or_else(|| format!("cannot make a folder in {OUTPUTS}"))?;
+        let dir = dir.ok_or_else(|| format!("cannot make a folder in {base}"))?;
         let folder = Arc::new(Folder {
             outputs,
+            base: base.to_owned(),
             name,
             dir,
             files: AtomicU64::new(0),
             bytes: Arc::new(AtomicU64::new(0)),
+            keep: place.keep,
         });
         *slot = Some(Arc::clone(&folder));
         Ok(folder)
@@ -163,8 +221,8 @@ impl Spills {
     /// # Errors
     /// The scope's limits are reached, or the folder cannot be made (in words for the
     /// model).
-    pub fn create(&self, ws: &Workspace, tool: &str) -> Result<SpillFile, String> {
-        let folder = self.folder(ws)?;
+    pub fn create(&self, ws: &Workspace, place: &Place, tool: &str) -> Result<SpillFile, String> {
+        let folder = self.folder(ws, place)?;
         let n = folder.files.fetch_add(1, Ordering::Relaxed) + 1;
         if n > MAX_FILES || folder.bytes.load(Ordering::Relaxed) >= MAX_BYTES {
             return Err(format!(
@@ -177,7 +235,7 @@ impl Spills {
             .create(&file_name)
             .map_err(|e| format!("cannot save the output: {e}"))?
             .into_std();
-        let path = Path::new(OUTPUTS)
+        let path = Path::new(&folder.base)
             .join(&folder.name)
             .join(&file_name)
             .to_string_lossy()
@@ -196,27 +254,87 @@ impl Spills {
     ///
     /// # Errors
     /// As [`Spills::create`].
-    pub fn save(&self, ws: &Workspace, tool: &str, content: &[u8]) -> Result<String, String> {
-        let mut file = self.create(ws, tool)?;
+    pub fn save(
+        &self,
+        ws: &Workspace,
+        place: &Place,
+        tool: &str,
+        content: &[u8],
+    ) -> Result<String, String> {
+        let mut file = self.create(ws, place, tool)?;
         file.write(content);
         Ok(file.describe())
     }
 }
 
-/// Where one tool saves its long outputs: the workspace, the scope's [`Spills`] and the
-/// tool's name. Clones share the folder.
+/// Where a scope's folder is made: the folder that holds such folders (relative to the
+/// workspace root) and whether it outlives the scope.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Place {
+    /// `.jianmu/outputs`, or the configured folder.
+    pub base: String,
+    /// Kept when the scope ends.
+    pub keep: bool,
+}
+
+impl Default for Place {
+    fn default() -> Self {
+        Self {
+            base: OUTPUTS.to_owned(),
+            keep: false,
+        }
+    }
+}
+
+impl Place {
+    /// The place `config` sets.
+    ///
+    /// # Errors
+    /// A configured folder that is not a plain relative path.
+    pub fn of(config: &jianmu_tool_core::ToolConfig) -> Result<Self, String> {
+        let outputs = config.saved_outputs();
+        let base = match &outputs.folder {
+            Some(folder) => {
+                check_folder(folder)?;
+                folder.trim_end_matches('/').to_owned()
+            }
+            None => OUTPUTS.to_owned(),
+        };
+        Ok(Self {
+            base,
+            keep: outputs.keep,
+        })
+    }
+}
+
+/// Where one tool saves its long outputs: the workspace, the scope's [`Spills`], where
+/// its folder goes and the tool's name. Clones share the folder.
 #[derive(Debug, Clone)]
 pub struct Saver {
     ws: Arc<Workspace>,
     spills: Arc<Spills>,
+    place: Arc<Place>,
     tool: &'static str,
 }
 
 impl Saver {
-    /// Saves `tool`'s outputs in `spills`, in `ws`.
+    /// Saves `tool`'s outputs in `spills`, in `ws`, in a folder under
+    /// `.jianmu/outputs` removed with the scope.
     #[must_use]
     pub fn new(ws: Arc<Workspace>, spills: Arc<Spills>, tool: &'static str) -> Self {
-        Self { ws, spills, tool }
+        Self {
+            ws,
+            spills,
+            place: Arc::new(Place::default()),
+            tool,
+        }
+    }
+
+    /// The same saver, making its folder at `place`.
+    #[must_use]
+    pub fn at(mut self, place: Place) -> Self {
+        self.place = Arc::new(place);
+        self
     }
 
     /// The saver of `tool` built from `config`: its workspace, and the spills its scope
@@ -228,11 +346,11 @@ impl Saver {
         config: &jianmu_tool_core::ToolConfig,
         tool: &'static str,
     ) -> Result<Self, jianmu_tool_core::ToolError> {
-        Ok(Self::new(
-            crate::for_tool(config, tool)?,
-            Spills::of(config),
-            tool,
-        ))
+        let place = Place::of(config).map_err(|message| jianmu_tool_core::ToolError::Config {
+            tool: tool.to_owned(),
+            message,
+        })?;
+        Ok(Self::new(crate::for_tool(config, tool)?, Spills::of(config), tool).at(place))
     }
 
     /// A new file for an output, to be written as it comes ([`Spills::create`]).
@@ -240,7 +358,7 @@ impl Saver {
     /// # Errors
     /// As [`Spills::create`].
     pub fn create(&self) -> Result<SpillFile, String> {
-        self.spills.create(&self.ws, self.tool)
+        self.spills.create(&self.ws, &self.place, self.tool)
     }
 
     /// Saves `content` and describes where ([`Spills::save`]).
@@ -248,7 +366,7 @@ impl Saver {
     /// # Errors
     /// As [`Spills::create`].
     pub fn save(&self, content: &[u8]) -> Result<String, String> {
-        self.spills.save(&self.ws, self.tool, content)
+        self.spills.save(&self.ws, &self.place, self.tool, content)
     }
 }
 
@@ -292,7 +410,9 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let ws = Workspace::open(tmp.path()).unwrap();
         let spills = Spills::default();
-        let said = spills.save(&ws, "bash", b"all of it").unwrap();
+        let said = spills
+            .save(&ws, &Place::default(), "bash", b"all of it")
+            .unwrap();
         let path = said
             .strip_prefix("the whole output is saved in ")
             .and_then(|s| s.split(':').next())
@@ -310,6 +430,46 @@ mod tests {
         drop(spills);
         assert!(!tmp.path().join(&path).exists());
         assert!(!tmp.path().join(path).parent().unwrap().exists());
+    }
+
+    #[test]
+    fn a_configured_folder_and_kept_outputs() {
+        let tmp = tempfile::tempdir().unwrap();
+        let ws = Workspace::open(tmp.path()).unwrap();
+        let place = Place {
+            base: "scratch/saved".to_owned(),
+            keep: true,
+        };
+        // A kept folder from two days ago goes when a new one is made; a recent one stays.
+        for (name, age) in [("kept-old", 2 * 24 * 3600), ("kept-recent", 60)] {
+            let dir = tmp.path().join("scratch/saved").join(name);
+            std::fs::create_dir_all(&dir).unwrap();
+            let when = std::time::SystemTime::now() - std::time::Duration::from_secs(age);
+            std::fs::File::open(&dir)
+                .unwrap()
+                .set_modified(when)
+                .unwrap();
+        }
+        let spills = Spills::default();
+        let said = spills.save(&ws, &place, "bash", b"kept").unwrap();
+        assert!(said.contains("saved in scratch/saved/kept-"), "{said}");
+        drop(spills);
+        let left: Vec<String> = std::fs::read_dir(tmp.path().join("scratch/saved"))
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert!(!left.contains(&"kept-old".to_owned()), "{left:?}");
+        assert!(left.contains(&"kept-recent".to_owned()), "{left:?}");
+        assert_eq!(
+            left.iter().filter(|n| n.starts_with("kept-")).count(),
+            2,
+            "{left:?}"
+        );
+
+        for bad in ["", "/tmp/x", "../x", "a/../b", "./a"] {
+            assert!(check_folder(bad).is_err(), "{bad:?}");
+        }
+        assert!(check_folder("a/b").is_ok());
     }
 
     #[test]
@@ -331,7 +491,11 @@ mod tests {
         let outside = tempfile::tempdir().unwrap();
         std::os::unix::fs::symlink(outside.path(), tmp.path().join(".jianmu")).unwrap();
         let ws = Workspace::open(tmp.path()).unwrap();
-        assert!(Spills::default().save(&ws, "bash", b"x").is_err());
+        assert!(
+            Spills::default()
+                .save(&ws, &Place::default(), "bash", b"x")
+                .is_err()
+        );
         assert_eq!(std::fs::read_dir(outside.path()).unwrap().count(), 0);
     }
 }

@@ -546,3 +546,45 @@ fn a_projects_socket_using_suite_passes_under_the_defaults() {
         "{text}"
     );
 }
+
+/// A one-shot call's saved output outlives the call (its answer names the file, read
+/// after the process ends), under the folder and within the budget `[outputs]` sets.
+#[cfg(feature = "shell")]
+#[test]
+fn a_one_shot_call_keeps_the_output_it_saved() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("jianmu.toml"),
+        "[outputs]\nmax_chars = 2000\nfolder = \"scratch/saved\"\n",
+    )
+    .unwrap();
+    let out = jianmu(
+        &["call", "bash", r#"{"command": "seq 1 5000"}"#],
+        dir.path(),
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(out.status.code(), Some(0), "{stdout}");
+    // The budget: 1600 bytes of head and 400 of tail, and the notes around them.
+    assert!(stdout.len() < 2600, "{}: {stdout}", stdout.len());
+    let at = stdout.find("scratch/saved/kept-").expect(&stdout);
+    let path: String = stdout[at..]
+        .chars()
+        .take_while(|c| !c.is_whitespace() && *c != ':' && *c != ')')
+        .collect();
+    let all: String = (1..=5000).map(|i| format!("{i}\n")).collect();
+    assert_eq!(std::fs::read_to_string(dir.path().join(path)).unwrap(), all);
+
+    std::fs::write(
+        dir.path().join("jianmu.toml"),
+        "[outputs]\nfolder = \"../out\"\n",
+    )
+    .unwrap();
+    let out = jianmu(&["call", "bash", r#"{"command": "true"}"#], dir.path());
+    assert_eq!(out.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&out.stderr)
+            .contains("must be a relative path inside the workspace"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
