@@ -1,6 +1,6 @@
 //! Outputs too long to answer whole are saved where the file tools read them, and the
-//! answer says where: bash, background jobs, http_request, python_repl and grep_search,
-//! through a session; the folder goes with the session.
+//! answer says where: bash, background jobs, http_request, python_repl, rhai_repl,
+//! run_script and grep_search, through a session; the folder goes with the session.
 
 use std::io::{Read as _, Write as _};
 use std::net::TcpListener;
@@ -101,19 +101,28 @@ async fn long_outputs_are_saved_whole_and_read_back_exactly() {
     );
     assert_eq!(saved(&session, &http.text).await, body);
 
-    let py = session
-        .call(
+    // The script tools print 1..100000; run_script's answer ends with a summary line.
+    let rhai = "for i in 1..=100000 { print(i) }";
+    for (tool, code) in [
+        (
             "python_repl",
-            json!({"code": "print('\\n'.join(str(i) for i in range(1, 100001)))"}),
-        )
-        .await
-        .unwrap();
-    assert!(
-        py.text.contains("characters cut from the middle"),
-        "{}",
-        py.text
-    );
-    assert_eq!(saved(&session, &py.text).await, seq);
+            "print('\\n'.join(str(i) for i in range(1, 100001)))",
+        ),
+        ("rhai_repl", rhai),
+        ("run_script", rhai),
+    ] {
+        let out = session.call(tool, json!({"code": code})).await.unwrap();
+        assert!(
+            out.text.contains("characters cut from the middle"),
+            "{tool}: {}",
+            out.text
+        );
+        let whole = saved(&session, &out.text).await;
+        assert!(
+            whole.starts_with(&seq) && whole.len() < seq.len() + 200,
+            "{tool}"
+        );
+    }
 
     // grep_search: past `limit`, or past one answer's characters, every matching line
     // is saved, in the listing's own order and form.

@@ -99,14 +99,16 @@ pub fn tool_spec(
 /// The tool settings an answer budget of `max_chars` characters sets, for each
 /// built-in tool whose long answers keep their start and end and save the whole
 /// (`bash`: `keep_head` four fifths and `keep_tail` one fifth, in bytes;
-/// `http_request`: `max_response_length`; `python_repl` and `grep_search`:
-/// `max_output`), and for the paged readers (`web_fetch`: `max_length`; `read_file`:
+/// `http_request`: `max_response_length`; `python_repl`, `rhai_repl`, `run_script`
+/// and `grep_search`: `max_output`), and for the paged readers (`web_fetch`: `max_length`; `read_file`:
 /// `pdf_chars`). A tool's own setting wins over it.
 pub const OUTPUT_BUDGET_KEYS: &[(&str, &str)] = &[
     ("bash", "keep_head"),
     ("bash", "keep_tail"),
     ("http_request", "max_response_length"),
     ("python_repl", "max_output"),
+    ("rhai_repl", "max_output"),
+    ("run_script", "max_output"),
     ("grep_search", "max_output"),
     ("web_fetch", "max_length"),
     ("read_file", "pdf_chars"),

@@ -36,6 +36,43 @@ pub(crate) fn truncate(text: &str, max: usize) -> String {
     }
 }
 
+/// Characters of one answer a tool keeps when long outputs are saved: what is over
+/// its `max_output` goes to the saved file, up to this.
+pub(crate) const KEPT_FOR_SAVING: usize = 4 * 1024 * 1024;
+
+/// `text` as an answer shows it: whole when it fits `max`, else its head and tail and
+/// where the whole is saved (`dropped` characters after it were never kept); cut with
+/// a count when there is no `saver`.
+pub(crate) fn bounded(
+    text: &str,
+    max: usize,
+    saver: Option<&jianmu_workspace::Saver>,
+    dropped: u64,
+) -> String {
+    let Some(saver) = saver else {
+        let mut out = truncate(text, max);
+        if dropped > 0 && !out.contains("(output truncated") {
+            out.push_str(&format!(
+                "\n... (output truncated: {dropped} more characters)"
+            ));
+        }
+        return out;
+    };
+    if text.chars().count() <= max && dropped == 0 {
+        return text.to_owned();
+    }
+    let mut saved = saver.save(text.as_bytes()).unwrap_or_else(|why| why);
+    if dropped > 0 {
+        saved.push_str(&format!(
+            " (the {dropped} characters after its first {KEPT_FOR_SAVING} were not kept)"
+        ));
+    }
+    if text.chars().count() <= max {
+        return format!("{text}\n... ({saved})");
+    }
+    jianmu_workspace::head_and_tail(text, max, &saved)
+}
+
 /// The stack of the thread a Rhai program runs on. Rhai checks, prints and drops
 /// nested values recursively, and a program can nest them as deep as its size limits
 /// allow (maps and arrays counted together, 200,000 levels by default): a tokio
@@ -149,7 +186,10 @@ pub(crate) fn nested_deeper_than(value: &rhai::Dynamic, levels: usize) -> bool {
 }
 
 fn build_rhai(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
-    ToolHandle::new(RhaiRepl::new(config.settings(RhaiRepl::NAME)?))
+    ToolHandle::new(
+        RhaiRepl::new(config.settings(RhaiRepl::NAME)?)
+            .with_saver(jianmu_workspace::Saver::for_tool(config, RhaiRepl::NAME)?),
+    )
 }
 
 /// The spec of `python_repl`, with what its network is under these settings.
@@ -174,7 +214,8 @@ fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
 
 fn build_script(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     ToolHandle::with_spec(
-        RunScript::new(config.settings(RunScript::NAME)?),
+        RunScript::new(config.settings(RunScript::NAME)?)
+            .with_saver(jianmu_workspace::Saver::for_tool(config, RunScript::NAME)?),
         run_script::spec(config)?,
     )
 }

@@ -241,10 +241,6 @@ pub struct PythonRepl {
     saver: Option<jianmu_workspace::Saver>,
 }
 
-/// Characters of one answer the interpreter keeps when long outputs are saved: what
-/// is over `max_output` goes to the saved file, up to this.
-const KEPT_FOR_SAVING: usize = 4 * 1024 * 1024;
-
 impl std::fmt::Debug for PythonRepl {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PythonRepl")
@@ -304,38 +300,15 @@ impl PythonRepl {
     /// Characters of an answer the interpreter keeps.
     fn kept(&self) -> usize {
         if self.saver.is_some() {
-            KEPT_FOR_SAVING.max(self.settings.max_output)
+            crate::KEPT_FOR_SAVING.max(self.settings.max_output)
         } else {
             self.settings.max_output
         }
     }
 
-    /// `text` as the answer shows it: whole when it fits `max_output`, else its head
-    /// and tail and where the whole is saved (`dropped` characters were never kept).
+    /// `text` as the answer shows it ([`crate::bounded`]).
     fn bounded(&self, text: &str, dropped: u64) -> String {
-        let max = self.settings.max_output;
-        let Some(saver) = &self.saver else {
-            let mut out = truncate(text, max);
-            if dropped > 0 && !out.contains("(output truncated") {
-                out.push_str(&format!(
-                    "\n... (output truncated: {dropped} more characters)"
-                ));
-            }
-            return out;
-        };
-        if text.chars().count() <= max && dropped == 0 {
-            return text.to_owned();
-        }
-        let mut saved = saver.save(text.as_bytes()).unwrap_or_else(|why| why);
-        if dropped > 0 {
-            saved.push_str(&format!(
-                " (the {dropped} characters after its first {KEPT_FOR_SAVING} were not kept)"
-            ));
-        }
-        if text.chars().count() <= max {
-            return format!("{text}\n... ({saved})");
-        }
-        jianmu_workspace::head_and_tail(text, max, &saved)
+        crate::bounded(text, self.settings.max_output, self.saver.as_ref(), dropped)
     }
 
     async fn start(&self) -> Result<Interpreter, ToolError> {

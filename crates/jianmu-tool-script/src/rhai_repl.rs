@@ -7,8 +7,6 @@ use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
 use rhai::{AST, Dynamic, Engine, EvalAltResult, Scope};
 use serde::Deserialize;
 
-use crate::truncate;
-
 /// Limits of `rhai_repl`; every one has a safe default.
 #[derive(Debug, Clone, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -27,7 +25,8 @@ pub struct RhaiSettings {
     pub max_map_size: usize,
     /// Wall-clock limit of one call, in seconds.
     pub timeout_secs: f64,
-    /// Most characters of output returned; more is cut with a notice.
+    /// Most characters of output returned; longer output keeps its start and end and is
+    /// saved whole to a file the answer names.
     pub max_output: usize,
 }
 
@@ -92,11 +91,18 @@ pub(crate) fn limited_engine(
     engine
 }
 
-/// Adds `line` to `printed` while it holds no more than a little past `max_output`
-/// characters' worth, so that the notice can say output was cut.
+/// What ends printed output that went on past what is kept.
+const PRINTED_PAST: &str = "\n... (printing went on; the rest was not kept)\n";
+
+/// Adds `line` to `printed` while it holds no more than what an answer (or a saved
+/// output) can use: [`crate::KEPT_FOR_SAVING`] characters, or four times
+/// `max_output`; past that, a line once saying the rest was not kept.
 pub(crate) fn keep_printed(printed: &mut String, line: &str, max_output: usize) {
-    if printed.len() <= max_output.saturating_mul(4).saturating_add(4) {
+    let cap = crate::KEPT_FOR_SAVING.max(max_output.saturating_mul(4).saturating_add(4));
+    if printed.len() <= cap {
         printed.push_str(line);
+    } else if !printed.ends_with(PRINTED_PAST) {
+        printed.push_str(PRINTED_PAST);
     }
 }
 
@@ -108,6 +114,7 @@ pub struct RhaiRepl {
     state: Arc<Mutex<CallState>>,
     session: Arc<Mutex<State>>,
     settings: RhaiSettings,
+    saver: Option<jianmu_workspace::Saver>,
 }
 
 impl std::fmt::Debug for RhaiRepl {
@@ -148,7 +155,16 @@ impl RhaiRepl {
                 functions: AST::empty(),
             })),
             settings,
+            saver: None,
         }
+    }
+
+    /// The same REPL, saving an answer longer than `max_output` whole to a file the
+    /// answer names.
+    #[must_use]
+    pub fn with_saver(mut self, saver: jianmu_workspace::Saver) -> Self {
+        self.saver = Some(saver);
+        self
     }
 
     /// The synchronous body.
@@ -199,7 +215,12 @@ impl RhaiRepl {
                 } else {
                     value.to_string()
                 };
-                Ok(truncate(&text, self.settings.max_output))
+                Ok(crate::bounded(
+                    &text,
+                    self.settings.max_output,
+                    self.saver.as_ref(),
+                    0,
+                ))
             }
             Err(e) => Err(describe(&e, timeout)),
         };

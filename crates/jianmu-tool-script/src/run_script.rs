@@ -30,7 +30,8 @@ pub struct ScriptSettings {
     pub max_call_output: usize,
     /// Most calls of one `parallel` that run at once.
     pub max_parallel: usize,
-    /// Most characters of the answer; more is cut with a notice.
+    /// Most characters of the answer; a longer one keeps its start and end and is saved
+    /// whole to a file the answer names.
     pub max_output: usize,
     /// Largest string, in bytes.
     pub max_string_size: usize,
@@ -70,6 +71,7 @@ pub struct ScriptArgs {
 pub struct RunScript {
     settings: ScriptSettings,
     prepared: Arc<Mutex<Option<Arc<Prepared>>>>,
+    saver: Option<jianmu_workspace::Saver>,
 }
 
 impl std::fmt::Debug for RunScript {
@@ -86,7 +88,16 @@ impl RunScript {
         Self {
             settings,
             prepared: Arc::default(),
+            saver: None,
         }
+    }
+
+    /// The same tool, saving an answer longer than `max_output` whole to a file the
+    /// answer names.
+    #[must_use]
+    pub fn with_saver(mut self, saver: jianmu_workspace::Saver) -> Self {
+        self.saver = Some(saver);
+        self
     }
 }
 
@@ -645,7 +656,7 @@ impl RunScript {
         if let Some(reason) = &failed {
             let _ = write!(text, "\n{reason}");
         }
-        let text = crate::truncate(&text, self.settings.max_output);
+        let text = crate::bounded(&text, self.settings.max_output, self.saver.as_ref(), 0);
         match failed {
             Some(_) => Err(ToolError::failed(text)),
             None => Ok(ToolOutput::text(text)),
