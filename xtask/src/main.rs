@@ -19,11 +19,11 @@ mod search_bench;
 mod session_bench;
 mod setup;
 
-const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
+const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image | package | msrv>
 
   test-all  installs what is missing (cargo-nextest, cargo-deny, Debian packages as
-            root, a Docker engine), then fmt, clippy, the feature matrix, tests,
-            docs, cargo deny
+            root, a Docker engine), then the MSRV check, fmt, clippy, the feature
+            matrix, tests, docs, packaging, cargo deny
   bench     benchmarks, printed as ratios against reference implementations
             [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree;
             [--edit-only] only edit_file and apply_patch against git apply;
@@ -33,7 +33,10 @@ const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image>
             [--docker-only] only the Docker sandbox (one engine, then two)
   docs      regenerate docs/tools.md from the live tool specs
   docker-image  build a release jianmu and the Docker sandbox image from it
-            [ARGS...] passed to `jianmu sandbox build-image` (--tag, --no-python, ...)";
+            [ARGS...] passed to `jianmu sandbox build-image` (--tag, --no-python, ...)
+  package   pack every library crate as `cargo publish --workspace` would and build
+            each from its package (about 8 minutes; test-all packs without building)
+  msrv      check that the declared rust-version builds the workspace";
 
 /// Crates whose features select tools; both expose the same tool features.
 const FEATURE_CRATES: [&str; 2] = ["jianmu-provider", "jianmu-cli"];
@@ -64,6 +67,8 @@ fn main() {
         Some("bench") => bench::run(&args[1..]),
         Some("docs") => docs(),
         Some("docker-image") => docker_image(&args[1..]),
+        Some("package") => package(true),
+        Some("msrv") => msrv(),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);
@@ -102,6 +107,24 @@ fn run(mut cmd: Command) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Runs `cmd` and returns what it wrote to stdout and stderr, or fails with both.
+fn output_all(mut cmd: Command) -> anyhow::Result<String> {
+    let shown = format!("{cmd:?}").replace('"', "");
+    eprintln!("$ {shown}");
+    let out = cmd
+        .output()
+        .with_context(|| format!("cannot start {shown}"))?;
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    if !out.status.success() {
+        bail!("failed ({}): {shown}\n{text}", out.status);
+    }
+    Ok(text)
+}
+
 fn output(mut cmd: Command) -> anyhow::Result<String> {
     let shown = format!("{cmd:?}").replace('"', "");
     let out = cmd
@@ -128,6 +151,7 @@ fn step(name: &str, f: impl FnOnce() -> anyhow::Result<()>) -> anyhow::Result<()
 fn test_all() -> anyhow::Result<()> {
     let start = Instant::now();
     step("preflight (what the checks need)", setup::preflight)?;
+    step("msrv (the declared rust-version builds everything)", msrv)?;
     step("fmt", || {
         let mut c = cargo();
         c.args(["fmt", "--all", "--check"]);
@@ -176,21 +200,10 @@ fn test_all() -> anyhow::Result<()> {
         c.env("RUSTDOCFLAGS", "-D warnings");
         run(c)
     })?;
-    step("package (every library crate packs)", || {
-        for krate in library_crates()? {
-            let mut c = cargo();
-            c.args([
-                "package",
-                "--list",
-                "--allow-dirty",
-                "--locked",
-                "-p",
-                &krate,
-            ]);
-            output(c)?;
-        }
-        Ok(())
-    })?;
+    step(
+        "package (every library crate packs, dependencies resolved)",
+        || package(false),
+    )?;
     step("cargo deny (licenses, bans, sources)", || {
         let mut c = cargo();
         c.args(["fetch", "--locked"]);
@@ -201,6 +214,88 @@ fn test_all() -> anyhow::Result<()> {
     })?;
     eprintln!("\ntest-all: everything passed in {:.0?}", start.elapsed());
     Ok(())
+}
+
+/// Packs every library crate as `cargo publish --workspace --dry-run` does: each
+/// manifest as published, its file list, and its dependencies resolved against
+/// crates.io with the workspace's own crates laid over it. With `verify`, each package
+/// is also built from its tarball.
+fn package(verify: bool) -> anyhow::Result<()> {
+    let mut c = cargo();
+    c.args([
+        "publish",
+        "--workspace",
+        "--dry-run",
+        "--allow-dirty",
+        "--locked",
+    ]);
+    for krate in [
+        "jianmu-examples",
+        "jianmu-test-support",
+        "xtask",
+        "jianmu-tests",
+    ] {
+        c.args(["--exclude", krate]);
+    }
+    if !verify {
+        c.arg("--no-verify");
+    }
+    let log = output_all(c)?;
+    let packed = log.matches("Packaging jianmu-").count();
+    let expected = library_crates()?.len();
+    if packed != expected {
+        bail!("{packed} crates were packed, expected {expected}:\n{log}");
+    }
+    eprintln!(
+        "packed {packed} crates{}",
+        if verify {
+            ", each built from its package"
+        } else {
+            ""
+        }
+    );
+    Ok(())
+}
+
+/// The workspace's `rust-version` is the toolchain every other step runs on, or, when
+/// the default toolchain is newer, the workspace is checked with that older one too.
+fn msrv() -> anyhow::Result<()> {
+    let manifest = std::fs::read_to_string(root().join("Cargo.toml"))?;
+    let declared = manifest
+        .lines()
+        .find_map(|l| l.strip_prefix("rust-version = "))
+        .map(|v| v.trim_matches('"').to_owned())
+        .context("the workspace declares no rust-version")?;
+    let mut c = Command::new(std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into()));
+    c.arg("--version");
+    let version = output(c)?;
+    // "rustc 1.95.0 (59807616e 2026-04-14)"
+    let current = version
+        .split_whitespace()
+        .nth(1)
+        .context("rustc --version printed nothing useful")?;
+    let short = |v: &str| v.split('.').take(2).collect::<Vec<_>>().join(".");
+    if short(current) == short(&declared) {
+        eprintln!(
+            "rustc {current} is the declared rust-version {declared}: every build here is the MSRV build"
+        );
+        return Ok(());
+    }
+    eprintln!("rustc {current} is newer than rust-version {declared}: checking with {declared}");
+    let mut c = Command::new("rustup");
+    c.args(["toolchain", "install", &declared, "--profile", "minimal"]);
+    run(c)?;
+    let mut c = Command::new("cargo");
+    c.current_dir(root());
+    c.args([
+        &format!("+{declared}"),
+        "check",
+        "--workspace",
+        "--all-targets",
+        "--all-features",
+        "--locked",
+    ]);
+    run(c)
 }
 
 /// Every crate under `crates/` that is meant for others (all but the examples and the
