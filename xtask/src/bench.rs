@@ -46,11 +46,13 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "jianmu-tool-shell",
         "jianmu-tool-git",
         "jianmu-tool-lsp",
+        "jianmu-adapters",
     ] {
         c.args(["-p", krate]);
     }
+    c.args(["--features", "jianmu-adapters/rig"]);
     for bench in [
-        "dispatch", "calc", "read", "script", "loopback", "spawn", "git", "lsp",
+        "dispatch", "calc", "read", "script", "loopback", "spawn", "git", "lsp", "rig",
     ] {
         c.args(["--bench", bench]);
     }
@@ -120,6 +122,13 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             reference: "the Python tools' call path in asyncio",
             reference_ns: seed_dispatch,
             goal: "<= 0.5 us",
+        },
+        Row {
+            what: "calculator call through the rig adapter",
+            ours_ns: median_ns("adapters/rig_calculator")?,
+            reference: "the same call on the same session, natively",
+            reference_ns: Some(median_ns("adapters/session_calculator")?),
+            goal: "<= 1.1x native",
         },
         Row {
             what: "no-op call via ToolSet, no runner",

@@ -60,6 +60,10 @@ const HEAVY: &[(&str, &[&str])] = &[
     ("rmcp", &["mcp"]),
 ];
 
+/// Crates of the framework adapters and the Python package, which `jianmu` never links
+/// whatever its features.
+const NEVER_IN_CLI: &[&str] = &["rig-core", "swiftide-core", "pyo3"];
+
 fn main() {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
@@ -186,6 +190,19 @@ fn test_all() -> anyhow::Result<()> {
         run(c)?;
         let mut c = cargo();
         c.args(["build", "--examples", "-p", "jianmu-examples", "--locked"]);
+        run(c)?;
+        // The framework examples run an agent loop against the framework's own
+        // scripted model: no network.
+        let mut c = cargo();
+        c.args([
+            "run",
+            "--quiet",
+            "--locked",
+            "-p",
+            "jianmu-examples",
+            "--example",
+            "rig_agent",
+        ]);
         run(c)
     })?;
     step("docs", || {
@@ -390,6 +407,12 @@ fn check_linkage(set: &[String]) -> anyhow::Result<()> {
         .lines()
         .filter_map(|l| l.split_whitespace().next())
         .collect();
+    if let Some(krate) = NEVER_IN_CLI.iter().find(|k| linked.contains(k)) {
+        bail!(
+            "features [{}] link `{krate}`, which `jianmu` must never link",
+            set.join(",")
+        );
+    }
     let full = set.iter().any(|f| f == "full");
     for (krate, features) in HEAVY {
         let allowed = full || set.iter().any(|f| features.contains(&f.as_str()));
