@@ -19,7 +19,8 @@ mod search_bench;
 mod session_bench;
 mod setup;
 
-const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image | package | msrv>
+const USAGE: &str =
+    "usage: cargo xtask <test-all | bench | docs | docker-image | package | msrv | preflight>
 
   test-all  installs what is missing (cargo-nextest, cargo-deny, Debian packages as
             root, a Docker engine), then the MSRV check, fmt, clippy, the feature
@@ -36,7 +37,8 @@ const USAGE: &str = "usage: cargo xtask <test-all | bench | docs | docker-image 
             [ARGS...] passed to `jianmu sandbox build-image` (--tag, --no-python, ...)
   package   pack every library crate as `cargo publish --workspace` would and build
             each from its package (about 8 minutes; test-all packs without building)
-  msrv      check that the declared rust-version builds the workspace";
+  msrv      check that the declared rust-version builds the workspace
+  preflight only install what the checks need (test-all's first step)";
 
 /// Crates whose features select tools; both expose the same tool features.
 const FEATURE_CRATES: [&str; 2] = ["jianmu-provider", "jianmu-cli"];
@@ -73,6 +75,7 @@ fn main() {
         Some("docker-image") => docker_image(&args[1..]),
         Some("package") => package(true),
         Some("msrv") => msrv(),
+        Some("preflight") => setup::preflight(),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);
@@ -193,17 +196,13 @@ fn test_all() -> anyhow::Result<()> {
         run(c)?;
         // The framework examples run an agent loop against the framework's own
         // scripted model: no network.
-        let mut c = cargo();
-        c.args([
-            "run",
-            "--quiet",
-            "--locked",
-            "-p",
-            "jianmu-examples",
-            "--example",
-            "rig_agent",
-        ]);
-        run(c)
+        for example in ["rig_agent", "swiftide_agent"] {
+            let mut c = cargo();
+            c.args(["run", "--quiet", "--locked", "-p", "jianmu-examples"]);
+            c.args(["--example", example]);
+            run(c)?;
+        }
+        Ok(())
     })?;
     step("docs", || {
         let mut c = cargo();

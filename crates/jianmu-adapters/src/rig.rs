@@ -22,9 +22,15 @@
 //!   call the policy denies, `Other` otherwise) and jianmu's own kind as its code
 //!   (`invalid_arguments`, `timeout`, `denied`, ...).
 
+/// The rig this adapter is built for, so a crate can name its types at the same
+/// version.
+pub use rig_core;
+
 use std::sync::Arc;
 
 use jianmu_runtime::Session;
+
+use crate::call::{self, Caller};
 use jianmu_tool_core::{DynRunner, ToolError, ToolOutput, ToolSet, ToolSpec};
 use rig_core::message::{ImageMediaType, MimeType, ToolResultContent};
 use rig_core::tool::{
@@ -36,10 +42,9 @@ use rig_core::tool::{
 /// # Errors
 /// A tool whose spec depends on settings it refuses.
 pub fn session_tools(session: &Arc<Session>) -> Result<Vec<PortableDynamicTool>, ToolError> {
-    let specs = jianmu_runtime::tool_specs(&session.runtime().settings().tools)?;
-    Ok(specs
-        .iter()
-        .map(|spec| from_session(Arc::clone(session), spec))
+    Ok(call::session_callers(session)?
+        .into_iter()
+        .map(|(spec, caller)| new_tool(&spec, caller))
         .collect())
 }
 
@@ -49,8 +54,8 @@ pub fn session_tools(session: &Arc<Session>) -> Result<Vec<PortableDynamicTool>,
 /// An unknown tool (listing the known names), one not compiled in (naming the feature
 /// that adds it).
 pub fn session_tool(session: &Arc<Session>, name: &str) -> Result<PortableDynamicTool, ToolError> {
-    let spec = jianmu_runtime::tool_spec(&session.runtime().settings().tools, name)?;
-    Ok(from_session(Arc::clone(session), &spec))
+    let (spec, caller) = call::session_named(session, name)?;
+    Ok(new_tool(&spec, caller))
 }
 
 /// Every tool of `set`, in its order, each called through `runner` (a
@@ -60,47 +65,26 @@ pub fn toolset_tools(
     set: &Arc<ToolSet>,
     runner: Option<Arc<dyn DynRunner>>,
 ) -> Vec<PortableDynamicTool> {
-    set.specs()
+    call::toolset_callers(set, runner)
         .into_iter()
-        .map(|spec| {
-            let set = Arc::clone(set);
-            let runner = runner.clone();
-            let name = spec.name.clone();
-            new_tool(spec, move |args| {
-                let set = Arc::clone(&set);
-                let runner = runner.clone();
-                let name = name.clone();
-                Box::pin(async move {
-                    let out = set.execute(&name, args, runner.as_deref()).await;
-                    answer(out)
-                })
-            })
-        })
+        .map(|(spec, caller)| new_tool(&spec, caller))
         .collect()
 }
 
-fn from_session(session: Arc<Session>, spec: &ToolSpec) -> PortableDynamicTool {
-    let name = spec.name.clone();
-    new_tool(spec, move |args| {
-        let session = Arc::clone(&session);
-        let name = name.clone();
-        Box::pin(async move { answer(session.call(&name, args).await) })
-    })
-}
-
-type Call = std::pin::Pin<
-    Box<dyn std::future::Future<Output = Result<RigOutput, ToolExecutionError>> + Send>,
->;
-
-fn new_tool(
-    spec: &ToolSpec,
-    call: impl Fn(serde_json::Value) -> Call + Send + Sync + 'static,
-) -> PortableDynamicTool {
+fn new_tool(spec: &ToolSpec, caller: Caller) -> PortableDynamicTool {
     PortableDynamicTool::new(
         spec.name.clone(),
         spec.description.clone(),
         spec.parameters(),
-        call,
+        move |args| {
+            let answer = caller(args);
+            Box::pin(async move {
+                match answer.await {
+                    Ok(out) => Ok(to_rig_output(out)),
+                    Err(e) => Err(to_rig_error(&e)),
+                }
+            })
+        },
     )
 }
 
@@ -134,11 +118,4 @@ pub fn to_rig_error(error: &ToolError) -> ToolExecutionError {
         _ => (ToolErrorKind::Other, "failed"),
     };
     ToolExecutionError::new(kind, error.to_string()).with_code(code)
-}
-
-fn answer(out: Result<ToolOutput, ToolError>) -> Result<RigOutput, ToolExecutionError> {
-    match out {
-        Ok(out) => Ok(to_rig_output(out)),
-        Err(e) => Err(to_rig_error(&e)),
-    }
 }

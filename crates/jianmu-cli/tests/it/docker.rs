@@ -1250,3 +1250,51 @@ async fn scripts_call_into_the_container_and_terminal_jobs_run_there() {
     runtime.shutdown(Duration::from_secs(10)).await;
     f.sandbox.shutdown().await;
 }
+
+/// A swiftide agent's commands, given a session of a Docker runtime as its executor,
+/// run in that session's container: the shell, file writes and reads, failures.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_swiftide_executor_over_a_docker_session_runs_commands_in_its_container() {
+    use jianmu_adapters::swiftide::SessionExecutor;
+    use jianmu_adapters::swiftide::swiftide_core::{Command, CommandError, ToolExecutor};
+    use jianmu_runtime::{Backend, Runtime, SessionSettings};
+    let f = fixture(settings());
+    let mut session_settings = SessionSettings::new(ToolConfig::new(&f.ws));
+    session_settings.backend = Backend::Docker(Box::new(settings()));
+    let runtime = Runtime::new(session_settings).unwrap();
+    let executor = SessionExecutor::open(&runtime).unwrap();
+
+    let out = executor
+        .exec_cmd(&Command::shell(
+            "test -f /.dockerenv && echo in-the-container; id -u",
+        ))
+        .await
+        .unwrap();
+    assert_eq!(
+        out.output,
+        format!("in-the-container\n{}", sandbox_uid(&f.ws))
+    );
+    executor
+        .exec_cmd(&Command::write_file("made/here.txt", "from swiftide\n"))
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("made/here.txt")).unwrap(),
+        "from swiftide\n"
+    );
+    let read = executor
+        .exec_cmd(&Command::read_file("here.txt").with_current_dir("made"))
+        .await
+        .unwrap();
+    assert_eq!(read.output, "from swiftide\n");
+    match executor
+        .exec_cmd(&Command::shell("echo not yet; exit 4"))
+        .await
+    {
+        Err(CommandError::NonZeroExit(out)) => assert_eq!(out.output, "not yet"),
+        other => panic!("{other:?}"),
+    }
+    assert!(executor.close().await.is_complete());
+    runtime.shutdown(Duration::from_secs(10)).await;
+    f.sandbox.shutdown().await;
+}
