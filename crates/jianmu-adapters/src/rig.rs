@@ -29,13 +29,13 @@ pub use rig_core;
 use std::sync::Arc;
 
 use jianmu_runtime::Session;
-
-use crate::call::{self, Caller};
 use jianmu_tool_core::{DynRunner, ToolError, ToolOutput, ToolSet, ToolSpec};
 use rig_core::message::{ImageMediaType, MimeType, ToolResultContent};
 use rig_core::tool::{
     PortableDynamicTool, ToolErrorKind, ToolExecutionError, ToolOutput as RigOutput,
 };
+
+use crate::call::{self, Caller};
 
 /// Every tool of `session`, sorted by name, each calling through the session.
 ///

@@ -3,10 +3,10 @@
 //! ```rust,ignore
 //! let runtime = Runtime::new(SessionSettings::new(ToolConfig::new(dir)))?;
 //! let executor = jianmu_adapters::swiftide::SessionExecutor::open(&runtime)?;
-//! let agent = swiftide_agents::Agent::builder()
-//!     .llm(&model)
+//! let mut agent = swiftide_agents::Agent::builder()
+//!     .context(swiftide_agents::DefaultContext::from_executor(executor.clone()))
 //!     .tools(jianmu_adapters::swiftide::session_tools(executor.session())?)
-//!     .executor(executor.clone())
+//!     .llm(&model)
 //!     .build()?;
 //! ```
 //!
@@ -40,9 +40,7 @@ use jianmu_runtime::{Closed, Opening, Runtime, Session, SessionError};
 use jianmu_tool_core::{DynRunner, ToolError, ToolOutput as JianmuOutput, ToolSet, ToolSpec};
 use serde_json::{Value, json};
 use swiftide_core::chat_completion::errors::ToolError as SwiftideError;
-use swiftide_core::chat_completion::{
-    Tool, ToolCall, ToolOutput, ToolSpec as SwiftideSpec, ToolSpecBuilder,
-};
+use swiftide_core::chat_completion::{Tool, ToolCall, ToolOutput, ToolSpec as SwiftideSpec};
 use swiftide_core::indexing::{IndexingStream, Node};
 use swiftide_core::{AgentContext, Command, CommandError, CommandOutput, ToolExecutor};
 
@@ -94,18 +92,11 @@ pub fn toolset_tools(set: &Arc<ToolSet>, runner: Option<Arc<dyn DynRunner>>) -> 
 }
 
 fn new_tool(spec: &ToolSpec, caller: Caller) -> JianmuTool {
-    let mut builder = ToolSpecBuilder::default();
-    builder
-        .name(spec.name.clone())
-        .description(spec.description.clone());
-    if let Ok(schema) = schemars::Schema::try_from(spec.parameters()) {
-        builder.parameters_schema(schema);
-    }
-    let spec = builder.build().unwrap_or_else(|_| SwiftideSpec {
+    let spec = SwiftideSpec {
         name: spec.name.clone(),
         description: spec.description.clone(),
-        parameters_schema: None,
-    });
+        parameters_schema: schemars::Schema::try_from(spec.parameters()).ok(),
+    };
     JianmuTool { spec, caller }
 }
 

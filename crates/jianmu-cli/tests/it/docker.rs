@@ -90,6 +90,13 @@ fn fixture(settings: DockerSettings) -> Fixture {
 }
 
 impl Fixture {
+    /// A runtime over the fixture's workspace whose sessions each get a container.
+    fn docker_runtime(&self) -> jianmu_runtime::Runtime {
+        let mut session_settings = jianmu_runtime::SessionSettings::new(ToolConfig::new(&self.ws));
+        session_settings.backend = jianmu_runtime::Backend::Docker(Box::new(settings()));
+        jianmu_runtime::Runtime::new(session_settings).unwrap()
+    }
+
     async fn call(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
         self.call_with(&self.runner, tool, args).await
     }
@@ -1154,11 +1161,9 @@ fn a_stdio_server_with_a_pool_takes_its_container_before_the_first_call() {
 /// as `jianmu native` opens it, answers an exit code instead of an error there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_session_with_settings_of_its_own_has_them_in_its_container() {
-    use jianmu_runtime::{Backend, Opening, Runtime, SessionSettings};
+    use jianmu_runtime::Opening;
     let f = fixture(settings());
-    let mut session_settings = SessionSettings::new(ToolConfig::new(&f.ws));
-    session_settings.backend = Backend::Docker(Box::new(settings()));
-    let runtime = Runtime::new(session_settings).unwrap();
+    let runtime = f.docker_runtime();
     let plain = runtime.open().unwrap();
     let failed = plain
         .call("bash", json!({"command": "echo out; exit 3"}))
@@ -1182,11 +1187,8 @@ async fn a_session_with_settings_of_its_own_has_them_in_its_container() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn scripts_call_into_the_container_and_terminal_jobs_run_there() {
-    use jianmu_runtime::{Backend, Runtime, SessionSettings};
     let f = fixture(settings());
-    let mut session_settings = SessionSettings::new(ToolConfig::new(&f.ws));
-    session_settings.backend = Backend::Docker(Box::new(settings()));
-    let runtime = Runtime::new(session_settings).unwrap();
+    let runtime = f.docker_runtime();
     let session = runtime.open().unwrap();
     // The script runs here; the calls it makes run in the container.
     let out = session
@@ -1257,11 +1259,8 @@ async fn scripts_call_into_the_container_and_terminal_jobs_run_there() {
 async fn a_swiftide_executor_over_a_docker_session_runs_commands_in_its_container() {
     use jianmu_adapters::swiftide::SessionExecutor;
     use jianmu_adapters::swiftide::swiftide_core::{Command, CommandError, ToolExecutor};
-    use jianmu_runtime::{Backend, Runtime, SessionSettings};
     let f = fixture(settings());
-    let mut session_settings = SessionSettings::new(ToolConfig::new(&f.ws));
-    session_settings.backend = Backend::Docker(Box::new(settings()));
-    let runtime = Runtime::new(session_settings).unwrap();
+    let runtime = f.docker_runtime();
     let executor = SessionExecutor::open(&runtime).unwrap();
 
     let out = executor
