@@ -205,7 +205,8 @@ impl SessionExecutor {
         };
         let mut args = json!({ "command": line });
         if let Some(limit) = timeout {
-            args["timeout"] = json!(limit.as_secs_f64().max(0.001));
+            // Within what `bash` takes (a day at most): a longer limit is not refused.
+            args["timeout"] = json!(limit.as_secs_f64().clamp(0.001, 86_400.0));
         }
         match self.session.call("bash", args).await {
             Ok(out) => {

@@ -263,6 +263,13 @@ async fn the_executor_runs_reads_writes_and_streams_within_the_session() {
         other => panic!("{other:?}"),
     }
 
+    // A limit longer than `bash` takes still runs the command.
+    let long = executor
+        .exec_cmd(&Command::shell("echo ok").with_timeout(Duration::from_secs(3 * 86_400)))
+        .await
+        .unwrap();
+    assert_eq!(long.output, "ok");
+
     // Files: written and read back whole, relative to the command's folder.
     executor
         .exec_cmd(&Command::write_file("new/x.txt", "one\ntwo\n").with_current_dir("src"))
