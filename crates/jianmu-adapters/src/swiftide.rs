@@ -227,6 +227,16 @@ impl SessionExecutor {
     }
 
     async fn read(&self, path: &Path) -> Result<CommandOutput, CommandError> {
+        match self.read_text(path).await? {
+            Ok(text) => Ok(text.into()),
+            Err(NotText::Binary(why) | NotText::TooLarge(why)) => {
+                Err(CommandError::NonZeroExit(why.into()))
+            }
+        }
+    }
+
+    /// The whole text of `path`, or why it is not read as text.
+    async fn read_text(&self, path: &Path) -> Result<Result<String, NotText>, CommandError> {
         let path = path.to_string_lossy();
         // A window from the first line reads the file as it is (no cells, no line
         // numbers); past the size limit it stops, and then the file is refused rather
@@ -239,21 +249,18 @@ impl SessionExecutor {
             .map_err(|e| executor_error(&e))?;
         let data = out.structured.unwrap_or(Value::Null);
         if data["binary"].as_bool() == Some(true) {
-            return Err(CommandError::NonZeroExit(
-                format!("{path} is a binary file; only text files can be read").into(),
-            ));
+            return Ok(Err(NotText::Binary(format!(
+                "{path} is a binary file; only text files can be read"
+            ))));
         }
         if data["cut"].as_bool() == Some(true) {
-            return Err(CommandError::NonZeroExit(
-                format!(
-                    "{path} is larger than the read limit ({} bytes); read it in windows \
-                     with the read_file tool",
-                    data["size"]
-                )
-                .into(),
-            ));
+            return Ok(Err(NotText::TooLarge(format!(
+                "{path} is larger than the read limit ({} bytes); read it in windows \
+                 with the read_file tool",
+                data["size"]
+            ))));
         }
-        Ok(out.text.into())
+        Ok(Ok(out.text))
     }
 
     async fn write(&self, path: &Path, content: &str) -> Result<CommandOutput, CommandError> {
@@ -334,14 +341,16 @@ impl ToolExecutor for SessionExecutor {
         let nodes = futures::stream::iter(files).filter_map(move |file| {
             let this = this.clone();
             async move {
-                match this.read(&file).await {
-                    Ok(text) => {
-                        let mut node = Node::<String>::new(text.output);
+                match this.read_text(&file).await {
+                    Ok(Ok(text)) => {
+                        let mut node = Node::<String>::new(text);
                         node.path = file;
                         Some(Ok(node))
                     }
-                    // A binary or oversized file is not indexed, as a loader skips it.
-                    Err(CommandError::NonZeroExit(_)) => None,
+                    // A binary file is not text to index, as a loader skips it.
+                    Ok(Err(NotText::Binary(_))) => None,
+                    // A text file too large to read whole is named, not dropped.
+                    Ok(Err(NotText::TooLarge(why))) => Some(Err(anyhow::Error::msg(why))),
                     Err(e) => Some(Err(anyhow::Error::msg(format!("{}: {e}", file.display())))),
                 }
             }
@@ -354,6 +363,12 @@ impl ToolExecutor for SessionExecutor {
         let stream = nodes.chain(futures::stream::iter(over)).boxed();
         Ok(stream.into())
     }
+}
+
+/// Why a file is not read as text.
+enum NotText {
+    Binary(String),
+    TooLarge(String),
 }
 
 /// Most files one `stream_files` reads (the most `glob_search` lists).

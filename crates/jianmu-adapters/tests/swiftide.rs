@@ -320,6 +320,23 @@ async fn the_executor_runs_reads_writes_and_streams_within_the_session() {
             ("src/deep/b.rs".to_owned(), "fn b() {}\n".to_owned()),
         ]
     );
+    // A text file too large to read whole is an error item naming it, not dropped.
+    std::fs::create_dir(root.join("big")).unwrap();
+    std::fs::write(root.join("big/huge.rs"), "// filler\n".repeat(200_000)).unwrap();
+    let items: Vec<_> = executor
+        .stream_files(Path::new("big"), Some(vec!["rs".into()]))
+        .await
+        .unwrap()
+        .collect()
+        .await;
+    assert_eq!(items.len(), 1);
+    let err = items[0].as_ref().unwrap_err().to_string();
+    assert!(
+        err.contains("big/huge.rs is larger than the read limit"),
+        "{err}"
+    );
+    std::fs::remove_dir_all(root.join("big")).unwrap();
+
     let all = executor.stream_files(Path::new("."), None).await.unwrap();
     assert_eq!(
         all.count().await,
