@@ -1,0 +1,274 @@
+//! The native half of the `jianmu_tools` Python package (`jianmu_tools._native`).
+//!
+//! The Python half (`python/jianmu_tools`) keeps the documented Python API (`Tool`,
+//! `@tool`, `ToolSet`, `BuiltinToolProvider`, the sandboxes and the runner); this
+//! module gives it what is native: the specs of the built-in tools, their aliases, and
+//! a [`NativeSession`] that calls them, locally or in a Docker sandbox. Values cross
+//! as JSON text, so no Python object is read without the GIL. Calls run on one shared
+//! tokio runtime with the GIL released: a blocking [`NativeSession::call`], and
+//! [`NativeSession::start`], which answers through a callback so that `async execute`
+//! never holds the event loop; cancelling a started call drops it, which ends what it
+//! started.
+
+use std::sync::{Arc, OnceLock};
+use std::time::Duration;
+
+use jianmu_runtime::{Backend, DockerSettings, Session, SessionSettings};
+use jianmu_tool_core::{ToolConfig, ToolError, ToolOutput};
+use pyo3::exceptions::{PyRuntimeError, PyValueError};
+use pyo3::prelude::*;
+use serde_json::Value;
+
+/// The runtime every call of every session runs on: two workers, as a tool call
+/// mostly waits (on a process, a file, the network).
+fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
+    static RUNTIME: OnceLock<Result<tokio::runtime::Runtime, String>> = OnceLock::new();
+    RUNTIME
+        .get_or_init(|| {
+            tokio::runtime::Builder::new_multi_thread()
+                .worker_threads(2)
+                .thread_name("jianmu-tools")
+                .enable_all()
+                .build()
+                .map_err(|e| e.to_string())
+        })
+        .as_ref()
+        .map_err(|e| PyRuntimeError::new_err(format!("cannot start the tool runtime: {e}")))
+}
+
+/// Every built-in tool compiled in, as a JSON array of specs (`name`, `description`,
+/// `input_schema`, `output_schema`, `parallel_safe`, `effect_tags`), sorted by name.
+#[pyfunction]
+fn specs() -> PyResult<String> {
+    let config = ToolConfig::new(std::env::temp_dir());
+    let specs = jianmu_runtime::tool_specs(&config).map_err(|e| value_error(&e))?;
+    serde_json::to_string(&specs).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+}
+
+/// The aliases, as `(alias, canonical name)` pairs.
+#[pyfunction]
+fn aliases() -> Vec<(&'static str, &'static str)> {
+    jianmu_provider::ALIASES.to_vec()
+}
+
+/// The canonical name of `name` (itself when it is not an alias).
+#[pyfunction]
+fn canonical_name(name: &str) -> String {
+    jianmu_provider::canonical_tool_name(name).to_owned()
+}
+
+/// A session: the built-in tools with their state (interpreters, shell sessions,
+/// background jobs), confined to one workspace, calling locally or in a Docker
+/// container of its own. Closing it (or dropping it) ends everything its calls
+/// started.
+#[pyclass(module = "jianmu_tools._native", frozen)]
+struct NativeSession {
+    session: Arc<Session>,
+}
+
+impl std::fmt::Debug for NativeSession {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NativeSession")
+            .field("workspace", &self.session.workspace())
+            .finish_non_exhaustive()
+    }
+}
+
+#[pymethods]
+impl NativeSession {
+    /// Opens a session in `workspace`. `settings` is a JSON object of tool settings
+    /// (`{"read_file": {"max_file_size": 1024}}`); `docker` a JSON object of Docker
+    /// settings (`{"image": "..."}`), or `None` for local calls; `timeout` a per-call
+    /// limit in seconds; `allow_hosts` the hosts the network tools may reach although
+    /// private.
+    #[new]
+    #[pyo3(signature = (workspace, settings = None, docker = None, timeout = None, allow_hosts = Vec::new()))]
+    fn new(
+        py: Python<'_>,
+        workspace: std::path::PathBuf,
+        settings: Option<&str>,
+        docker: Option<&str>,
+        timeout: Option<f64>,
+        allow_hosts: Vec<String>,
+    ) -> PyResult<Self> {
+        let mut config = ToolConfig::new(&workspace).with_allow_hosts(allow_hosts);
+        if let Some(settings) = settings {
+            let settings: serde_json::Map<String, Value> = serde_json::from_str(settings)
+                .map_err(|e| PyValueError::new_err(format!("tool settings: {e}")))?;
+            for (tool, value) in settings {
+                let tool = jianmu_provider::canonical_tool_name(&tool).to_owned();
+                config = config.with_settings(tool, value);
+            }
+        }
+        let mut session_settings = SessionSettings::new(config);
+        if let Some(docker) = docker {
+            let docker: DockerSettings = serde_json::from_str(docker)
+                .map_err(|e| PyValueError::new_err(format!("Docker settings: {e}")))?;
+            session_settings.backend = Backend::Docker(Box::new(docker));
+        }
+        if let Some(secs) = timeout {
+            let limit = Duration::try_from_secs_f64(secs)
+                .ok()
+                .filter(|d| !d.is_zero())
+                .ok_or_else(|| {
+                    PyValueError::new_err(format!(
+                        "timeout must be a positive number of seconds, not {secs}"
+                    ))
+                })?;
+            session_settings.timeout = Some(limit);
+        }
+        let rt = runtime()?;
+        // Opening a Docker session talks to the engine: not under the GIL.
+        let session = py.detach(|| {
+            let _entered = rt.enter();
+            Session::open(session_settings)
+        });
+        let session = session.map_err(|e| {
+            PyRuntimeError::new_err(jianmu_tool_core::error_chain(&e).to_string())
+        })?;
+        Ok(Self {
+            session: Arc::new(session),
+        })
+    }
+
+    /// The folder the tools work in.
+    #[getter]
+    fn workspace(&self) -> std::path::PathBuf {
+        self.session.workspace().to_owned()
+    }
+
+    /// Finds `name` (a name or alias) and builds it, so that settings it refuses are
+    /// reported now rather than at its first call.
+    fn check(&self, name: &str) -> PyResult<()> {
+        let _entered = runtime()?.enter();
+        self.session.check(name).map_err(|e| value_error(&e))
+    }
+
+    /// Calls `name` with `args` (JSON text) and waits, without the GIL. Returns
+    /// `(ok, text, structured JSON or None, [(mime type, base64)], error kind)`.
+    fn call(&self, py: Python<'_>, name: &str, args: &str) -> PyResult<Answer> {
+        let args = parse_args(args)?;
+        let rt = runtime()?;
+        let session = Arc::clone(&self.session);
+        Ok(py.detach(|| rt.block_on(async move { answer(session.call(name, args).await) })))
+    }
+
+    /// Starts calling `name` with `args` (JSON text) and returns at once; `done` is
+    /// called (from another thread) with the answer, as [`NativeSession::call`]
+    /// returns it. Cancelling the returned call drops it (ending what it started), and
+    /// `done` is then not called.
+    fn start(&self, name: &str, args: &str, done: Py<PyAny>) -> PyResult<NativeCall> {
+        let args = parse_args(args)?;
+        let session = Arc::clone(&self.session);
+        let name = name.to_owned();
+        let task = runtime()?.spawn(async move {
+            let result = answer(session.call(&name, args).await);
+            Python::attach(|py| {
+                if let Err(e) = done.call1(py, (result,)) {
+                    // The callback is the package's own; a failure is a bug to show.
+                    e.print(py);
+                }
+            });
+        });
+        Ok(NativeCall {
+            abort: task.abort_handle(),
+        })
+    }
+
+    /// Closes the session: ends every process, job and interpreter its calls started
+    /// and removes its container. Returns whether everything came back. Closing
+    /// again does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<bool> {
+        let rt = runtime()?;
+        let session = Arc::clone(&self.session);
+        Ok(py.detach(|| rt.block_on(async move { session.close().await.is_complete() })))
+    }
+
+    /// Whether the session is closed.
+    #[getter]
+    fn closed(&self) -> bool {
+        self.session.is_closed()
+    }
+}
+
+impl Drop for NativeSession {
+    fn drop(&mut self) {
+        // A session dropped open is closed on the runtime, in the background.
+        if !self.session.is_closed()
+            && let Ok(rt) = runtime()
+        {
+            let session = Arc::clone(&self.session);
+            rt.spawn(async move {
+                session.close().await;
+            });
+        }
+    }
+}
+
+/// A call started by [`NativeSession::start`].
+#[pyclass(module = "jianmu_tools._native", frozen)]
+#[derive(Debug)]
+struct NativeCall {
+    abort: tokio::task::AbortHandle,
+}
+
+#[pymethods]
+impl NativeCall {
+    /// Stops the call: its future is dropped, which ends the processes it started.
+    fn cancel(&self) {
+        self.abort.abort();
+    }
+}
+
+/// `(ok, text, structured JSON, images, error kind)`.
+type Answer = (bool, String, Option<String>, Vec<(String, String)>, &'static str);
+
+fn answer(result: Result<ToolOutput, ToolError>) -> Answer {
+    match result {
+        Ok(out) => (
+            true,
+            out.text,
+            out.structured.map(|v| v.to_string()),
+            out.images
+                .into_iter()
+                .map(|i| (i.mime_type, i.base64))
+                .collect(),
+            "",
+        ),
+        Err(e) => (false, e.to_string(), None, Vec::new(), kind(&e)),
+    }
+}
+
+/// The kind of a failure, as the Python `ToolError.kind` names it.
+fn kind(error: &ToolError) -> &'static str {
+    match error {
+        ToolError::InvalidArguments { .. } => "invalid_arguments",
+        ToolError::Timeout { .. } => "timeout",
+        ToolError::Cancelled { .. } => "cancelled",
+        ToolError::UnknownTool { .. } => "unknown_tool",
+        ToolError::NotCompiled { .. } => "not_compiled",
+        ToolError::Denied { .. } => "denied",
+        ToolError::Config { .. } => "config",
+        ToolError::Runner { .. } => "runner",
+        _ => "failed",
+    }
+}
+
+fn parse_args(args: &str) -> PyResult<Value> {
+    serde_json::from_str(args).map_err(|e| PyValueError::new_err(format!("arguments: {e}")))
+}
+
+fn value_error(error: &ToolError) -> PyErr {
+    PyValueError::new_err(error.to_string())
+}
+
+/// `jianmu_tools._native`.
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_function(wrap_pyfunction!(specs, m)?)?;
+    m.add_function(wrap_pyfunction!(aliases, m)?)?;
+    m.add_function(wrap_pyfunction!(canonical_name, m)?)?;
+    m.add_class::<NativeSession>()?;
+    m.add_class::<NativeCall>()?;
+    Ok(())
+}
