@@ -29,6 +29,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     if args.iter().any(|a| a == "--session-only") {
         return crate::session_bench::run(args);
     }
+    if args.iter().any(|a| a == "--python-only") {
+        return crate::python_bench::run_bench(false);
+    }
     if args.iter().any(|a| a == "--docker-only") {
         let mut c = cargo();
         c.args(["build", "--release", "--locked", "-p", "jianmu-cli"]);
@@ -334,6 +337,7 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
     crate::edit_bench::run(quick)?;
     crate::mcp_bench::run()?;
     crate::docker_bench::run()?;
+    crate::python_bench::run_bench(true)?;
     if args.iter().any(|a| a == "--no-search") {
         return Ok(());
     }
@@ -398,7 +402,7 @@ fn spawn_per_call_ns() -> anyhow::Result<f64> {
     Ok(times[times.len() / 2])
 }
 
-fn human(ns: f64) -> String {
+pub(crate) fn human(ns: f64) -> String {
     if ns < 1_000.0 {
         format!("{ns:.0} ns")
     } else if ns < 1_000_000.0 {

@@ -15,12 +15,14 @@ mod bench;
 mod docker_bench;
 mod edit_bench;
 mod mcp_bench;
+mod python;
+mod python_bench;
 mod search_bench;
 mod session_bench;
 mod setup;
 
 const USAGE: &str =
-    "usage: cargo xtask <test-all | bench | docs | docker-image | package | msrv | preflight>
+    "usage: cargo xtask <test-all | bench | docs | docker-image | package | msrv | preflight | python-test>
 
   test-all  installs what is missing (cargo-nextest, cargo-deny, Debian packages as
             root, a Docker engine), then the MSRV check, fmt, clippy, the feature
@@ -31,14 +33,18 @@ const USAGE: &str =
             [--mcp-only] only the MCP round trips (stdio) and the HTTP load test;
             [--session-only [--against REV]] listing tools, tools/list, idle HTTP
             session memory and a no-op call, against REV's build in the same run;
-            [--docker-only] only the Docker sandbox (one engine, then two)
+            [--docker-only] only the Docker sandbox (one engine, then two);
+            [--python-only] only the Python package (release wheel) against native
+            calls and the original pure-Python tools
   docs      regenerate docs/tools.md from the live tool specs
   docker-image  build a release jianmu and the Docker sandbox image from it
             [ARGS...] passed to `jianmu sandbox build-image` (--tag, --no-python, ...)
   package   pack every library crate as `cargo publish --workspace` would and build
             each from its package (about 8 minutes; test-all packs without building)
   msrv      check that the declared rust-version builds the workspace
-  preflight only install what the checks need (test-all's first step)";
+  preflight only install what the checks need (test-all's first step)
+  python-test  build the Python package's wheel, install it into a venv under
+            target/, and run its pytest suite (a test-all step)";
 
 /// Crates whose features select tools; both expose the same tool features.
 const FEATURE_CRATES: [&str; 2] = ["jianmu-provider", "jianmu-cli"];
@@ -76,6 +82,7 @@ fn main() {
         Some("package") => package(true),
         Some("msrv") => msrv(),
         Some("preflight") => setup::preflight(),
+        Some("python-test") => python::test(),
         _ => {
             eprintln!("{USAGE}");
             std::process::exit(2);
@@ -204,6 +211,10 @@ fn test_all() -> anyhow::Result<()> {
         }
         Ok(())
     })?;
+    step(
+        "python package (wheel built with maturin, installed, pytest)",
+        python::test,
+    )?;
     step("docs", || {
         let mut c = cargo();
         c.args([
@@ -248,6 +259,7 @@ fn package(verify: bool) -> anyhow::Result<()> {
     for krate in [
         "jianmu-examples",
         "jianmu-test-support",
+        "jianmu-python",
         "xtask",
         "jianmu-tests",
     ] {
@@ -320,8 +332,12 @@ fn library_crates() -> anyhow::Result<Vec<String>> {
     let mut names = Vec::new();
     for entry in std::fs::read_dir(root().join("crates"))? {
         let name = entry?.file_name().to_string_lossy().into_owned();
-        // Examples and the tests' helpers are not for others.
-        if name != "jianmu-examples" && name != "jianmu-test-support" {
+        // Examples and the tests' helpers are not for others; the Python package's
+        // native half is published as a wheel.
+        if !matches!(
+            name.as_str(),
+            "jianmu-examples" | "jianmu-test-support" | "jianmu-python"
+        ) {
             names.push(name);
         }
     }

@@ -15,7 +15,7 @@ const TARBALL: &str = "/usr/src/linux-source-6.1.tar.xz";
 /// The extracted tree, made on first use. It lives outside this repository: the
 /// repository's `.gitignore` (which ignores `target/`) would otherwise hide it from
 /// both rg and grep_search. `JIANMU_BENCH_DIR` moves it.
-fn tree() -> anyhow::Result<PathBuf> {
+pub(crate) fn tree() -> anyhow::Result<PathBuf> {
     let data = std::env::var_os("JIANMU_BENCH_DIR")
         .map_or_else(|| PathBuf::from("/var/tmp/jianmu-bench"), PathBuf::from);
     let tree = data.join("linux-source-6.1");

@@ -123,9 +123,8 @@ impl NativeSession {
             let _entered = rt.enter();
             Session::open(session_settings)
         });
-        let session = session.map_err(|e| {
-            PyRuntimeError::new_err(jianmu_tool_core::error_chain(&e).to_string())
-        })?;
+        let session = session
+            .map_err(|e| PyRuntimeError::new_err(jianmu_tool_core::error_chain(&e).to_string()))?;
         Ok(Self {
             session: Arc::new(session),
         })
@@ -221,7 +220,13 @@ impl NativeCall {
 }
 
 /// `(ok, text, structured JSON, images, error kind)`.
-type Answer = (bool, String, Option<String>, Vec<(String, String)>, &'static str);
+type Answer = (
+    bool,
+    String,
+    Option<String>,
+    Vec<(String, String)>,
+    &'static str,
+);
 
 fn answer(result: Result<ToolOutput, ToolError>) -> Answer {
     match result {
@@ -235,7 +240,13 @@ fn answer(result: Result<ToolOutput, ToolError>) -> Answer {
                 .collect(),
             "",
         ),
-        Err(e) => (false, e.to_string(), None, Vec::new(), kind(&e)),
+        Err(e) => (
+            false,
+            jianmu_tool_core::error_chain(&e),
+            None,
+            Vec::new(),
+            kind(&e),
+        ),
     }
 }
 
@@ -259,7 +270,7 @@ fn parse_args(args: &str) -> PyResult<Value> {
 }
 
 fn value_error(error: &ToolError) -> PyErr {
-    PyValueError::new_err(error.to_string())
+    PyValueError::new_err(jianmu_tool_core::error_chain(error))
 }
 
 /// `jianmu_tools._native`.

@@ -51,6 +51,23 @@ def _unknown(name: str) -> ToolError:
     )
 
 
+# The documented settings whose names differ here: (tool, documented) -> ours.
+_SETTING_NAMES: dict[tuple[str, str], str] = {
+    ("python_repl", "timeout"): "timeout_secs",
+    ("python_repl", "max_output_length"): "max_output",
+    ("python_repl", "globals_dict"): "globals",
+    ("bash", "timeout"): "timeout_secs",
+}
+
+
+def _tool_settings(settings: Mapping[str, Mapping[str, Any]] | None) -> dict[str, dict[str, Any]]:
+    out: dict[str, dict[str, Any]] = {}
+    for tool, values in (settings or {}).items():
+        name = canonical_tool_name(tool)
+        out[name] = {_SETTING_NAMES.get((name, k), k): v for k, v in values.items()}
+    return out
+
+
 _OPEN: weakref.WeakSet[Session] = weakref.WeakSet()
 
 
@@ -70,7 +87,7 @@ class Session:
         allow_hosts: list[str] | tuple[str, ...] = (),
     ):
         self.workspace = Path(workspace if workspace is not None else os.getcwd()).resolve()
-        self.settings = {canonical_tool_name(k): dict(v) for k, v in (settings or {}).items()}
+        self.settings = _tool_settings(settings)
         self.docker = dict(docker) if docker is not None else None
         self.timeout = timeout
         self.allow_hosts = list(allow_hosts)
