@@ -143,6 +143,14 @@ impl NativeSession {
         self.session.check(name).map_err(|e| value_error(&e))
     }
 
+    /// The spec of `name` (a name or alias) as this session's settings make it, as
+    /// JSON text.
+    fn spec(&self, name: &str) -> PyResult<String> {
+        let spec = jianmu_runtime::tool_spec(&self.session.runtime().settings().tools, name)
+            .map_err(|e| value_error(&e))?;
+        serde_json::to_string(&spec).map_err(|e| PyRuntimeError::new_err(e.to_string()))
+    }
+
     /// Calls `name` with `args` (JSON text) and waits, without the GIL. Returns
     /// `(ok, text, structured JSON or None, [(mime type, base64)], error kind)`.
     fn call(&self, py: Python<'_>, name: &str, args: &str) -> PyResult<Answer> {

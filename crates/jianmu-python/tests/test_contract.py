@@ -278,3 +278,43 @@ def test_errors_are_raised_with_their_kind(ws):
     with pytest.raises(ToolError) as e:
         jt.BuiltinTool("no_such_tool")
     assert e.value.kind == "unknown_tool"
+
+
+def test_a_function_tool_refuses_arguments_that_do_not_fit():
+    @tool
+    def add(a: int, b: int = 1) -> int:
+        return a + b
+
+    with pytest.raises(ToolError) as e:
+        asyncio.run(add.execute({"a": 1, "c": 2}))
+    assert e.value.kind == "invalid_arguments" and "c" in str(e.value)
+    with pytest.raises(ToolError) as e:
+        asyncio.run(add.execute({}))
+    assert e.value.kind == "invalid_arguments" and "a" in str(e.value)
+    assert asyncio.run(add.execute({"a": 1})) == 2
+
+
+def test_settings_reach_the_spec_and_are_checked_for_provider_tools(ws):
+    provider = jt.BuiltinToolProvider(settings={"file_read": {"max_file_size": 10}})
+    read = provider.get_tool("read_file")
+    (ws / "big.txt").write_text("x" * 100)
+    with pytest.raises(ToolError):
+        asyncio.run(read.execute({"path": "big.txt"}))
+    bad = jt.BuiltinToolProvider(settings={"read_file": {"no_such_setting": 1}})
+    with pytest.raises(ToolError) as e:
+        bad.get_tool("read_file")
+    assert e.value.kind == "config" and "no_such_setting" in str(e.value)
+
+
+def test_hostile_arguments_are_refused_not_crashed_on(ws):
+    read = jt.FileReadTool()
+    deep = []
+    for _ in range(100_000):
+        deep = [deep]
+    for args in [{"path": deep}, {"path": float("nan")}, {"path": "\x00"}, {"path": "a" * 100_000}]:
+        with pytest.raises(ToolError):
+            asyncio.run(read.execute(args))
+    nested = "(" * 10_000 + "1" + ")" * 10_000
+    with pytest.raises(ToolError) as e:
+        jt.CalculatorTool().run(nested)
+    assert e.value.kind in ("failed", "invalid_arguments")

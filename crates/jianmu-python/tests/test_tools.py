@@ -46,6 +46,14 @@ def test_python_repl_evaluates_then_executes_and_keeps_state(ws):
     assert jt.BuiltinTool("python_eval").name == "python_repl"
 
 
+def test_python_repl_allowed_modules(ws):
+    repl = jt.PythonREPLTool(allowed_modules=["math"])
+    assert call(repl, {"code": "import math; math.pi"}) == "3.141592653589793"
+    with pytest.raises(ToolError) as e:
+        call(repl, {"code": "import os"})
+    assert "import of 'os' is not allowed" in str(e.value)
+
+
 def test_python_repl_output_limit_and_timeout(ws):
     repl = jt.PythonREPLTool(max_output_length=100, timeout=1)
     out = call(repl, {"code": "print('x' * 5000)"})
@@ -89,8 +97,12 @@ def test_read_file_limits_and_encoding_errors(ws):
     tiny = jt.FileReadTool(max_file_size=4)
     with pytest.raises(ToolError):
         call(tiny, {"path": "a.txt", "offset": None} if False else {"path": "a.txt"})
-    out = call(read, {"path": "b.bin"})
-    assert "binary" in out.lower() or "utf-8" in out.lower()
+    (ws / "latin1.txt").write_bytes(b"caf\xe9\n")
+    with pytest.raises(ToolError) as e:
+        call(read, {"path": "latin1.txt"})
+    assert str(e.value) == "`latin1.txt` is not UTF-8 text: invalid byte at offset 3"
+    # A binary file is reported with its size, not decoded.
+    assert call(read, {"path": "b.bin"}) == "`b.bin` is a binary file (7 bytes); its content is not shown"
 
 
 def test_paths_are_confined_to_the_workspace(ws, tmp_path):
@@ -172,8 +184,18 @@ def test_bash_jobs_are_shared_by_the_tools_of_one_provider(ws):
 
 
 class _Handler(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        sent = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self._answer({"method": "POST", "got": sent, "type": self.headers["Content-Type"]})
+
     def do_GET(self):
-        body = json.dumps({"ok": True, "path": self.path}).encode()
+        if self.path == "/long":
+            self._answer({"text": "y" * 5000})
+        else:
+            self._answer({"ok": True, "path": self.path})
+
+    def _answer(self, value):
+        body = json.dumps(value).encode()
         self.send_response(200)
         self.send_header("Content-Type", "application/json")
         self.send_header("Content-Length", str(len(body)))
@@ -202,6 +224,17 @@ def test_http_request_pretty_prints_json_and_refuses_private_hosts(ws, server):
     allowed = jt.BuiltinToolProvider(session=jt.Session(ws, allow_hosts=["127.0.0.1"])).get_tool("http_request")
     out = call(allowed, {"url": server + "/x", "retries": 0})
     assert '{\n  "ok": true,\n  "path": "/x"\n}' in out
+    posted = call(allowed, {"url": server + "/p", "method": "POST", "body": {"a": [1, 2]}})
+    assert '"got": {\n    "a": [\n      1,\n      2\n    ]\n  }' in posted
+    assert '"type": "application/json"' in posted
+    methods = {m["const"] for m in jt.HTTPTool().input_schema["properties"]["method"]["oneOf"]}
+    assert methods >= {"GET", "POST", "PUT", "DELETE"}
+    short = jt.BuiltinToolProvider(
+        session=jt.Session(ws, allow_hosts=["127.0.0.1"], settings={"http_request": {"max_response_length": 1000}})
+    ).get_tool("http_request")
+    cut = call(short, {"url": server + "/long"})
+    # Cut with a notice (the whole answer is saved for read_file and grep_search).
+    assert "y" * 500 in cut and len(cut) < 2000 and "read_file" in cut
 
 
 def test_duckduckgo_search_is_resolved_by_its_alias(ws):

@@ -122,9 +122,20 @@ class Session:
         except ValueError as e:
             raise ToolError(str(e), tool=name, kind="config") from None
 
+    def spec(self, name: str) -> dict[str, Any]:
+        """The spec of tool `name` with this session's settings; the tool is built now,
+        so that settings it refuses are reported here."""
+        self.check(name)
+        return json.loads(self.native().spec(name))
+
     def call_sync(self, name: str, args: Any) -> ToolResult:
         """Calls `name` and waits (blocking this thread, not others)."""
-        return _result(name, self.native().call(name, _dump(name, args)))
+        payload = _dump(name, args)
+        try:
+            answer = self.native().call(name, payload)
+        except ValueError as e:
+            raise ToolError(f"invalid arguments for `{name}`: {e}", tool=name, kind="invalid_arguments") from None
+        return _result(name, answer)
 
     async def call(self, name: str, args: Any) -> ToolResult:
         """Calls `name` without blocking the event loop. Cancelling the awaiting task
@@ -139,7 +150,10 @@ class Session:
             except RuntimeError:  # the loop is closed: nobody waits any more
                 pass
 
-        call = native.start(name, _dump(name, args), done)
+        try:
+            call = native.start(name, _dump(name, args), done)
+        except ValueError as e:
+            raise ToolError(f"invalid arguments for `{name}`: {e}", tool=name, kind="invalid_arguments") from None
         try:
             answer = await future
         except asyncio.CancelledError:
@@ -175,8 +189,8 @@ def _settle(future: asyncio.Future[Any], answer: Any) -> None:
 
 def _dump(name: str, args: Any) -> str:
     try:
-        return json.dumps({} if args is None else args)
-    except (TypeError, ValueError) as e:
+        return json.dumps({} if args is None else args, allow_nan=False)
+    except (TypeError, ValueError, RecursionError) as e:
         raise ToolError(
             f"invalid arguments for `{name}`: not JSON ({e})", tool=name, kind="invalid_arguments"
         ) from None
@@ -214,22 +228,24 @@ class BuiltinTool(Tool):
         spec = builtin_specs().get(canonical_tool_name(wanted))
         if spec is None:
             raise _unknown(wanted)
+        name = spec["name"]
+        if session is None:
+            session = Session(base_path, settings={name: settings} if settings else None)
+        elif settings:
+            raise ToolError(
+                f"`{name}`: give settings to the session, not to a tool that shares one",
+                tool=name,
+                kind="config",
+            )
+        if name in session.settings:
+            # Settings can change what the model is told (limits in the description).
+            spec = session.spec(name)
         self.name = spec["name"]
         self.description = spec["description"]
         self.input_schema = spec["input_schema"]
         self.output_schema = spec["output_schema"]
         self.parallel_safe = spec["parallel_safe"]
         self.effect_tags = tuple(spec["effect_tags"])
-        if session is None:
-            session = Session(base_path, settings={self.name: settings} if settings else None)
-            if settings:
-                session.check(self.name)
-        elif settings:
-            raise ToolError(
-                f"`{self.name}`: give settings to the session, not to a tool that shares one",
-                tool=self.name,
-                kind="config",
-            )
         self.session = session
 
     @property

@@ -5,10 +5,10 @@ from __future__ import annotations
 import inspect
 import types
 import typing
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
-from .base import Tool
+from .base import Tool, ToolError
 
 _JSON_TYPES: dict[Any, str] = {
     str: "string",
@@ -97,6 +97,23 @@ class FunctionTool(Tool):
     def run(self, *args: Any, **kwargs: Any) -> Any:
         # A coroutine function's call is awaited by `execute`; a plain one answers here.
         return self.fn(*args, **kwargs)
+
+    async def _execute_local(self, call_args: Any) -> Any:
+        # Arguments that do not fit the function are the model's mistake: say which.
+        try:
+            if isinstance(call_args, Mapping):
+                self._signature.bind(**call_args)
+            else:
+                self._signature.bind(call_args)
+        except TypeError as e:
+            raise ToolError(
+                f"invalid arguments for `{self.name}`: {e}", tool=self.name, kind="invalid_arguments"
+            ) from None
+        return await super()._execute_local(call_args)
+
+    @property
+    def _signature(self) -> inspect.Signature:
+        return inspect.signature(self.fn)
 
 
 def tool(

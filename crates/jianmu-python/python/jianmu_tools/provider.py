@@ -37,7 +37,6 @@ class BuiltinToolProvider(ToolProvider):
             raise ToolError("give base_path and settings to the session", kind="config")
         self.session = session or Session(base_path, settings=settings)
         self._builtins: dict[str, Callable[..., Tool]] | None = None
-        self._checked: set[str] = set()
 
     def _ensure_builtins(self) -> dict[str, Callable[..., Tool]]:
         if self._builtins is None:
@@ -65,11 +64,8 @@ class BuiltinToolProvider(ToolProvider):
         if factory is None:
             raise _unknown(name)
         if isinstance(factory, type) and issubclass(factory, BuiltinTool):
-            tool = factory(canonical, session=self.session)
-            if canonical in self.session.settings and canonical not in self._checked:
-                self.session.check(canonical)
-                self._checked.add(canonical)
-            return tool
+            # Built on the shared session, with its settings (refused ones raise here).
+            return factory(canonical, session=self.session)
         return factory()
 
     def resolve_named_tools(self, names: Iterable[str]) -> list[Tool]:
