@@ -2,6 +2,7 @@
 arguments and runners, `as_node`, `BuiltinToolProvider`, `ToolSet`, events."""
 
 import asyncio
+import os
 
 import pytest
 
@@ -319,3 +320,34 @@ def test_hostile_arguments_are_refused_not_crashed_on(ws):
     with pytest.raises(ToolError) as e:
         jt.CalculatorTool().run(nested)
     assert e.value.kind in ("failed", "invalid_arguments")
+
+
+def test_nothing_a_session_started_outlives_the_interpreter(ws):
+    import subprocess
+    import sys
+    import time
+
+    marker = f"97.{os.getpid()}"
+    script = f"""
+import asyncio, jianmu_tools as jt
+bash = jt.BashTool()
+print(asyncio.run(bash.execute({{"command": "sleep {marker}", "background": True, "yield_ms": 100}})))
+repl = jt.PythonREPLTool()
+print(asyncio.run(repl.execute({{"code": "import time; 'sleep {marker}'"}})))
+"""
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert "job 1 running" in out.stdout
+    time.sleep(0.5)
+    left = [
+        p for p in os.listdir("/proc") if p.isdigit() and _cmdline(p).find(f"sleep {marker}") >= 0
+    ]
+    assert left == []
+
+
+def _cmdline(pid):
+    try:
+        with open(f"/proc/{pid}/cmdline", "rb") as f:
+            return f.read().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
