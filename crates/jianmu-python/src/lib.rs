@@ -3,10 +3,10 @@
 //! The Python half (`python/jianmu_tools`) keeps the documented Python API (`Tool`,
 //! `@tool`, `ToolSet`, `BuiltinToolProvider`, the sandboxes and the runner); this
 //! module gives it what is native: the specs of the built-in tools, their aliases, and
-//! a [`NativeSession`] that calls them, locally or in a Docker sandbox. Values cross
+//! a `NativeSession` that calls them, locally or in a Docker sandbox. Values cross
 //! as JSON text, so no Python object is read without the GIL. Calls run on one shared
-//! tokio runtime with the GIL released: a blocking [`NativeSession::call`], and
-//! [`NativeSession::start`], which answers through a callback so that `async execute`
+//! tokio runtime with the GIL released: a blocking `NativeSession::call`, and
+//! `NativeSession::start`, which answers through a callback so that `async execute`
 //! never holds the event loop; cancelling a started call drops it, which ends what it
 //! started.
 
