@@ -1,5 +1,5 @@
 """The Python package against the original framework's pure-Python tools, in one
-process: `calculator`, `read_file` (a whole 700 KB file) and `grep`-like search (a
+process: `calculator`, `read_file` (a whole 4 KB and 700 KB file) and `grep`-like search (a
 folder of the bench corpus), each called through `await tool.execute(...)` as an agent
 would, best of several repeats. Prints one JSON object of seconds per call.
 
@@ -127,13 +127,16 @@ def main():
     data.mkdir(parents=True, exist_ok=True)
     text = "".join(f"{i:06}: the quick brown fox jumps!\n" for i in range(20_000))
     (data / "read-700k.txt").write_text(text)
+    (data / "read-4k.txt").write_text(text[:4000])
     os.chdir(data)
 
     calc, seed_calc = jt.CalculatorTool(), SeedCalculator()
     assert calc.run(EXPR) == seed_calc.run(EXPR), (calc.run(EXPR), seed_calc.run(EXPR))
     read, seed_read = jt.FileReadTool(base_path=data), SeedFileRead(data)
     read_args = {"path": "read-700k.txt"}
-    assert asyncio.run(read.execute(read_args)) == asyncio.run(seed_read.execute(read_args))
+    small_args = {"path": "read-4k.txt"}
+    for args in (read_args, small_args):
+        assert asyncio.run(read.execute(args)) == asyncio.run(seed_read.execute(args))
     grep = jt.GrepSearchTool(base_path=corpus.parent)
     seed_grep = SeedGrep(corpus.parent)
     grep_args = {"query": "jiffies_to_msecs", "path": corpus.name, "limit": 200}
@@ -145,6 +148,8 @@ def main():
         "calc_sync": best(lambda: calc.run(EXPR), 20_000),
         "calc_execute": best_async(lambda: calc.execute(EXPR), 20_000),
         "seed_calc_execute": best_async(lambda: seed_calc.execute(EXPR), 20_000),
+        "read_small_execute": best_async(lambda: read.execute(small_args), 2000),
+        "seed_read_small_execute": best_async(lambda: seed_read.execute(small_args), 2000),
         "read_execute": best_async(lambda: read.execute(read_args), 200),
         "seed_read_execute": best_async(lambda: seed_read.execute(read_args), 200),
         "grep_execute": best_async(lambda: grep.execute(grep_args), 3, repeat=3),

@@ -62,6 +62,12 @@ pub(crate) fn run_bench(criterion_ran: bool) -> anyhow::Result<()> {
             ns("seed_calc_execute")?,
         ),
         (
+            "read_file via the Python package: 4 KB file",
+            ns("read_small_execute")?,
+            "original pure-Python read_file",
+            ns("seed_read_small_execute")?,
+        ),
+        (
             "read_file via the Python package: 700 KB file",
             ns("read_execute")?,
             "original pure-Python read_file",

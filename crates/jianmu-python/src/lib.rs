@@ -10,7 +10,10 @@
 //! never holds the event loop; cancelling a started call drops it, which ends what it
 //! started.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, OnceLock};
+use std::task::{Context, Poll, Waker};
 use std::time::Duration;
 
 use jianmu_runtime::{Backend, DockerSettings, Session, SessionSettings};
@@ -152,7 +155,7 @@ impl NativeSession {
     }
 
     /// Calls `name` with `args` (JSON text) and waits, without the GIL. Returns
-    /// `(ok, text, structured JSON or None, [(mime type, base64)], error kind)`.
+    /// `(ok, text, structured (`NativeJson`) or None, [(mime type, base64)], error kind)`.
     fn call(&self, py: Python<'_>, name: &str, args: &str) -> PyResult<Answer> {
         let args = parse_args(args)?;
         let rt = runtime()?;
@@ -160,16 +163,40 @@ impl NativeSession {
         Ok(py.detach(|| rt.block_on(async move { answer(session.call(name, args).await) })))
     }
 
-    /// Starts calling `name` with `args` (JSON text) and returns at once; `done` is
-    /// called (from another thread) with the answer, as [`NativeSession::call`]
-    /// returns it. Cancelling the returned call drops it (ending what it started), and
-    /// `done` is then not called.
-    fn start(&self, name: &str, args: &str, done: Py<PyAny>) -> PyResult<NativeCall> {
+    /// Starts calling `name` with `args` (JSON text). A call that can answer at once
+    /// (nothing to wait for: `calculator`) returns `(answer, None)`; any other returns
+    /// `(None, call)` at once, and `done` is called (from another thread) with the
+    /// answer, as [`NativeSession::call`] returns it. Cancelling the call drops it
+    /// (ending what it started), and `done` is then not called.
+    fn start(
+        &self,
+        py: Python<'_>,
+        name: &str,
+        args: &str,
+        done: Py<PyAny>,
+    ) -> PyResult<(Option<Answer>, Option<NativeCall>)> {
         let args = parse_args(args)?;
         let session = Arc::clone(&self.session);
         let name = name.to_owned();
-        let task = runtime()?.spawn(async move {
-            let result = answer(session.call(&name, args).await);
+        let rt = runtime()?;
+        let mut call: Pin<Box<dyn Future<Output = Answer> + Send>> =
+            Box::pin(async move { answer(session.call(&name, args).await) });
+        // One poll here, without the GIL: work that waits (files, processes, the
+        // network) is handed to the runtime's threads and the poll returns at once.
+        let first = py.detach(|| {
+            let _entered = rt.enter();
+            let mut cx = Context::from_waker(Waker::noop());
+            match call.as_mut().poll(&mut cx) {
+                Poll::Ready(answer) => Some(answer),
+                Poll::Pending => None,
+            }
+        });
+        if let Some(answer) = first {
+            return Ok((Some(answer), None));
+        }
+        // The runtime polls the task once it is spawned, with its own waker.
+        let task = rt.spawn(async move {
+            let result = call.await;
             Python::attach(|py| {
                 if let Err(e) = done.call1(py, (result,)) {
                     // The callback is the package's own; a failure is a bug to show.
@@ -177,9 +204,12 @@ impl NativeSession {
                 }
             });
         });
-        Ok(NativeCall {
-            abort: task.abort_handle(),
-        })
+        Ok((
+            None,
+            Some(NativeCall {
+                abort: task.abort_handle(),
+            }),
+        ))
     }
 
     /// Closes the session: ends every process, job and interpreter its calls started
@@ -231,17 +261,33 @@ impl NativeCall {
 type Answer = (
     bool,
     String,
-    Option<String>,
+    Option<NativeJson>,
     Vec<(String, String)>,
     &'static str,
 );
+
+/// The structured form of an answer, made into JSON text only when Python asks for it
+/// (most callers read the text alone).
+#[pyclass(module = "jianmu_tools._native", frozen)]
+#[derive(Debug)]
+struct NativeJson {
+    value: Value,
+}
+
+#[pymethods]
+impl NativeJson {
+    /// The value as JSON text.
+    fn text(&self) -> String {
+        self.value.to_string()
+    }
+}
 
 fn answer(result: Result<ToolOutput, ToolError>) -> Answer {
     match result {
         Ok(out) => (
             true,
             out.text,
-            out.structured.map(|v| v.to_string()),
+            out.structured.map(|value| NativeJson { value }),
             out.images
                 .into_iter()
                 .map(|i| (i.mime_type, i.base64))
@@ -289,5 +335,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(canonical_name, m)?)?;
     m.add_class::<NativeSession>()?;
     m.add_class::<NativeCall>()?;
+    m.add_class::<NativeJson>()?;
     Ok(())
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import base64
 import inspect
+import json
 from abc import ABC, abstractmethod
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -44,14 +45,22 @@ class ToolResult(str):
     answer as JSON, when the tool has a structured form; its shape is the tool's
     `output_schema`) and `images`."""
 
-    structured: Any
     images: tuple[Image, ...]
 
     def __new__(cls, text: str, structured: Any = None, images: tuple[Image, ...] = ()):
         result = super().__new__(cls, text)
-        result.structured = structured
+        result._structured = structured
+        result._lazy = None
         result.images = tuple(images)
         return result
+
+    @property
+    def structured(self) -> Any:
+        lazy = self._lazy
+        if lazy is not None:
+            self._structured = json.loads(lazy.text())
+            self._lazy = None
+        return self._structured
 
     @property
     def text(self) -> str:

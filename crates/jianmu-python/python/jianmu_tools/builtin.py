@@ -151,9 +151,11 @@ class Session:
                 pass
 
         try:
-            call = native.start(name, _dump(name, args), done)
+            answer, call = native.start(name, _dump(name, args), done)
         except ValueError as e:
             raise ToolError(f"invalid arguments for `{name}`: {e}", tool=name, kind="invalid_arguments") from None
+        if call is None:  # answered at once
+            return _result(name, answer)
         try:
             answer = await future
         except asyncio.CancelledError:
@@ -196,15 +198,14 @@ def _dump(name: str, args: Any) -> str:
         ) from None
 
 
-def _result(name: str, answer: tuple[bool, str, str | None, list[tuple[str, str]], str]) -> ToolResult:
+def _result(name: str, answer: tuple[bool, str, Any, list[tuple[str, str]], str]) -> ToolResult:
     ok, text, structured, images, kind = answer
     if not ok:
         raise ToolError(text, tool=name, kind=kind)
-    return ToolResult(
-        text,
-        json.loads(structured) if structured is not None else None,
-        tuple(Image(mime, data) for mime, data in images),
-    )
+    result = ToolResult(text, None, tuple(Image(mime, data) for mime, data in images) if images else ())
+    # Decoded on first use: most callers read the text alone.
+    result._lazy = structured
+    return result
 
 
 class BuiltinTool(Tool):
