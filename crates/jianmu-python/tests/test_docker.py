@@ -83,3 +83,23 @@ def test_unknown_docker_settings_are_refused(docker_ws):
     with pytest.raises(ToolError) as e:
         asyncio.run(jt.BashTool().execute({"command": "true"}, runner=sandbox))
     assert e.value.kind == "config" and "no_such_setting" in str(e.value)
+
+
+def test_the_readme_example_runs_as_written(docker_ws, docker_image, tmp_path):
+    import re
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
+    example = re.search(r"## In Python\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    (docker_ws / "README.md").write_text("# readme\n")
+    os.chown(docker_ws / "README.md", os.stat(docker_ws).st_uid, os.stat(docker_ws).st_gid)
+    script = example.replace("jianmu-sandbox:0.1.0", docker_image)
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, cwd=docker_ws, timeout=120)
+    assert out.returncode == 0, out.stderr
+    lines = [line for line in out.stdout.splitlines() if line]
+    assert lines[0] == str(2**100)
+    assert "# readme" in lines
+    assert any("'event': 'execution.completed'" in line for line in lines)
+    assert lines[-1] == "65534"
