@@ -154,10 +154,14 @@ impl NativeSession {
         serde_json::to_string(&spec).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 
-    /// Calls `name` with `args` (JSON text) and waits, without the GIL. Returns
+    /// Calls `name` with `args` (JSON text) and waits, without the GIL; arguments that
+    /// are not JSON are refused like any invalid arguments. Returns
     /// `(ok, text, structured (`NativeJson`) or None, [(mime type, base64)], error kind)`.
     fn call(&self, py: Python<'_>, name: &str, args: &str) -> PyResult<Answer> {
-        let args = parse_args(args)?;
+        let args = match parse_args(name, args) {
+            Ok(args) => args,
+            Err(refused) => return Ok(refused),
+        };
         let rt = runtime()?;
         let session = Arc::clone(&self.session);
         Ok(py.detach(|| rt.block_on(async move { answer(session.call(name, args).await) })))
@@ -175,7 +179,10 @@ impl NativeSession {
         args: &str,
         done: Py<PyAny>,
     ) -> PyResult<(Option<Answer>, Option<NativeCall>)> {
-        let args = parse_args(args)?;
+        let args = match parse_args(name, args) {
+            Ok(args) => args,
+            Err(refused) => return Ok((Some(refused), None)),
+        };
         let session = Arc::clone(&self.session);
         let name = name.to_owned();
         let rt = runtime()?;
@@ -319,8 +326,17 @@ fn kind(error: &ToolError) -> &'static str {
     }
 }
 
-fn parse_args(args: &str) -> PyResult<Value> {
-    serde_json::from_str(args).map_err(|e| PyValueError::new_err(format!("arguments: {e}")))
+/// The arguments, or the answer that refuses them (as a schema violation would be).
+fn parse_args(name: &str, args: &str) -> Result<Value, Answer> {
+    serde_json::from_str(args).map_err(|e| {
+        answer(Err(ToolError::InvalidArguments {
+            tool: name.to_owned(),
+            violations: vec![jianmu_tool_core::Violation {
+                pointer: String::new(),
+                message: format!("not JSON: {e}"),
+            }],
+        }))
+    })
 }
 
 fn value_error(error: &ToolError) -> PyErr {

@@ -316,6 +316,14 @@ def test_hostile_arguments_are_refused_not_crashed_on(ws):
     for args in [{"path": deep}, {"path": float("nan")}, {"path": "\x00"}, {"path": "a" * 100_000}]:
         with pytest.raises(ToolError):
             asyncio.run(read.execute(args))
+    # Deeper than the native JSON reader takes, though Python encodes it.
+    nesting = []
+    for _ in range(300):
+        nesting = [nesting]
+    for call in (lambda: asyncio.run(read.execute({"path": nesting})), lambda: read.call_sync(path=nesting)):
+        with pytest.raises(ToolError) as e:
+            call()
+        assert e.value.kind == "invalid_arguments" and "not JSON" in str(e.value)
     nested = "(" * 10_000 + "1" + ")" * 10_000
     with pytest.raises(ToolError) as e:
         jt.CalculatorTool().run(nested)

@@ -130,12 +130,7 @@ class Session:
 
     def call_sync(self, name: str, args: Any) -> ToolResult:
         """Calls `name` and waits (blocking this thread, not others)."""
-        payload = _dump(name, args)
-        try:
-            answer = self.native().call(name, payload)
-        except ValueError as e:
-            raise ToolError(f"invalid arguments for `{name}`: {e}", tool=name, kind="invalid_arguments") from None
-        return _result(name, answer)
+        return _result(name, self.native().call(name, _dump(name, args)))
 
     async def call(self, name: str, args: Any) -> ToolResult:
         """Calls `name` without blocking the event loop. Cancelling the awaiting task
@@ -150,10 +145,7 @@ class Session:
             except RuntimeError:  # the loop is closed: nobody waits any more
                 pass
 
-        try:
-            answer, call = native.start(name, _dump(name, args), done)
-        except ValueError as e:
-            raise ToolError(f"invalid arguments for `{name}`: {e}", tool=name, kind="invalid_arguments") from None
+        answer, call = native.start(name, _dump(name, args), done)
         if call is None:  # answered at once
             return _result(name, answer)
         try:

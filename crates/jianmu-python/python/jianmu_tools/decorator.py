@@ -84,6 +84,7 @@ class FunctionTool(Tool):
         effect_tags: tuple[str, ...] = (),
     ):
         self.fn = fn
+        self._signature = inspect.signature(fn)
         self.is_async = inspect.iscoroutinefunction(fn)
         self.name = name or fn.__name__
         doc = inspect.getdoc(fn)
@@ -110,10 +111,6 @@ class FunctionTool(Tool):
                 f"invalid arguments for `{self.name}`: {e}", tool=self.name, kind="invalid_arguments"
             ) from None
         return await super()._execute_local(call_args)
-
-    @property
-    def _signature(self) -> inspect.Signature:
-        return inspect.signature(self.fn)
 
 
 def tool(
