@@ -220,12 +220,18 @@ impl NativeSession {
     }
 
     /// Closes the session: ends every process, job and interpreter its calls started
-    /// and removes its container. Returns whether everything came back. Closing
-    /// again does nothing.
-    fn close(&self, py: Python<'_>) -> PyResult<bool> {
+    /// and removes its container (bringing a copied workspace back first). Returns
+    /// whether everything came back, and the report: what came back and each change
+    /// that did not, with why. Closing again does nothing.
+    fn close(&self, py: Python<'_>) -> PyResult<(bool, String)> {
         let rt = runtime()?;
         let session = Arc::clone(&self.session);
-        Ok(py.detach(|| rt.block_on(async move { session.close().await.is_complete() })))
+        Ok(py.detach(|| {
+            rt.block_on(async move {
+                let closed = session.close().await;
+                (closed.is_complete(), closed.to_string())
+            })
+        }))
     }
 
     /// Whether the session is closed.
@@ -243,7 +249,11 @@ impl Drop for NativeSession {
         {
             let session = Arc::clone(&self.session);
             rt.spawn(async move {
-                session.close().await;
+                let closed = session.close().await;
+                if !closed.is_complete() {
+                    // Nobody holds the session to be told: the operator is.
+                    eprintln!("jianmu_tools: a session closed when dropped: {closed}");
+                }
             });
         }
     }

@@ -103,3 +103,17 @@ def test_the_readme_example_runs_as_written(docker_ws, docker_image, tmp_path):
     assert "# readme" in lines
     assert any("'event': 'execution.completed'" in line for line in lines)
     assert lines[-1] == "65534"
+
+
+def test_a_change_that_does_not_come_back_is_named(docker_ws, docker_image):
+    # A copied workspace with a 1 MiB limit: a bigger file made in the sandbox stays
+    # there, and closing says so.
+    sandbox = jt.DockerSandbox(image=docker_image, workspace_mode="copy", copy_limit_mib=1)
+    bash = jt.BashTool()
+    asyncio.run(bash.execute({"command": "echo kept > kept.txt; head -c 1100000 /dev/zero > over.bin"}, runner=sandbox))
+    with pytest.warns(RuntimeWarning) as caught:
+        assert sandbox.close() is False
+    report = str(caught[0].message)
+    assert "over.bin: 1100000 bytes would pass copy_limit_mib (1 MiB)" in report
+    assert (docker_ws / "kept.txt").read_text() == "kept\n"
+    assert not (docker_ws / "over.bin").exists()

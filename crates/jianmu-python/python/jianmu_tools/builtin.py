@@ -14,6 +14,7 @@ import atexit
 import json
 import os
 import threading
+import warnings
 import weakref
 from collections.abc import Mapping
 from pathlib import Path
@@ -157,10 +158,17 @@ class Session:
 
     def close(self) -> bool:
         """Ends every process, job and interpreter the calls started (and removes the
-        container). Returns whether everything came back."""
+        container, bringing a copied workspace back first). Returns whether everything
+        came back; when something did not, a `RuntimeWarning` names each change and
+        why."""
         native, self._native = self._native, None
         _OPEN.discard(self)
-        return True if native is None else native.close()
+        if native is None:
+            return True
+        complete, report = native.close()
+        if not complete:
+            warnings.warn(f"{self!r} closed: {report}", RuntimeWarning, stacklevel=2)
+        return complete
 
     def __repr__(self) -> str:
         where = "docker" if self.docker is not None else "local"
