@@ -12,6 +12,7 @@
 
 use std::future::Future;
 use std::pin::Pin;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::task::{Context, Poll, Waker};
 use std::time::Duration;
@@ -37,6 +38,42 @@ fn runtime() -> PyResult<&'static tokio::runtime::Runtime> {
         })
         .as_ref()
         .map_err(|e| PyRuntimeError::new_err(format!("cannot start the tool runtime: {e}")))
+}
+
+/// Set once the interpreter is exiting: answers are no longer handed to Python.
+static STOPPING: AtomicBool = AtomicBool::new(false);
+/// Runtime threads inside (or about to enter) Python with an answer.
+static DELIVERING: AtomicUsize = AtomicUsize::new(0);
+
+/// Hands `result` to `done` from a runtime thread. Python ends any thread that takes
+/// the GIL while the interpreter finalizes, which a Rust thread does not survive, so
+/// once [`stop_callbacks`] has run no answer enters Python.
+fn deliver(done: Py<PyAny>, result: Answer) {
+    DELIVERING.fetch_add(1, Ordering::SeqCst);
+    if !STOPPING.load(Ordering::SeqCst) {
+        Python::attach(|py| {
+            if let Err(e) = done.call1(py, (result,)) {
+                // The callback is the package's own; a failure is a bug to show.
+                e.print(py);
+            }
+            drop(done);
+        });
+    }
+    DELIVERING.fetch_sub(1, Ordering::SeqCst);
+}
+
+/// Called at interpreter exit, before finalization: no answer is handed to Python
+/// after this returns. Waits (without the GIL, at most 5 s) for those being handed
+/// over now.
+#[pyfunction]
+fn stop_callbacks(py: Python<'_>) {
+    STOPPING.store(true, Ordering::SeqCst);
+    py.detach(|| {
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while DELIVERING.load(Ordering::SeqCst) > 0 && std::time::Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(1));
+        }
+    });
 }
 
 /// Every built-in tool compiled in, as a JSON array of specs (`name`, `description`,
@@ -204,12 +241,7 @@ impl NativeSession {
         // The runtime polls the task once it is spawned, with its own waker.
         let task = rt.spawn(async move {
             let result = call.await;
-            Python::attach(|py| {
-                if let Err(e) = done.call1(py, (result,)) {
-                    // The callback is the package's own; a failure is a bug to show.
-                    e.print(py);
-                }
-            });
+            deliver(done, result);
         });
         Ok((
             None,
@@ -359,6 +391,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(specs, m)?)?;
     m.add_function(wrap_pyfunction!(aliases, m)?)?;
     m.add_function(wrap_pyfunction!(canonical_name, m)?)?;
+    m.add_function(wrap_pyfunction!(stop_callbacks, m)?)?;
     m.add_class::<NativeSession>()?;
     m.add_class::<NativeCall>()?;
     m.add_class::<NativeJson>()?;

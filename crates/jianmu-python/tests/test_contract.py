@@ -359,3 +359,23 @@ def _cmdline(pid):
             return f.read().replace(b"\0", b" ").decode(errors="replace")
     except OSError:
         return ""
+
+
+def test_the_interpreter_exits_cleanly_right_after_calls_answer(ws):
+    # Answers are handed to Python from runtime threads; one still on its way while the
+    # interpreter finalizes must not crash it (a dev server in the background, then a
+    # call, then exit: this crashed about one run in two before).
+    import subprocess
+    import sys
+
+    script = """
+import asyncio, jianmu_tools as jt
+ts = jt.ToolSet.resolve(["bash"])
+async def main():
+    await ts.execute("bash", {"command": "python3 -m http.server 0 --bind 127.0.0.1 >/dev/null 2>&1", "background": True, "yield_ms": 300})
+    print((await ts.execute("bash", {"command": "echo hi"})).strip())
+asyncio.run(main())
+"""
+    for _ in range(6):
+        out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=60)
+        assert (out.returncode, out.stdout, out.stderr) == (0, "hi\n", "")

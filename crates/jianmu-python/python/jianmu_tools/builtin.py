@@ -182,6 +182,8 @@ def _close_all() -> None:
             session.close()
         except Exception:
             pass
+    # Before the interpreter finalizes: no runtime thread may enter Python after it.
+    _native.stop_callbacks()
 
 
 def _settle(future: asyncio.Future[Any], answer: Any) -> None:
