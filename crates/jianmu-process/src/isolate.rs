@@ -2,16 +2,16 @@
 #![allow(unsafe_code)]
 
 use std::io;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::plan::Plan;
 use crate::sys::{check, check_int};
 use crate::userns::own_proc;
 
 /// Applies the isolation to the calling process before `exec`: its own `/proc` (when
-/// `fresh_proc`, in its own PID namespace), Landlock and the seccomp filter. System
-/// calls on prepared data only.
-pub(crate) fn isolate(plan: &Plan, fresh_proc: bool) -> io::Result<()> {
+/// `fresh_proc`, in its own PID namespace), the Landlock ruleset `landlock` and the
+/// seccomp filter. System calls on prepared data only.
+pub(crate) fn isolate(plan: &Plan, fresh_proc: bool, landlock: Option<&OwnedFd>) -> io::Result<()> {
     // SAFETY: system calls on data prepared before the fork or clone.
     unsafe {
         if fresh_proc {
@@ -24,10 +24,10 @@ pub(crate) fn isolate(plan: &Plan, fresh_proc: bool) -> io::Result<()> {
             };
             check_int(libc::setrlimit(libc::RLIMIT_DATA, &limit))?;
         }
-        if plan.landlock.is_some() || plan.seccomp.is_some() {
+        if landlock.is_some() || plan.seccomp.is_some() {
             check_int(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0))?;
         }
-        if let Some(ruleset) = &plan.landlock {
+        if let Some(ruleset) = landlock {
             check(libc::syscall(
                 libc::SYS_landlock_restrict_self,
                 ruleset.as_raw_fd(),

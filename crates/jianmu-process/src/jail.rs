@@ -34,10 +34,12 @@ use tokio::net::unix::pipe;
 
 use serde::{Deserialize, Serialize};
 
+use crate::mount::View;
 use crate::netns::Network;
 use crate::plan::Plan;
 use crate::spec::{Spec, Stdio};
 use crate::sys;
+use std::os::fd::AsRawFd;
 
 /// How strictly a tool's commands are isolated (`[tools.NAME.isolation]`).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -58,6 +60,16 @@ pub struct IsolationSettings {
     /// mappings), in MiB; past it, allocations fail (Python raises `MemoryError`).
     /// No limit when absent. Address space a program only reserves does not count.
     pub max_memory_mb: Option<u64>,
+    /// Paths commands do not see, besides the defaults (credentials and keys in the
+    /// homes, histories, host sockets, container engines' state).
+    pub read_deny: Vec<PathBuf>,
+    /// Strict mode: when set, commands see only the system, the workspace, the
+    /// programs the tool itself runs and these paths (no home, no toolchain on
+    /// `PATH`).
+    pub read_allow: Option<Vec<PathBuf>>,
+    /// Unix sockets let into the view by path (e.g. a local database's), which would
+    /// otherwise be absent.
+    pub sockets: Vec<PathBuf>,
 }
 
 impl Default for IsolationSettings {
@@ -67,6 +79,9 @@ impl Default for IsolationSettings {
             network: false,
             writable: Vec::new(),
             max_memory_mb: None,
+            read_deny: Vec::new(),
+            read_allow: None,
+            sockets: Vec::new(),
         }
     }
 }
@@ -172,6 +187,13 @@ pub struct Jail {
     summary: Arc<str>,
     /// The private network commands run in, when in force.
     network: Option<Arc<Network>>,
+    /// What commands see of the file system, when a view is in force.
+    view: Option<Arc<View>>,
+    /// The Landlock ruleset of commands in the view (scoping only: the view confines
+    /// files).
+    view_landlock: Option<Arc<OwnedFd>>,
+    /// `mode = "require"`: a view that cannot be made fails the command.
+    require: bool,
 }
 
 impl Jail {
@@ -228,20 +250,41 @@ impl Jail {
             parts.push("own /proc".into());
         }
         let private = isolate && !settings.network && namespaces && offered.private_network;
+        let config = if isolate {
+            crate::view::ViewConfig::new(settings, workspace, tmp.as_ref().map(|t| t.path()))
+        } else {
+            None
+        };
+        let view = config
+            .clone()
+            .filter(|_| namespaces)
+            .map(|config| Arc::new(View::new(config)));
+        if view.is_some() {
+            parts.push("own view (system and homes read-only; secrets, host sockets and other folders absent)".into());
+        } else if config.is_some() && offered.landlock_abi > 0 {
+            parts.push("reads narrowed by landlock (hidden folders' names still listed; host sockets reachable)".into());
+        }
+        let net = crate::landlock::Net {
+            // TCP is confined by the namespace, or open.
+            tcp: settings.network || private,
+            // Abstract Unix sockets belong to the network namespace, so a private one
+            // already keeps them within the session.
+            abstract_sockets: private,
+        };
         let landlock = if isolate && offered.landlock_abi > 0 {
             let mut writable = vec![workspace.to_owned()];
             writable.extend(tmp.iter().map(|t| t.path().to_owned()));
             writable.extend(settings.writable.iter().cloned());
+            // Without a view, reads are narrowed to what the view would show.
+            let reads = match (&config, namespaces) {
+                (Some(config), false) => Some(crate::view::read_rules(&config.layout())),
+                _ => None,
+            };
             let fd = crate::landlock::landlock_ruleset(
                 offered.landlock_abi,
                 &writable,
-                crate::landlock::Net {
-                    // TCP is confined by the namespace, or open.
-                    tcp: settings.network || private,
-                    // Abstract Unix sockets belong to the network namespace, so a
-                    // private one already keeps them within the session.
-                    abstract_sockets: private,
-                },
+                reads.as_deref(),
+                net,
             )
             .map_err(setup("Landlock ruleset"))?;
             parts.push(format!("landlock v{}", offered.landlock_abi));
@@ -249,18 +292,32 @@ impl Jail {
         } else {
             None
         };
-        let seccomp = if !isolate || !offered.seccomp || settings.network {
+        let view_landlock = match &view {
+            Some(_) if offered.landlock_abi > 0 => Some(
+                crate::landlock::scope_ruleset(offered.landlock_abi, net)
+                    .map_err(setup("Landlock ruleset"))?,
+            ),
+            _ => None,
+        };
+        let families: Option<&[libc::c_int]> = if settings.network {
             None
         } else if private {
-            crate::seccomp::private_network_filter()
+            Some(crate::seccomp::PRIVATE_NETWORK)
         } else {
-            crate::seccomp::no_network_filter()
+            Some(crate::seccomp::NO_NETWORK)
+        };
+        let seccomp = if !isolate || !offered.seccomp {
+            None
+        } else {
+            crate::seccomp::filter(families, view.is_some())
         };
         if private {
             parts.push("private network (loopback only)".into());
         } else if isolate && settings.network {
             parts.push("host network".into());
-        } else if seccomp.is_some() || (landlock.is_some() && offered.landlock_abi >= 4) {
+        } else if families.is_some()
+            && (seccomp.is_some() || (landlock.is_some() && offered.landlock_abi >= 4))
+        {
             parts.push("no network (no private network on this kernel)".into());
         }
         let memory = settings
@@ -269,7 +326,7 @@ impl Jail {
         if let Some(mb) = settings.max_memory_mb {
             parts.push(format!("memory {mb} MiB per process"));
         }
-        let summary = if isolate && landlock.is_some() {
+        let summary = if isolate && (landlock.is_some() || view.is_some()) {
             format!("{} (writes: workspace, private tmp)", parts.join(", "))
         } else {
             parts.join(", ")
@@ -288,7 +345,54 @@ impl Jail {
             tmp,
             summary: summary.into(),
             network: private.then(|| Arc::new(Network::new())),
+            view,
+            view_landlock: view_landlock.map(Arc::new),
+            require: settings.mode == IsolationMode::Require,
         })
+    }
+
+    /// The same jail showing its commands the toolchains of `programs` too (each
+    /// resolved on `PATH`; for `PREFIX/bin/NAME`, all of `PREFIX`): what a tool does
+    /// for the programs it runs itself (a language server, an interpreter), so that
+    /// they start in a strict view or from a folder no other rule shows. Call it
+    /// before the first command.
+    #[must_use]
+    pub fn showing_programs<I, P>(mut self, programs: I) -> Self
+    where
+        I: IntoIterator<Item = P>,
+        P: AsRef<std::ffi::OsStr>,
+    {
+        if let Some(view) = &self.view {
+            let mut config = view.config.clone();
+            for program in programs {
+                config.show_program(program.as_ref());
+            }
+            self.view = Some(Arc::new(View::new(config)));
+        }
+        self
+    }
+
+    /// What commands see, one line per kind (`read-only: ...`, `writable: ...`,
+    /// `hidden: ...`), or `None` without a view.
+    pub fn view_lines(&self) -> Option<Vec<(&'static str, Vec<PathBuf>)>> {
+        self.view.as_ref().map(|view| view.config.lines())
+    }
+
+    /// Makes the view now (it is otherwise made by the first command), to report
+    /// whether it can be made here.
+    ///
+    /// # Errors
+    /// The view cannot be made (why, in the message).
+    pub fn make_view(&self) -> io::Result<()> {
+        let Some(view) = &self.view else {
+            return Ok(());
+        };
+        let net = match &self.network {
+            Some(network) => Some(network.get()?),
+            None => None,
+        };
+        view.get(net.as_deref().map(|n| n.user.as_raw_fd()))
+            .map(drop)
     }
 
     /// The same jail with its commands in `network`, the private network of their
@@ -318,6 +422,8 @@ impl Jail {
             ..Isolation::probe()
         };
         let mut jail = Self::with_kernel(settings, workspace, kernel).unwrap();
+        // Its view, made in a namespace, is refused with them.
+        jail.view = None;
         if let Some(plan) = Arc::get_mut(&mut jail.plan) {
             plan.maps = crate::userns::Maps::refused();
         }
@@ -373,7 +479,23 @@ impl Jail {
             None => None,
         };
         if self.plan.namespaces && !self.plan.namespaces_failed.load(Ordering::Relaxed) {
-            match crate::spawn::spawn(&self.plan, spec, net.as_deref()) {
+            let made = match &self.view {
+                Some(view) if !view.failed() => {
+                    match view.get(net.as_deref().map(|n| n.user.as_raw_fd())) {
+                        Ok(made) => Some(made),
+                        Err(e) if self.require => return Err(e),
+                        // What the view's absence leaves: the namespaces, Landlock's
+                        // write rules; `jianmu sandbox status` says why.
+                        Err(_) => None,
+                    }
+                }
+                _ => None,
+            };
+            let landlock = match &made {
+                Some(_) => self.view_landlock.as_deref(),
+                None => self.plan.landlock.as_ref(),
+            };
+            match crate::spawn::spawn(&self.plan, spec, net.as_deref(), made.as_deref(), landlock) {
                 Ok(mut child) => {
                     let (stdin, stdout, stderr) =
                         (child.stdin.take(), child.stdout.take(), child.stderr.take());

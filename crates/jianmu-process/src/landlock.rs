@@ -69,17 +69,73 @@ pub(crate) struct Net {
     pub(crate) abstract_sockets: bool,
 }
 
-/// A ruleset: read and execute everywhere, everything below `writable`, the harmless
-/// devices; no TCP unless `net.tcp`; no signals outside the domain, nor abstract
-/// sockets unless `net.abstract_sockets`.
+const FS_MAKE_CHAR: u64 = 1 << 6;
+const FS_MAKE_BLOCK: u64 = 1 << 11;
+
+/// A ruleset: read and execute everywhere (or, with `reads`, beneath each path whose
+/// flag is set, and only listing beneath the others), everything below `writable`,
+/// the harmless devices; no TCP unless `net.tcp`; no signals outside the domain, nor
+/// abstract sockets unless `net.abstract_sockets`.
 pub(crate) fn landlock_ruleset(
     abi: u32,
     writable: &[std::path::PathBuf],
+    reads: Option<&[(std::path::PathBuf, bool)]>,
     net: Net,
 ) -> io::Result<OwnedFd> {
     let all = fs_rights(abi);
+    let ruleset = new_ruleset(abi, all, net)?;
+    let file_rights =
+        FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | (all & (FS_TRUNCATE | FS_IOCTL_DEV));
+    let read = FS_EXECUTE | FS_READ_FILE | FS_READ_DIR;
+    match reads {
+        None => allow(&ruleset, Path::new("/"), read, file_rights)?,
+        Some(reads) => {
+            for (path, whole) in reads {
+                let rights = if *whole { read } else { FS_READ_DIR };
+                allow(&ruleset, path, rights, file_rights)?;
+            }
+            for path in ["/proc", "/dev", "/sys"] {
+                allow(
+                    &ruleset,
+                    Path::new(path),
+                    FS_READ_FILE | FS_READ_DIR,
+                    file_rights,
+                )?;
+            }
+        }
+    }
+    for dir in writable {
+        allow(&ruleset, dir, all, file_rights)?;
+    }
+    for dev in [
+        "/dev/null",
+        "/dev/zero",
+        "/dev/full",
+        "/dev/random",
+        "/dev/urandom",
+        "/dev/tty",
+    ] {
+        allow(
+            &ruleset,
+            Path::new(dev),
+            FS_READ_FILE | FS_WRITE_FILE | (all & (FS_TRUNCATE | FS_IOCTL_DEV)),
+            file_rights,
+        )?;
+    }
+    Ok(ruleset)
+}
+
+/// The ruleset of commands in a view, which confines their files itself: no device
+/// nodes made (so the domain restricts the file system, and with it every mount,
+/// unmount and pivot), no TCP unless `net.tcp`, the same scoping as
+/// [`landlock_ruleset`].
+pub(crate) fn scope_ruleset(abi: u32, net: Net) -> io::Result<OwnedFd> {
+    new_ruleset(abi, FS_MAKE_CHAR | FS_MAKE_BLOCK, net)
+}
+
+fn new_ruleset(abi: u32, handled_fs: u64, net: Net) -> io::Result<OwnedFd> {
     let attr = RulesetAttr {
-        handled_access_fs: all,
+        handled_access_fs: handled_fs,
         handled_access_net: if abi >= 4 && !net.tcp {
             NET_BIND_TCP | NET_CONNECT_TCP
         } else {
@@ -108,34 +164,7 @@ pub(crate) fn landlock_ruleset(
         )
     })?;
     // SAFETY: the kernel just returned this descriptor, and nothing else owns it.
-    let ruleset = unsafe { OwnedFd::from_raw_fd(fd as i32) };
-    let file_rights =
-        FS_EXECUTE | FS_WRITE_FILE | FS_READ_FILE | (all & (FS_TRUNCATE | FS_IOCTL_DEV));
-    allow(
-        &ruleset,
-        Path::new("/"),
-        FS_EXECUTE | FS_READ_FILE | FS_READ_DIR,
-        file_rights,
-    )?;
-    for dir in writable {
-        allow(&ruleset, dir, all, file_rights)?;
-    }
-    for dev in [
-        "/dev/null",
-        "/dev/zero",
-        "/dev/full",
-        "/dev/random",
-        "/dev/urandom",
-        "/dev/tty",
-    ] {
-        allow(
-            &ruleset,
-            Path::new(dev),
-            FS_READ_FILE | FS_WRITE_FILE | (all & (FS_TRUNCATE | FS_IOCTL_DEV)),
-            file_rights,
-        )?;
-    }
-    Ok(ruleset)
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as i32) })
 }
 
 /// Adds a rule for `path` (skipped when it does not exist).

@@ -27,6 +27,7 @@ mod child;
 mod isolate;
 mod jail;
 mod landlock;
+mod mount;
 mod netns;
 mod plan;
 mod pty;
@@ -37,6 +38,7 @@ mod supervisor;
 mod sys;
 mod tree;
 mod userns;
+mod view;
 
 pub use child::{ChildEnd, ChildLimits, ChildRun, ChildWriter, run_in_child};
 pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Supervised};

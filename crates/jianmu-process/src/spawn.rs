@@ -19,6 +19,7 @@ use std::process::ExitStatus;
 
 use tokio::io::unix::AsyncFd;
 
+use crate::mount::MadeView;
 use crate::netns::PrivateNet;
 use crate::plan::Plan;
 use crate::spec::{Spec, Stdio};
@@ -39,6 +40,8 @@ struct Prepared<'a> {
     own_user_ns: bool,
     /// Whether 0, 1 and 2 are a terminal the child makes its controlling one.
     terminal: bool,
+    /// The Landlock ruleset to enforce.
+    landlock: Option<&'a OwnedFd>,
 }
 
 /// The program's path: as given when it has a `/`, else the first executable of that
@@ -138,11 +141,15 @@ pub(crate) struct NsChild {
 }
 
 /// Starts `spec` under `plan`, as the init of a new PID namespace: in a new user
-/// namespace, or, with `net`, in that private network and its user namespace.
+/// namespace, or, with `net`, in that private network and its user namespace; with
+/// `view`, in a copy of the view's mount namespace. `landlock` is the ruleset it
+/// enforces.
 pub(crate) fn spawn(
     plan: &Plan,
     spec: &Spec,
     net: Option<&PrivateNet>,
+    view: Option<&MadeView>,
+    landlock: Option<&OwnedFd>,
 ) -> Result<NsChild, Failure> {
     use Failure::Command as C;
     let env: Vec<CString> = spec
@@ -219,14 +226,27 @@ pub(crate) fn spawn(
         cwd,
         stdio,
         report: report_write.as_raw_fd(),
-        own_user_ns: net.is_none(),
+        own_user_ns: net.is_none() && view.is_none(),
         terminal: near.is_some(),
+        landlock,
     };
+    // The namespaces a first child joins: the private network's user namespace (or
+    // the view's own), the network, the view.
+    let user = match (net, view) {
+        (Some(net), _) => Some(net.user.as_raw_fd()),
+        (None, Some(view)) => view.user.as_ref().map(AsRawFd::as_raw_fd),
+        (None, None) => None,
+    };
+    let join = user.map(|user| Join {
+        user,
+        net: net.map_or(-1, |n| n.net.as_raw_fd()),
+        mnt: view.map_or(-1, MadeView::mnt),
+    });
 
     let stack = Stack::new(256 * 1024).map_err(C)?;
     let mut pidfd: libc::c_int = -1;
     let child_pid;
-    match net {
+    match join {
         None => {
             let flags = libc::CLONE_VM
                 | libc::CLONE_VFORK
@@ -254,15 +274,15 @@ pub(crate) fn spawn(
             }
             child_pid = pid.unsigned_abs();
         }
-        Some(net) => {
-            // A first child joins the network and its user namespace (a process may
-            // only do that alone: this thread's process has other threads), then
-            // starts the command as this process's own child (CLONE_PARENT) and exits.
-            // Sharing this descriptor table, it leaves the command's pidfd here.
+        Some(join) => {
+            // A first child joins the namespaces (a process may only do that alone:
+            // this thread's process has other threads), then starts the command as
+            // this process's own child (CLONE_PARENT) and exits. Sharing this
+            // descriptor table, it leaves the command's pidfd here.
             let inner = Stack::new(64 * 1024).map_err(C)?;
             let mut hop = Hop {
                 prepared: &prepared,
-                net,
+                join,
                 stack: stack.top(),
                 pid: -1,
                 pidfd: -1,
@@ -349,11 +369,38 @@ pub(crate) unsafe fn with_signals_blocked(f: impl FnOnce() -> libc::c_int) -> li
     }
 }
 
-/// What the first child of a spawn into a private network needs, and where it leaves
+/// The namespaces a first child joins (-1: not that one).
+#[derive(Clone, Copy)]
+struct Join {
+    user: RawFd,
+    net: RawFd,
+    mnt: RawFd,
+}
+
+impl Join {
+    /// Joins them, the user namespace first. System calls only.
+    unsafe fn enter(self) -> io::Result<()> {
+        // SAFETY: `setns` on descriptors the caller keeps open.
+        unsafe {
+            for (fd, kind) in [
+                (self.user, libc::CLONE_NEWUSER),
+                (self.net, libc::CLONE_NEWNET),
+                (self.mnt, libc::CLONE_NEWNS),
+            ] {
+                if fd >= 0 && libc::setns(fd, kind) != 0 {
+                    return Err(io::Error::last_os_error());
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// What the first child of a spawn into existing namespaces needs, and where it leaves
 /// the command's pid and pidfd.
 struct Hop<'a> {
     prepared: &'a Prepared<'a>,
-    net: &'a PrivateNet,
+    join: Join,
     /// The top of the command's own stack.
     stack: *mut libc::c_void,
     pid: libc::pid_t,
@@ -365,7 +412,7 @@ extern "C" fn hop_main(arg: *mut libc::c_void) -> libc::c_int {
     // on prepared data only.
     unsafe {
         let hop = &mut *arg.cast::<Hop<'_>>();
-        if let Err(e) = hop.net.enter() {
+        if let Err(e) = hop.join.enter() {
             let report = [
                 Stage::Namespaces as i32,
                 e.raw_os_error().unwrap_or(libc::EPERM),
@@ -512,7 +559,7 @@ unsafe fn setup_and_exec(p: &Prepared<'_>) -> (Stage, i32) {
         if let Err(e) = namespaces {
             return (Stage::Namespaces, e.raw_os_error().unwrap_or(libc::EPERM));
         }
-        if let Err(e) = crate::isolate::isolate(p.plan, false) {
+        if let Err(e) = crate::isolate::isolate(p.plan, false, p.landlock) {
             return (Stage::Command, e.raw_os_error().unwrap_or(libc::EPERM));
         }
         for (target, &fd) in p.stdio.iter().enumerate() {

@@ -85,7 +85,7 @@ unsafe fn setup_worker(plan: &Plan) -> io::Result<()> {
         libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
         libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
-    isolate(plan, false)
+    isolate(plan, false, plan.landlock.as_ref())
 }
 
 /// The supervisor: waits for the worker, then kills and reaps everything left below

@@ -10,6 +10,12 @@ pub(crate) fn getpid() -> libc::pid_t {
     unsafe { libc::getpid() }
 }
 
+/// This process's effective user id.
+pub(crate) fn geteuid() -> libc::uid_t {
+    // SAFETY: no preconditions.
+    unsafe { libc::geteuid() }
+}
+
 /// Asks a supervisor to stop (it kills and reaps its tree, then exits).
 pub(crate) fn terminate(pid: u32) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {
