@@ -26,6 +26,13 @@ pub(crate) struct Config {
     /// `[outputs]`: answer budgets and where long outputs are saved.
     #[serde(default)]
     pub(crate) outputs: Outputs,
+    /// `[isolation]`: keys of every isolated tool's `isolation` table, under the
+    /// tool's own (`read_deny`, `read_allow`, `sockets`, ...).
+    #[serde(default)]
+    pub(crate) isolation: Map<String, Value>,
+    /// The file these settings were read from (kept out of every command's view).
+    #[serde(skip)]
+    pub(crate) path: Option<PathBuf>,
 }
 
 /// `[outputs]`.
@@ -216,6 +223,12 @@ impl Config {
         };
         let mut config: Config =
             toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+        config.path = Some(std::path::absolute(&path).unwrap_or_else(|_| path.clone()));
+        // Checked here, so that a wrong key is named before any tool is built.
+        serde_json::from_value::<jianmu_process::IsolationSettings>(Value::Object(
+            config.isolation.clone(),
+        ))
+        .with_context(|| format!("invalid [isolation] in {}", path.display()))?;
         if let Some(ws) = &config.workspace
             && ws.is_relative()
         {

@@ -24,6 +24,8 @@ pub(crate) struct Settings {
     timeout: Duration,
     policy: Policy,
     audit_log: Option<PathBuf>,
+    /// Files no command may see: the settings file.
+    hidden: Vec<PathBuf>,
     /// `[execution.docker]`.
     #[cfg(feature = "docker")]
     pub(crate) docker: jianmu_runtime::DockerSettings,
@@ -63,6 +65,9 @@ impl Settings {
         if let Some(max_chars) = config.outputs.max_chars {
             tools = jianmu_runtime::with_output_budget(tools, max_chars);
         }
+        if !config.isolation.is_empty() {
+            tools = jianmu_runtime::with_isolation_defaults(tools, &config.isolation);
+        }
         if let Some(folder) = config.outputs.folder {
             let plain = std::path::Path::new(&folder)
                 .components()
@@ -97,6 +102,7 @@ impl Settings {
             timeout,
             policy,
             audit_log: cli.audit_log.clone().or(config.execution.audit_log),
+            hidden: config.path.into_iter().collect(),
             #[cfg(feature = "docker")]
             docker: config.execution.docker,
             mcp_http: config.mcp.http,
@@ -122,7 +128,13 @@ impl Settings {
         session.timeout = Some(self.timeout);
         session.policy = self.policy.clone();
         session.audit_log = self.audit_log.clone();
+        session.hidden.clone_from(&self.hidden);
         Ok(session)
+    }
+
+    /// What no command may see: the settings file and the audit log.
+    pub(crate) fn hidden_paths(&self) -> Vec<PathBuf> {
+        self.hidden.iter().chain(&self.audit_log).cloned().collect()
     }
 
     /// Whether a server readies its sandbox before the first call: the Docker sandbox

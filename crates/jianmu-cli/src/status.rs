@@ -13,19 +13,40 @@ const JAILED: [&str; 4] = ["bash", "python_repl", "git", "lsp"];
 /// The report, as text or JSON.
 pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> {
     let workspace = settings.tools.workspace();
+    let tools = jianmu_runtime::with_hidden_paths(settings.tools.clone(), &settings.hidden_paths());
     let mut local = serde_json::Map::new();
+    let mut views = serde_json::Map::new();
     for tool in JAILED {
-        let isolation: IsolationSettings = match settings
-            .tools
-            .raw_settings(tool)
-            .and_then(|s| s.get("isolation"))
-        {
-            Some(v) => serde_json::from_value(v.clone())
-                .map_err(|e| anyhow::anyhow!("[tools.{tool}.isolation]: {e}"))?,
-            None => IsolationSettings::default(),
-        };
+        let isolation: IsolationSettings =
+            match tools.raw_settings(tool).and_then(|s| s.get("isolation")) {
+                Some(v) => serde_json::from_value(v.clone())
+                    .map_err(|e| anyhow::anyhow!("[tools.{tool}.isolation]: {e}"))?,
+                None => IsolationSettings::default(),
+            };
         let line = match Jail::new(&isolation, workspace) {
-            Ok(jail) => jail.describe().to_owned(),
+            Ok(jail) => {
+                // Made now, so that a view this machine refuses is reported.
+                let made = jail.make_view();
+                if let Some(lines) = jail.view_lines() {
+                    let mut view: serde_json::Map<String, Value> = lines
+                        .into_iter()
+                        .map(|(kind, paths)| {
+                            let paths: Vec<String> =
+                                paths.iter().map(|p| p.display().to_string()).collect();
+                            (kind.replace(' ', "_").replace('-', "_"), json!(paths))
+                        })
+                        .collect();
+                    view.insert(
+                        "error".into(),
+                        made.as_ref().err().map(ToString::to_string).into(),
+                    );
+                    views.insert(tool.to_owned(), Value::Object(view));
+                }
+                match made {
+                    Ok(()) => jail.describe().to_owned(),
+                    Err(e) => format!("{} (but {e}: reads are not narrowed)", jail.describe()),
+                }
+            }
             Err(e) => format!("cannot run: {e}"),
         };
         local.insert(tool.to_owned(), Value::String(line));
@@ -35,6 +56,7 @@ pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> 
     if as_json {
         let report = json!({
             "local": local,
+            "view": views,
             "kernel": {
                 "user_namespaces": kernel.namespaces,
                 "landlock_abi": kernel.landlock_abi,
@@ -64,6 +86,37 @@ pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> 
         "docker: {}\n",
         docker["summary"].as_str().unwrap_or_default()
     ));
+    // The view, once per distinct one (the tools' differ only by their settings and
+    // private temporary directories).
+    let mut shown: Vec<String> = Vec::new();
+    for (tool, view) in &views {
+        let key = serde_json::to_string(&json!([
+            view["read_only"],
+            view["hidden"],
+            view["sockets_let_in"]
+        ]))?;
+        if shown.contains(&key) {
+            continue;
+        }
+        shown.push(key);
+        text.push_str(&format!("view of {tool}'s commands:\n"));
+        for (kind, label) in [
+            ("read_only", "read-only"),
+            ("writable", "writable"),
+            ("hidden", "hidden"),
+            ("sockets_let_in", "sockets let in"),
+        ] {
+            let paths: Vec<&str> = view[kind]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .collect();
+            if !paths.is_empty() {
+                text.push_str(&format!("  {label}: {}\n", paths.join(", ")));
+            }
+        }
+    }
     Ok(text)
 }
 

@@ -118,6 +118,39 @@ impl IsolationSettings {
     }
 }
 
+impl IsolationSettings {
+    /// One sentence for a tool's description saying what its commands see of the
+    /// file system on this machine: what is read-only and what is hidden. `None`
+    /// with `mode = "off"`.
+    pub fn files_sentence(&self) -> Option<String> {
+        self.files_sentence_on(Isolation::probe())
+    }
+
+    /// As [`IsolationSettings::files_sentence`], on a kernel that offers `kernel`.
+    pub(crate) fn files_sentence_on(&self, kernel: Isolation) -> Option<String> {
+        if self.mode == IsolationMode::Off {
+            return None;
+        }
+        Some(if kernel.namespaces {
+            "Files: outside the workspace everything is read-only, and credentials \
+             (~/.ssh, ~/.aws, ...), host sockets (/run, /var/run) and folders other than \
+             the system, the home and the workspace are hidden: reading them fails as \
+             for a missing file. /tmp is private to this session."
+                .to_owned()
+        } else if kernel.landlock_abi > 0 {
+            "Files: outside the workspace everything is read-only; the contents of \
+             credentials (~/.ssh, ~/.aws, ...) and of folders other than the system, the \
+             home and the workspace cannot be read (their names can still be listed), \
+             and host sockets can still be reached on this host."
+                .to_owned()
+        } else {
+            "Files: this host cannot hide files from commands: whatever the user running \
+             them can read is readable."
+                .to_owned()
+        })
+    }
+}
+
 /// See [`IsolationSettings::mode`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
@@ -293,10 +326,10 @@ impl Jail {
             None
         };
         let view_landlock = match &view {
-            Some(_) if offered.landlock_abi > 0 => Some(
+            Some(_) if offered.landlock_abi > 0 => {
                 crate::landlock::scope_ruleset(offered.landlock_abi, net)
-                    .map_err(setup("Landlock ruleset"))?,
-            ),
+                    .map_err(setup("Landlock ruleset"))?
+            }
             _ => None,
         };
         let families: Option<&[libc::c_int]> = if settings.network {

@@ -69,9 +69,6 @@ pub(crate) struct Net {
     pub(crate) abstract_sockets: bool,
 }
 
-const FS_MAKE_CHAR: u64 = 1 << 6;
-const FS_MAKE_BLOCK: u64 = 1 << 11;
-
 /// A ruleset: read and execute everywhere (or, with `reads`, beneath each path whose
 /// flag is set, and only listing beneath the others), everything below `writable`,
 /// the harmless devices; no TCP unless `net.tcp`; no signals outside the domain, nor
@@ -125,16 +122,21 @@ pub(crate) fn landlock_ruleset(
     Ok(ruleset)
 }
 
-/// The ruleset of commands in a view, which confines their files itself: no device
-/// nodes made (so the domain restricts the file system, and with it every mount,
-/// unmount and pivot), no TCP unless `net.tcp`, the same scoping as
-/// [`landlock_ruleset`].
-pub(crate) fn scope_ruleset(abi: u32, net: Net) -> io::Result<OwnedFd> {
-    new_ruleset(abi, FS_MAKE_CHAR | FS_MAKE_BLOCK, net)
+/// The ruleset of commands in a view, which confines their files itself (a ruleset
+/// that handled any file right would also refuse every rename into another folder,
+/// since rules on host paths do not reach the view's own folders): no TCP unless
+/// `net.tcp`, the same scoping as [`landlock_ruleset`]. `None` when that leaves
+/// nothing to enforce.
+pub(crate) fn scope_ruleset(abi: u32, net: Net) -> io::Result<Option<OwnedFd>> {
+    let attr = attr(abi, 0, net);
+    if attr.handled_access_net == 0 && attr.scoped == 0 {
+        return Ok(None);
+    }
+    new_ruleset(abi, 0, net).map(Some)
 }
 
-fn new_ruleset(abi: u32, handled_fs: u64, net: Net) -> io::Result<OwnedFd> {
-    let attr = RulesetAttr {
+fn attr(abi: u32, handled_fs: u64, net: Net) -> RulesetAttr {
+    RulesetAttr {
         handled_access_fs: handled_fs,
         handled_access_net: if abi >= 4 && !net.tcp {
             NET_BIND_TCP | NET_CONNECT_TCP
@@ -146,7 +148,11 @@ fn new_ruleset(abi: u32, handled_fs: u64, net: Net) -> io::Result<OwnedFd> {
             (true, false) => SCOPE_ABSTRACT_UNIX_SOCKET | SCOPE_SIGNAL,
             (true, true) => SCOPE_SIGNAL,
         },
-    };
+    }
+}
+
+fn new_ruleset(abi: u32, handled_fs: u64, net: Net) -> io::Result<OwnedFd> {
+    let attr = attr(abi, handled_fs, net);
     let size = if abi >= 6 {
         24usize
     } else if abi >= 4 {

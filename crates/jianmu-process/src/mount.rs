@@ -150,6 +150,8 @@ fn ops(steps: &[Step]) -> Vec<Op> {
                 )
             }
             Step::Tmpfs(p) => Op::Tmpfs(under(NEW, p), b"mode=1777\0"),
+            Step::Skeleton(p) => Op::Tmpfs(under(NEW, p), b"mode=0755\0"),
+            Step::Seal(p) => Op::ReadOnly(under(NEW, p)),
             Step::MaskDir(p) => Op::MaskDir(under(NEW, p)),
             Step::MaskFile(p) => Op::MaskFile(under(NEW, p)),
         });

@@ -106,6 +106,11 @@ pub(crate) enum Step {
     },
     /// A private, empty, writable file system in memory.
     Tmpfs(PathBuf),
+    /// A file system in memory for a rebuilt folder's entries, made read-only by a
+    /// [`Step::Seal`] once they are in place.
+    Skeleton(PathBuf),
+    /// The end of a rebuilt folder: its file system made read-only.
+    Seal(PathBuf),
     /// An empty read-only folder over a hidden folder inside a writable one.
     MaskDir(PathBuf),
     /// `/dev/null` over a hidden file inside a writable folder.
@@ -511,10 +516,13 @@ fn bind(steps: &mut Vec<Step>, path: &mut PathBuf, node: &Node, parent: Parent, 
     }
     // A read-only folder that holds something hidden is rebuilt from its other entries.
     if meta.is_dir() && !writable && parent == Parent::Made && node.holds_hidden() {
-        steps.push(Step::Dir(path.clone()));
         let Ok(entries) = std::fs::read_dir(&*path) else {
             return;
         };
+        steps.push(Step::Dir(path.clone()));
+        // Its own file system, so that it is read-only wherever it lies (in the
+        // session's `/tmp` too).
+        steps.push(Step::Skeleton(path.clone()));
         let mut names: Vec<OsString> = entries
             .flatten()
             .take(100_000)
@@ -538,6 +546,7 @@ fn bind(steps: &mut Vec<Step>, path: &mut PathBuf, node: &Node, parent: Parent, 
             path.pop();
         }
         // Shown paths below hidden names that do not exist on the host are skipped.
+        steps.push(Step::Seal(path.clone()));
         return;
     }
     match parent {

@@ -137,5 +137,58 @@ pub fn with_output_budget(
         })
 }
 
+/// The built-in tools whose programs run in a jail, each with an `isolation` table
+/// (`[tools.NAME.isolation]`; the git tools share `git`, the language servers `lsp`).
+pub const ISOLATED_TOOLS: &[&str] = &["bash", "python_repl", "git", "lsp"];
+
+/// `config` with `defaults` (`[isolation]` of `jianmu.toml`: any key of an
+/// `isolation` table) under every isolated tool's own `isolation` table
+/// ([`ISOLATED_TOOLS`]): a key the tool's table sets wins.
+#[must_use]
+pub fn with_isolation_defaults(
+    config: jianmu_tool_core::ToolConfig,
+    defaults: &serde_json::Map<String, serde_json::Value>,
+) -> jianmu_tool_core::ToolConfig {
+    ISOLATED_TOOLS.iter().fold(config, |config, &tool| {
+        let mut merged = defaults.clone();
+        if let Some(own) = config
+            .raw_settings(tool)
+            .and_then(|s| s.get("isolation"))
+            .and_then(serde_json::Value::as_object)
+        {
+            merged.extend(own.clone());
+        }
+        config.with_setting(tool, "isolation", serde_json::Value::Object(merged))
+    })
+}
+
+/// `config` with `paths` added to every isolated tool's `read_deny` ([`ISOLATED_TOOLS`]),
+/// whatever its settings say: what no session's commands may see (the command's token
+/// file, configuration and audit log, the folders of other sessions and principals).
+#[must_use]
+pub fn with_hidden_paths(
+    config: jianmu_tool_core::ToolConfig,
+    paths: &[std::path::PathBuf],
+) -> jianmu_tool_core::ToolConfig {
+    if paths.is_empty() {
+        return config;
+    }
+    ISOLATED_TOOLS.iter().fold(config, |config, &tool| {
+        let mut deny: Vec<serde_json::Value> = config
+            .raw_settings(tool)
+            .and_then(|s| s.get("isolation"))
+            .and_then(|i| i.get("read_deny"))
+            .and_then(serde_json::Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        deny.extend(
+            paths
+                .iter()
+                .map(|p| serde_json::Value::from(p.to_string_lossy().into_owned())),
+        );
+        config.with_setting(tool, "isolation", serde_json::json!({ "read_deny": deny }))
+    })
+}
+
 #[cfg(test)]
 mod tests;

@@ -62,6 +62,10 @@ pub struct SessionSettings {
     /// Each session gets a new folder of its own beneath this one as its workspace
     /// (removed when it closes) instead of the tools' workspace.
     pub own_folders: Option<PathBuf>,
+    /// Paths no session's commands see (with the audit log and `own_folders`, which
+    /// are always hidden): files the program running the sessions keeps private, such
+    /// as its tokens and configuration, and other tenants' folders.
+    pub hidden: Vec<PathBuf>,
 }
 
 impl SessionSettings {
@@ -76,6 +80,7 @@ impl SessionSettings {
             audit_log: None,
             max_sessions: usize::MAX,
             own_folders: None,
+            hidden: Vec::new(),
         }
     }
 }
@@ -470,6 +475,15 @@ impl Session {
         for (tool, key, value) in overrides {
             tools = tools.with_setting(tool, key, value.clone());
         }
+        // Whatever the overrides say, these stay out of every command's view.
+        let hidden: Vec<PathBuf> = settings
+            .hidden
+            .iter()
+            .chain(&settings.audit_log)
+            .chain(&settings.own_folders)
+            .cloned()
+            .collect();
+        tools = crate::with_hidden_paths(tools, &hidden);
         #[cfg(feature = "docker")]
         let mut docker = None;
         let runner = match &settings.backend {

@@ -132,10 +132,12 @@ impl std::fmt::Debug for Git {
 
 impl Git {
     pub(crate) fn new(settings: GitSettings, ws: Arc<Workspace>) -> Result<Self, ToolError> {
-        let jail = Jail::new(&settings.isolation, ws.root()).map_err(|e| ToolError::Config {
-            tool: "git".into(),
-            message: e.to_string(),
-        })?;
+        let jail = Jail::new(&settings.isolation, ws.root())
+            .map_err(|e| ToolError::Config {
+                tool: "git".into(),
+                message: e.to_string(),
+            })?
+            .showing_programs([&settings.git]);
         Ok(Self {
             settings: Arc::new(settings),
             ws,

@@ -71,8 +71,11 @@ fn servers(config: &ToolConfig) -> Result<Arc<Servers>, ToolError> {
             message: e.to_string(),
         })?
         .sharing_network(config.scope().get::<jianmu_process::Network>());
+    let all = settings.all_servers();
+    // Each configured server's own folder is shown, wherever it is installed.
+    let jail = jail.showing_programs(all.values().filter_map(|s| s.command.first()));
     let made = Arc::new(Servers {
-        all: settings.all_servers(),
+        all,
         settings,
         ws,
         jail,

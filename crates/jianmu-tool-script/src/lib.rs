@@ -199,6 +199,7 @@ fn spec_python(config: &ToolConfig) -> Result<jianmu_tool_core::ToolSpec, ToolEr
         .map(|s| s.isolation)
         .unwrap_or_default();
     Ok(jianmu_tool_core::spec_of::<PythonRepl>()
+        .with_sentence(isolation.files_sentence())
         .with_sentence(isolation.network_sentence(PythonRepl::NAME)))
 }
 

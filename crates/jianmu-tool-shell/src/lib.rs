@@ -169,7 +169,8 @@ impl Bash {
     /// The isolation the settings require is not available.
     pub fn new(settings: BashSettings, cwd: PathBuf) -> Result<Self, ToolError> {
         let jail = Jail::new(&settings.isolation, &cwd)
-            .map_err(|e| ToolError::failed(format!("bash: {e}")))?;
+            .map_err(|e| ToolError::failed(format!("bash: {e}")))?
+            .showing_programs([&settings.shell]);
         Ok(Self {
             settings,
             cwd,
@@ -555,7 +556,9 @@ fn spec(config: &ToolConfig) -> Result<ToolSpec, ToolError> {
         .settings::<BashSettings>(Bash::NAME)
         .map(|s| s.isolation)
         .unwrap_or_default();
-    Ok(jianmu_tool_core::spec_of::<Bash>().with_sentence(isolation.network_sentence(Bash::NAME)))
+    Ok(jianmu_tool_core::spec_of::<Bash>()
+        .with_sentence(isolation.files_sentence())
+        .with_sentence(isolation.network_sentence(Bash::NAME)))
 }
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {

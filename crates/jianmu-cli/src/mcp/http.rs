@@ -531,6 +531,9 @@ pub(crate) async fn serve(
     let mut session = settings.session()?;
     session.max_sessions = limits.max_sessions;
     session.own_folders = options.per_session.clone();
+    // No principal's commands see the tokens or the other principals' folders.
+    session.hidden.extend(options.token_file.iter().cloned());
+    session.hidden.extend(options.per_principal.iter().cloned());
     let runtime = Runtime::new(session)?;
     // The first clients' sessions take warm containers.
     runtime.fill_pool();

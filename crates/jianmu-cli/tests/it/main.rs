@@ -17,6 +17,8 @@ mod mcp_http;
 mod mcp_lines;
 #[cfg(feature = "full")]
 mod native;
+#[cfg(all(feature = "mcp", feature = "full"))]
+mod view;
 
 fn jianmu(args: &[&str], dir: &Path) -> Output {
     jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
@@ -488,6 +490,25 @@ fn sandbox_status_says_what_isolation_is_in_force() {
         );
     }
     assert!(report["docker"]["summary"].is_string());
+    // The view each tool's commands get: made here, and listed.
+    if kernel["user_namespaces"] == true {
+        let view = &report["view"]["bash"];
+        assert_eq!(view["error"], Value::Null, "{view}");
+        let list = |kind: &str| view[kind].as_array().unwrap().clone();
+        assert!(
+            list("read_only").contains(&serde_json::json!("/usr")),
+            "{view}"
+        );
+        let ws = dir.path().canonicalize().unwrap();
+        assert!(
+            list("writable").contains(&serde_json::json!(ws.to_str().unwrap())),
+            "{view}"
+        );
+        assert!(
+            list("hidden").contains(&serde_json::json!("/run")),
+            "{view}"
+        );
+    }
     // `mode = "off"` keeps only the supervision; the text form is one line per part.
     std::fs::write(
         dir.path().join("jianmu.toml"),
@@ -501,7 +522,19 @@ fn sandbox_status_says_what_isolation_is_in_force() {
         bash == "bash: supervised (own pid namespace)" || bash == "bash: supervised (subreaper)",
         "{text}"
     );
-    assert_eq!(text.lines().count(), 6, "{text}");
+    // One line per tool, the kernel, Docker; then the view of the tools that have one.
+    let summary = text
+        .lines()
+        .take_while(|l| !l.starts_with("view of "))
+        .count();
+    assert_eq!(summary, 6, "{text}");
+    if kernel["user_namespaces"] == true {
+        assert!(
+            text.contains("view of git's commands:\n  read-only: /usr"),
+            "{text}"
+        );
+        assert!(text.contains("  hidden: /run, /var/run"), "{text}");
+    }
 }
 
 /// A project's own test suite that starts local servers (HTTP, IPv6, UDP, Unix and

@@ -9,7 +9,7 @@ use std::time::{Duration, Instant};
 
 use serde_json::{Value, json};
 
-struct Server {
+pub(crate) struct Server {
     child: Child,
     stdin: ChildStdin,
     lines: mpsc::Receiver<Value>,
@@ -22,11 +22,17 @@ impl Server {
 
     /// A server whose workspace is `ws` and whose temporary folder is `tmp`.
     fn start_with(ws: &Path, tmp: &Path) -> Self {
+        Self::start_in(ws, &[("TMPDIR", tmp)], &[])
+    }
+
+    /// A server whose workspace is `ws`, with `env` set and `flags` after `mcp`.
+    pub(crate) fn start_in(ws: &Path, env: &[(&str, &Path)], flags: &[&str]) -> Self {
         let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
-            .env("TMPDIR", tmp)
+            .envs(env.iter().copied())
             .args(["--workspace"])
             .arg(ws)
             .arg("mcp")
+            .args(flags)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::null())
@@ -57,7 +63,7 @@ impl Server {
         server
     }
 
-    fn send(&mut self, message: Value) {
+    pub(crate) fn send(&mut self, message: Value) {
         self.raw(message.to_string().as_bytes());
     }
 
@@ -67,7 +73,33 @@ impl Server {
         self.stdin.flush().unwrap();
     }
 
-    fn next(&self) -> Value {
+    /// Calls `tool` with `args` as request `id`: the text of its answer, or of its
+    /// error.
+    pub(crate) fn call(&mut self, id: u64, tool: &str, args: Value) -> String {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": "tools/call",
+            "params": {"name": tool, "arguments": args}}));
+        loop {
+            let answer = self.next();
+            if answer["id"] != id {
+                continue;
+            }
+            return match answer["result"]["content"][0]["text"].as_str() {
+                Some(text) => text.to_owned(),
+                None => answer.to_string(),
+            };
+        }
+    }
+
+    /// Closes its standard input and waits for it to exit.
+    pub(crate) fn close(self) {
+        let Self {
+            mut child, stdin, ..
+        } = self;
+        drop(stdin);
+        let _ = child.wait();
+    }
+
+    pub(crate) fn next(&self) -> Value {
         self.lines
             .recv_timeout(Duration::from_secs(30))
             .expect("the server did not answer")
