@@ -48,7 +48,16 @@ struct Prepared<'a> {
 /// name on `PATH` (the command's own `PATH` when it sets one).
 fn resolve(program: &OsStr, path_var: Option<&OsStr>) -> io::Result<PathBuf> {
     if program.as_bytes().contains(&b'/') {
-        return Ok(PathBuf::from(program));
+        let path = PathBuf::from(program);
+        // Its folder resolved (`a/../b/bin/tool` names a folder a view may not have),
+        // its own name kept (a venv's `python` is a link whose name is what counts).
+        if path.is_absolute()
+            && let (Some(dir), Some(name)) = (path.parent(), path.file_name())
+            && let Ok(dir) = std::fs::canonicalize(dir)
+        {
+            return Ok(dir.join(name));
+        }
+        return Ok(path);
     }
     let fallback = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     let dirs = path_var.unwrap_or(&fallback);

@@ -1,7 +1,7 @@
 //! `bash` running `echo hi` through the tool, isolated (the default: a private
 //! network), isolated with the host's network, with isolation off (supervision only)
 //! and in a warm shell session, against a bare spawn of the same command in the same
-//! run; and the cost of making a session's private network.
+//! run; and the cost of making a session's private network and a tool's view.
 
 use criterion::{Criterion, criterion_group, criterion_main};
 use jianmu_tool_shell::{Bash, BashArgs, BashSettings};
@@ -11,13 +11,16 @@ fn bench(c: &mut Criterion) {
         .enable_all()
         .build()
         .unwrap();
-    let tool = Bash::new(BashSettings::default(), std::env::temp_dir()).unwrap();
+    // A workspace of its own, as a project's is (not the host's `/tmp` itself).
+    let ws = tempfile::tempdir().unwrap();
+    let ws = ws.path();
+    let tool = Bash::new(BashSettings::default(), ws.to_owned()).unwrap();
     let mut off = BashSettings::default();
     off.isolation.mode = jianmu_process::IsolationMode::Off;
-    let supervised_only = Bash::new(off, std::env::temp_dir()).unwrap();
+    let supervised_only = Bash::new(off, ws.to_owned()).unwrap();
     let mut host = BashSettings::default();
     host.isolation.network = true;
-    let host_network = Bash::new(host, std::env::temp_dir()).unwrap();
+    let host_network = Bash::new(host.clone(), ws.to_owned()).unwrap();
     eprintln!("bash isolation: {}", tool.isolation());
     eprintln!(
         "bash isolation, network = true: {}",
@@ -41,6 +44,14 @@ fn bench(c: &mut Criterion) {
     // What a session's first command pays once: a network namespace with loopback up.
     group.bench_function("make_private_network", |b| {
         b.iter(|| jianmu_process::Network::new().make().unwrap());
+    });
+    // What a tool's first command in a session pays once: its jail and its view (here
+    // with a user namespace of its own, as without a private network).
+    group.bench_function("make_view", |b| {
+        b.iter(|| {
+            let jail = jianmu_process::Jail::new(&host.isolation, ws).unwrap();
+            jail.make_view().unwrap();
+        });
     });
     group.bench_function("tool_echo_hi_supervised_only", |b| {
         b.to_async(&rt)

@@ -42,10 +42,16 @@ pub(crate) struct Served {
 
 impl Served {
     pub(crate) fn start(ws: &Path, flags: &[&str]) -> Self {
+        Self::start_in(ws, flags, &[])
+    }
+
+    /// With `env` set for the server.
+    pub(crate) fn start_in(ws: &Path, flags: &[&str], env: &[(&str, &Path)]) -> Self {
         let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
             .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
             .arg(ws)
             .args(flags)
+            .envs(env.iter().copied())
             .env("JIANMU_MCP_TOKEN", TOKEN)
             .env_remove("JIANMU_LOG")
             .stdin(Stdio::null())
@@ -726,6 +732,73 @@ fn stateless_tool(url: &str, token: &str, tool: &str, args: &Value) -> (u16, Str
         body.len()
     );
     exchange(url, request.as_bytes())
+}
+
+/// With a token file and a folder per principal both inside a home the commands see
+/// otherwise, neither principal's `bash` nor `python_repl` reads the token file or
+/// the other's folder (which lists only its own), and each writes in its own.
+#[test]
+fn principals_see_neither_the_tokens_nor_each_others_folders() {
+    if !jianmu_process::Isolation::probe().namespaces {
+        return; // no view on this kernel (see docs/isolation.md)
+    }
+    let (dir, ws) = scratch();
+    let home = dir.path().join("home");
+    let principals = home.join("principals");
+    std::fs::create_dir_all(principals.join("bob")).unwrap();
+    std::fs::write(principals.join("bob/diary.txt"), "SECRET-bob").unwrap();
+    std::fs::write(home.join("notes.txt"), "visible-note").unwrap();
+    let tokens = home.join("tokens");
+    std::fs::write(&tokens, format!("alice {ALICE}\nbob {BOB}\n")).unwrap();
+    let server = Served::start_in(
+        &ws,
+        &[
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--workspace-per-principal",
+            principals.to_str().unwrap(),
+        ],
+        &[("HOME", &home)],
+    );
+    let command = format!(
+        "cat {tokens} 2>&1; ls {principals}; cat {principals}/bob/diary.txt 2>&1; \
+         echo mine > made-by-alice && pwd; cat {home}/notes.txt; true",
+        tokens = tokens.display(),
+        principals = principals.display(),
+        home = home.display(),
+    );
+    let (status, text) = stateless_tool(&server.url, ALICE, "bash", &json!({"command": command}));
+    assert_eq!(status, 200, "{text}");
+    assert!(!text.contains(ALICE) && !text.contains(BOB), "alice read the tokens: {text}");
+    assert!(!text.contains("SECRET"), "alice read bob's: {text}");
+    assert!(
+        text.contains("bob/diary.txt: No such file or directory")
+            && text.contains("tokens: No such file or directory"),
+        "{text}"
+    );
+    // Alice's listing of the principals' folder holds only her own.
+    assert!(text.contains(r"\nalice\n"), "{text}");
+    assert!(text.contains("visible-note"), "{text}");
+    assert!(principals.join("alice/made-by-alice").exists(), "{text}");
+    let code = format!(
+        "import os\n\
+         for p in [{tokens:?}, {mine:?}]:\n\
+         \x20   try:\n\
+         \x20       print('LEAK', open(p).read())\n\
+         \x20   except OSError as e:\n\
+         \x20       print('missing', e.errno)\n\
+         print('folders', sorted(os.listdir({principals:?})))\n",
+        tokens = tokens.display().to_string(),
+        mine = principals.join("alice/made-by-alice").display().to_string(),
+        principals = principals.display().to_string(),
+    );
+    let (status, text) =
+        stateless_tool(&server.url, BOB, "python_repl", &json!({"code": code}));
+    assert_eq!(status, 200, "{text}");
+    assert!(!text.contains("LEAK"), "bob read what is not his: {text}");
+    assert_eq!(text.matches("missing 2").count(), 2, "{text}");
+    assert!(text.contains(r#"folders ['bob']"#), "{text}");
+    assert_eq!(server.terminate(), Some(0));
 }
 
 /// `--token-file` names principals: each authorized by its own token (compared in
