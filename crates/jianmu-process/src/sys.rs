@@ -16,6 +16,16 @@ pub(crate) fn geteuid() -> libc::uid_t {
     unsafe { libc::geteuid() }
 }
 
+/// Whether this process may read `path` (`access(R_OK)`).
+pub(crate) fn readable(path: &std::path::Path) -> bool {
+    use std::os::unix::ffi::OsStrExt;
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return false;
+    };
+    // SAFETY: a valid C string.
+    unsafe { libc::access(c.as_ptr(), libc::R_OK) == 0 }
+}
+
 /// Asks a supervisor to stop (it kills and reaps its tree, then exits).
 pub(crate) fn terminate(pid: u32) {
     if let Ok(pid) = libc::pid_t::try_from(pid) {

@@ -656,3 +656,65 @@ fn work_in_a_child_ends_one_call_not_the_process() {
     assert_eq!(stalled.end, ChildEnd::Stalled);
     assert_eq!(stalled.output, b"step 0\nstep 1\nstep 2\nstep 3\nstep 4\n");
 }
+
+/// A file beside the workspace, and one hidden by `read_deny` inside a folder the
+/// view shows, cannot be read on any kernel: missing in a view, refused by Landlock
+/// where there are no user namespaces; the system stays readable, and a command in a
+/// view cannot mount, unmount or remount its way out of it.
+#[tokio::test]
+async fn reads_outside_the_view_fail_with_a_view_and_with_landlock_alone() {
+    let offered = crate::Isolation::probe();
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(dir.path().join("beside.txt"), "SECRET-beside").unwrap();
+    let settings = crate::IsolationSettings {
+        read_deny: vec!["/etc/hostname".into()],
+        ..Default::default()
+    };
+    let no_namespaces = crate::Isolation {
+        namespaces: false,
+        ..offered
+    };
+    for kernel in [offered, no_namespaces] {
+        if !kernel.namespaces && kernel.landlock_abi == 0 {
+            continue; // nothing can narrow reads here (the description says so)
+        }
+        let jail = crate::Jail::with_kernel(&settings, &ws, kernel).unwrap();
+        let script = format!(
+            "cat {}/beside.txt 2>&1; cat /etc/hostname 2>&1; head -c 4 /usr/bin/env | od -c | head -1; true",
+            dir.path().display()
+        );
+        let (code, out) = run(&jail, &script, &ws).await;
+        assert_eq!(code, 0, "{out}");
+        assert!(!out.contains("SECRET"), "{}: {out}", jail.describe());
+        let why = if kernel.namespaces {
+            "No such file or directory"
+        } else {
+            "Permission denied"
+        };
+        assert_eq!(out.matches(why).count(), 2, "{}: {out}", jail.describe());
+        assert!(out.contains("E   L   F"), "the system is readable: {out}");
+        let sentence = settings.files_sentence_on(kernel).unwrap();
+        assert_eq!(
+            sentence.contains("names can still be listed"),
+            !kernel.namespaces,
+            "{sentence}"
+        );
+    }
+    if offered.namespaces {
+        let jail = crate::Jail::with_kernel(&settings, &ws, offered).unwrap();
+        let (_, out) = run(
+            &jail,
+            "mount -t tmpfs none /usr 2>&1; umount /proc 2>&1; mount -o remount,rw /usr 2>&1; \
+             echo x > /usr/planted 2>&1; true",
+            &ws,
+        )
+        .await;
+        assert!(!std::path::Path::new("/usr/planted").exists(), "{out}");
+        assert!(
+            !out.contains("planted") || out.contains("Read-only"),
+            "{out}"
+        );
+    }
+}

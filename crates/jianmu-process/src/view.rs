@@ -311,9 +311,15 @@ impl ViewConfig {
                 .iter()
                 .filter_map(|p| resolved(&absolute(p))),
         );
-        config
-            .hidden
-            .extend(SYSTEM_HIDDEN.iter().map(PathBuf::from));
+        // Hidden where this user could read them: a folder rebuilt for a file nobody
+        // here may read would cost mounts for nothing (`/etc/shadow` for a user).
+        let root = crate::sys::geteuid() == 0;
+        config.hidden.extend(
+            SYSTEM_HIDDEN
+                .iter()
+                .map(PathBuf::from)
+                .filter(|p| root || (*p != Path::new("/etc/ssh") && crate::sys::readable(p))),
+        );
         config.hidden.extend(
             settings
                 .read_deny

@@ -769,7 +769,10 @@ fn principals_see_neither_the_tokens_nor_each_others_folders() {
     );
     let (status, text) = stateless_tool(&server.url, ALICE, "bash", &json!({"command": command}));
     assert_eq!(status, 200, "{text}");
-    assert!(!text.contains(ALICE) && !text.contains(BOB), "alice read the tokens: {text}");
+    assert!(
+        !text.contains(ALICE) && !text.contains(BOB),
+        "alice read the tokens: {text}"
+    );
     assert!(!text.contains("SECRET"), "alice read bob's: {text}");
     assert!(
         text.contains("bob/diary.txt: No such file or directory")
@@ -792,8 +795,7 @@ fn principals_see_neither_the_tokens_nor_each_others_folders() {
         mine = principals.join("alice/made-by-alice").display().to_string(),
         principals = principals.display().to_string(),
     );
-    let (status, text) =
-        stateless_tool(&server.url, BOB, "python_repl", &json!({"code": code}));
+    let (status, text) = stateless_tool(&server.url, BOB, "python_repl", &json!({"code": code}));
     assert_eq!(status, 200, "{text}");
     assert!(!text.contains("LEAK"), "bob read what is not his: {text}");
     assert_eq!(text.matches("missing 2").count(), 2, "{text}");
