@@ -33,7 +33,7 @@ pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> 
                         .map(|(kind, paths)| {
                             let paths: Vec<String> =
                                 paths.iter().map(|p| p.display().to_string()).collect();
-                            (kind.replace(' ', "_").replace('-', "_"), json!(paths))
+                            (kind.replace([' ', '-'], "_"), json!(paths))
                         })
                         .collect();
                     view.insert(
