@@ -101,6 +101,10 @@ pub(crate) struct PrincipalSettings {
     /// Tool settings over `[tools.NAME]` for this principal's calls, such as
     /// `[mcp.http.principal.tools.bash] max_jobs = 4`.
     pub(crate) tools: std::collections::BTreeMap<String, Map<String, Value>>,
+    /// Isolation settings over every isolated tool's `isolation` table for this
+    /// principal's calls (`read_deny`, `read_allow`, `sockets`, ...); a key in the
+    /// principal's own `tools.NAME.isolation` wins over it.
+    pub(crate) isolation: Map<String, Value>,
 }
 
 #[cfg(feature = "mcp")]
@@ -114,10 +118,13 @@ impl PrincipalSettings {
                 entry.insert(key.clone(), value.clone());
             }
         }
+        let mut isolation = base.isolation.clone();
+        isolation.extend(self.isolation.clone());
         Self {
             max_sessions: self.max_sessions.or(base.max_sessions),
             shared_workspace: self.shared_workspace.or(base.shared_workspace),
             tools,
+            isolation,
         }
     }
 }

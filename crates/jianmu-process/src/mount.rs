@@ -119,8 +119,20 @@ fn mount_points() -> Vec<PathBuf> {
 fn ops(steps: &[Step]) -> Vec<Op> {
     let table = mount_points();
     let mut ops = Vec::with_capacity(steps.len() + 24);
+    // The rebuilt folders open around the current step: each is first bound whole,
+    // read-only, at `/stage/N` (outside the new root, left behind with the old one), so
+    // that its entries are bound from there already read-only, one call each.
+    let mut open: Vec<(&Path, String)> = Vec::new();
+    let mut staged = 0usize;
+    let read_only_below = |source: &Path, target: &Path| -> Vec<CString> {
+        mounted_below(&table, source)
+            .iter()
+            .filter_map(|m| m.strip_prefix(source).ok())
+            .map(|rest| under("", &target.join(rest)))
+            .collect()
+    };
     for step in steps {
-        ops.push(match step {
+        let op = match step {
             Step::Dir(p) => Op::Dir(under(NEW, p)),
             Step::File(p) => Op::File(under(NEW, p)),
             Step::Link(p, target) => Op::Link(
@@ -130,16 +142,33 @@ fn ops(steps: &[Step]) -> Vec<Op> {
             Step::Bind {
                 source,
                 target,
+                writable: false,
+            } if open
+                .last()
+                .is_some_and(|(dir, _)| source.parent() == Some(*dir)) =>
+            {
+                let stage = open.last().map(|(_, s)| s.as_str()).unwrap_or_default();
+                let name = source.file_name().unwrap_or_default();
+                Op::Bind(
+                    under(stage, &Path::new("/").join(name)),
+                    under(NEW, target),
+                    false,
+                    Vec::new(),
+                    false,
+                )
+            }
+            Step::Bind {
+                source,
+                target,
                 writable,
             } => {
                 let below = if *writable {
                     Vec::new()
                 } else {
-                    mounted_below(&table, source)
-                        .iter()
-                        .filter_map(|m| m.strip_prefix(source).ok())
-                        .map(|rest| under(NEW, &target.join(rest)))
-                        .collect()
+                    read_only_below(
+                        source,
+                        &Path::new(NEW).join(target.strip_prefix("/").unwrap_or(target)),
+                    )
                 };
                 Op::Bind(
                     under(OLD, source),
@@ -150,11 +179,31 @@ fn ops(steps: &[Step]) -> Vec<Op> {
                 )
             }
             Step::Tmpfs(p) => Op::Tmpfs(under(NEW, p), b"mode=1777\0"),
-            Step::Skeleton(p) => Op::Tmpfs(under(NEW, p), b"mode=0755\0"),
-            Step::Seal(p) => Op::ReadOnly(under(NEW, p)),
+            Step::Skeleton(p) => {
+                let stage = format!("/stage/{staged}");
+                staged += 1;
+                if staged == 1 {
+                    ops.push(Op::Dir(c("/stage")));
+                }
+                ops.push(Op::Dir(c(&stage)));
+                ops.push(Op::Bind(
+                    under(OLD, p),
+                    c(&stage),
+                    true,
+                    read_only_below(p, Path::new(&stage)),
+                    true,
+                ));
+                open.push((p.as_path(), stage));
+                Op::Tmpfs(under(NEW, p), b"mode=0755\0")
+            }
+            Step::Seal(p) => {
+                open.pop();
+                Op::ReadOnly(under(NEW, p))
+            }
             Step::MaskDir(p) => Op::MaskDir(under(NEW, p)),
             Step::MaskFile(p) => Op::MaskFile(under(NEW, p)),
-        });
+        };
+        ops.push(op);
     }
     let dev = |name: &str| c(&format!("{NEW}/dev/{name}"));
     ops.push(Op::Dir(c(&format!("{NEW}/dev"))));

@@ -495,7 +495,7 @@ fn emit(steps: &mut Vec<Step>, path: &mut PathBuf, node: &Node, parent: Parent) 
             steps.push(Step::Tmpfs(path.clone()));
             children(steps, path, node, Parent::Made);
         }
-        Kind::Bind { writable } => bind(steps, path, node, parent, writable),
+        Kind::Bind { writable } => bind(steps, path, node, parent, writable, None),
     }
 }
 
@@ -507,11 +507,23 @@ fn children(steps: &mut Vec<Step>, path: &mut PathBuf, node: &Node, parent: Pare
     }
 }
 
-fn bind(steps: &mut Vec<Step>, path: &mut PathBuf, node: &Node, parent: Parent, writable: bool) {
-    let Ok(meta) = std::fs::symlink_metadata(&*path) else {
+/// The steps that show `path` (whose type is `known` when a listing said it).
+fn bind(
+    steps: &mut Vec<Step>,
+    path: &mut PathBuf,
+    node: &Node,
+    parent: Parent,
+    writable: bool,
+    known: Option<std::fs::FileType>,
+) {
+    let Some(meta) = known.or_else(|| {
+        std::fs::symlink_metadata(&*path)
+            .ok()
+            .map(|m| m.file_type())
+    }) else {
         return;
     };
-    if meta.file_type().is_symlink() {
+    if meta.is_symlink() {
         // A link the view makes again (`/bin -> usr/bin`), in a folder it made.
         if parent == Parent::Made
             && let Ok(target) = std::fs::read_link(&*path)
@@ -529,25 +541,26 @@ fn bind(steps: &mut Vec<Step>, path: &mut PathBuf, node: &Node, parent: Parent, 
         // Its own file system, so that it is read-only wherever it lies (in the
         // session's `/tmp` too).
         steps.push(Step::Skeleton(path.clone()));
-        let mut names: Vec<OsString> = entries
+        let mut names: Vec<(OsString, Option<std::fs::FileType>)> = entries
             .flatten()
             .take(100_000)
-            .map(|e| e.file_name())
+            .map(|e| (e.file_name(), e.file_type().ok()))
             .collect();
-        names.sort();
+        names.sort_by(|a, b| a.0.cmp(&b.0));
         let implicit = Node::new(Kind::Bind { writable });
-        for name in names {
-            let child = node.children.get(&name).unwrap_or(&implicit);
+        for (name, known) in names {
             path.push(&name);
-            let socket = std::fs::symlink_metadata(&*path).is_ok_and(|m| {
-                use std::os::unix::fs::FileTypeExt;
-                m.file_type().is_socket()
-            });
-            match child.kind {
+            match node.children.get(&name) {
                 // Sockets in a rebuilt folder stay out unless named.
-                _ if socket && !node.children.contains_key(&name) => {}
-                Kind::Through => bind(steps, path, child, Parent::Made, writable),
-                _ => emit(steps, path, child, Parent::Made),
+                None if known.is_some_and(|t| {
+                    use std::os::unix::fs::FileTypeExt;
+                    t.is_socket()
+                }) => {}
+                None => bind(steps, path, &implicit, Parent::Made, writable, known),
+                Some(child) if child.kind == Kind::Through => {
+                    bind(steps, path, child, Parent::Made, writable, None);
+                }
+                Some(child) => emit(steps, path, child, Parent::Made),
             }
             path.pop();
         }

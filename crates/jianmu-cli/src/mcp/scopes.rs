@@ -176,6 +176,15 @@ impl Scopes {
         {
             opening = opening.in_folder(root.join(principal));
         }
+        if !settings.isolation.is_empty() {
+            for tool in jianmu_runtime::ISOLATED_TOOLS {
+                opening = opening.with_setting(
+                    tool,
+                    "isolation",
+                    Value::Object(settings.isolation.clone()),
+                );
+            }
+        }
         for (tool, keys) in &settings.tools {
             for (key, value) in keys {
                 opening = opening.with_setting(tool, key, value.clone());

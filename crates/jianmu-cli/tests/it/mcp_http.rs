@@ -750,9 +750,21 @@ fn principals_see_neither_the_tokens_nor_each_others_folders() {
     std::fs::write(home.join("notes.txt"), "visible-note").unwrap();
     let tokens = home.join("tokens");
     std::fs::write(&tokens, format!("alice {ALICE}\nbob {BOB}\n")).unwrap();
+    // Bob's own isolation hides the note from him only.
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.http.principals.bob.isolation]\nread_deny = [{:?}]\n",
+            home.join("notes.txt").display().to_string()
+        ),
+    )
+    .unwrap();
     let server = Served::start_in(
         &ws,
         &[
+            "--config",
+            config.to_str().unwrap(),
             "--token-file",
             tokens.to_str().unwrap(),
             "--workspace-per-principal",
@@ -785,7 +797,7 @@ fn principals_see_neither_the_tokens_nor_each_others_folders() {
     assert!(principals.join("alice/made-by-alice").exists(), "{text}");
     let code = format!(
         "import os\n\
-         for p in [{tokens:?}, {mine:?}]:\n\
+         for p in [{tokens:?}, {mine:?}, {note:?}]:\n\
          \x20   try:\n\
          \x20       print('LEAK', open(p).read())\n\
          \x20   except OSError as e:\n\
@@ -793,12 +805,13 @@ fn principals_see_neither_the_tokens_nor_each_others_folders() {
          print('folders', sorted(os.listdir({principals:?})))\n",
         tokens = tokens.display().to_string(),
         mine = principals.join("alice/made-by-alice").display().to_string(),
+        note = home.join("notes.txt").display().to_string(),
         principals = principals.display().to_string(),
     );
     let (status, text) = stateless_tool(&server.url, BOB, "python_repl", &json!({"code": code}));
     assert_eq!(status, 200, "{text}");
     assert!(!text.contains("LEAK"), "bob read what is not his: {text}");
-    assert_eq!(text.matches("missing 2").count(), 2, "{text}");
+    assert_eq!(text.matches("missing 2").count(), 3, "{text}");
     assert!(text.contains(r#"folders ['bob']"#), "{text}");
     assert_eq!(server.terminate(), Some(0));
 }
