@@ -45,8 +45,8 @@ struct Prepared<'a> {
 }
 
 /// The program's path: as given when it has a `/`, else the first executable of that
-/// name on `PATH` (the command's own `PATH` when it sets one).
-fn resolve(program: &OsStr, path_var: Option<&OsStr>) -> io::Result<PathBuf> {
+/// name in an absolute folder of `PATH` (the command's own `PATH` when it sets one).
+pub(crate) fn resolve(program: &OsStr, path_var: Option<&OsStr>) -> io::Result<PathBuf> {
     if program.as_bytes().contains(&b'/') {
         let path = PathBuf::from(program);
         // Its folder resolved (`a/../b/bin/tool` names a folder a view may not have),
@@ -61,7 +61,9 @@ fn resolve(program: &OsStr, path_var: Option<&OsStr>) -> io::Result<PathBuf> {
     }
     let fallback = std::env::var_os("PATH").unwrap_or_else(|| "/usr/bin:/bin".into());
     let dirs = path_var.unwrap_or(&fallback);
-    for dir in std::env::split_paths(dirs) {
+    // An empty or relative entry names the current folder (often the workspace,
+    // whose own `git` or `pylsp` must not stand in for the real one): skipped.
+    for dir in std::env::split_paths(dirs).filter(|d| d.is_absolute()) {
         let candidate = dir.join(program);
         if let Ok(meta) = std::fs::metadata(&candidate)
             && meta.is_file()

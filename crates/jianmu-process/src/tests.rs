@@ -718,3 +718,24 @@ async fn reads_outside_the_view_fail_with_a_view_and_with_landlock_alone() {
         );
     }
 }
+
+/// A program is looked up in absolute `PATH` folders only: an empty or relative
+/// entry (the current folder, often the workspace) cannot put its own `echo` first.
+#[test]
+fn path_lookups_skip_empty_and_relative_entries() {
+    use std::os::unix::fs::PermissionsExt;
+    let probe = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/path-probe");
+    std::fs::create_dir_all(&probe).unwrap();
+    let impostor = probe.join("echo");
+    std::fs::write(&impostor, "#!/bin/sh\necho IMPOSTOR\n").unwrap();
+    std::fs::set_permissions(&impostor, std::fs::Permissions::from_mode(0o755)).unwrap();
+    // Relative to this test's folder, the crate's.
+    let path = std::ffi::OsString::from("../../target/path-probe::/usr/bin:/bin");
+    let found = crate::spawn::resolve("echo".as_ref(), Some(&path)).unwrap();
+    assert!(
+        found.is_absolute() && !found.starts_with(&probe),
+        "{}",
+        found.display()
+    );
+    assert_eq!(found.file_name().unwrap(), "echo");
+}

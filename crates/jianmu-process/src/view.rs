@@ -344,6 +344,7 @@ impl ViewConfig {
         } else {
             std::env::var_os("PATH").and_then(|var| {
                 std::env::split_paths(&var)
+                    .filter(|dir| dir.is_absolute())
                     .map(|dir| dir.join(path))
                     .find(|p| p.is_file())
             })
