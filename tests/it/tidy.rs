@@ -254,3 +254,14 @@ fn the_tests_helpers_are_never_a_normal_dependency() {
         );
     }
 }
+
+/// The paths the file tools refuse to write are the ones a session's view keeps
+/// read-only to commands: one list, kept twice (the crates do not depend on each other).
+#[test]
+fn protected_workspace_paths_agree() {
+    let tools: Vec<&str> = jianmu_workspace::PROTECTED
+        .iter()
+        .map(|(p, _)| *p)
+        .collect();
+    assert_eq!(tools, jianmu_process::PROTECTED_IN_WORKSPACE);
+}

@@ -135,7 +135,8 @@ impl IsolationSettings {
             "Files: outside the workspace everything is read-only, and credentials \
              (~/.ssh, ~/.aws, ...), host sockets (/run, /var/run) and folders other than \
              the system, the home and the workspace are hidden: reading them fails as \
-             for a missing file. /tmp is private to this session."
+             for a missing file. In the workspace, jianmu.toml, .jianmu/, .git/hooks and \
+             .git/config are read-only. /tmp is private to this session."
                 .to_owned()
         } else if kernel.landlock_abi > 0 {
             "Files: outside the workspace everything is read-only; the contents of \

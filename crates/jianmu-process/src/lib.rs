@@ -45,6 +45,7 @@ pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Sup
 pub use netns::Network;
 pub use pty::{Size, Terminal};
 pub use spec::{Spec, Stdio as Stream};
+pub use view::PROTECTED_IN_WORKSPACE;
 
 /// Raises this process's soft limit on open files to its hard limit (a server's idle
 /// connections each hold one), and returns the new limit.

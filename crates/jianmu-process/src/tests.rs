@@ -739,3 +739,35 @@ fn path_lookups_skip_empty_and_relative_entries() {
     );
     assert_eq!(found.file_name().unwrap(), "echo");
 }
+
+/// In a view, what a later run reads from the workspace (jianmu's settings, its own
+/// folder) and what the user's own git runs (hooks, configuration) are read-only; the
+/// rest of the workspace and of `.git` stays writable.
+#[tokio::test]
+async fn a_command_cannot_change_what_the_next_run_reads() {
+    if !crate::Isolation::probe().namespaces {
+        return;
+    }
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path();
+    std::fs::create_dir_all(w.join(".git/hooks")).unwrap();
+    std::fs::write(w.join(".git/config"), "[core]\n").unwrap();
+    std::fs::write(w.join("jianmu.toml"), "").unwrap();
+    let jail = crate::Jail::new(&crate::IsolationSettings::default(), w).unwrap();
+    let (code, out) = run(
+        &jail,
+        "echo x > .git/hooks/pre-commit; echo '[core] hooksPath = x' >> .git/config; \
+         echo '[isolation]' > jianmu.toml; echo ok > .git/HEAD && echo ok > notes && echo writable",
+        w,
+    )
+    .await;
+    assert_eq!(code, 0, "{out}");
+    assert_eq!(out.matches("Read-only file system").count(), 3, "{out}");
+    assert!(out.contains("writable"), "{out}");
+    assert!(!w.join(".git/hooks/pre-commit").exists());
+    assert_eq!(
+        std::fs::read_to_string(w.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    assert_eq!(std::fs::read_to_string(w.join("jianmu.toml")).unwrap(), "");
+}

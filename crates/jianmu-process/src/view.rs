@@ -73,6 +73,13 @@ fn is_history(name: &OsStr) -> bool {
     name.starts_with(b".") && name.ends_with(b"_history")
 }
 
+/// Paths inside the workspace that commands in a view may read but not change: what a
+/// later run reads (jianmu's settings and folder) and what the user's own `git` runs
+/// outside any jail. Only those present when the view is made (a symbolic link is not
+/// followed: it is left as it is).
+pub const PROTECTED_IN_WORKSPACE: &[&str] =
+    &["jianmu.toml", ".jianmu", ".git/hooks", ".git/config"];
+
 /// What a view holds, as host paths (made absolute and resolved by [`ViewConfig::new`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub(crate) struct ViewConfig {
@@ -86,6 +93,8 @@ pub(crate) struct ViewConfig {
     pub(crate) hidden: Vec<PathBuf>,
     /// Sockets let in by path.
     pub(crate) sockets: Vec<PathBuf>,
+    /// Read-only inside the writable folders ([`PROTECTED_IN_WORKSPACE`]).
+    pub(crate) protected: Vec<PathBuf>,
 }
 
 /// One step of building a view, on paths as the view shows them (targets) and as the
@@ -303,6 +312,14 @@ impl ViewConfig {
                 }
             }
         }
+        config.protected.extend(
+            PROTECTED_IN_WORKSPACE
+                .iter()
+                .map(|p| workspace.join(p))
+                .filter(|p| {
+                    std::fs::symlink_metadata(p).is_ok_and(|m| !m.file_type().is_symlink())
+                }),
+        );
         config.writable.push(workspace);
         config.writable.extend(tmp.and_then(resolved));
         config.writable.extend(
@@ -389,6 +406,7 @@ impl ViewConfig {
         }
         hidden.extend(self.hidden.iter().cloned());
         hidden.push(PathBuf::from("everything else outside the folders above"));
+        read_only.extend(self.protected.iter().cloned());
         vec![
             ("read-only", read_only),
             ("writable", self.writable.clone()),
@@ -430,6 +448,9 @@ impl ViewConfig {
             root.insert(path, Kind::Bind { writable: true });
         }
         for path in &self.sockets {
+            root.insert(path, Kind::Bind { writable: false });
+        }
+        for path in &self.protected {
             root.insert(path, Kind::Bind { writable: false });
         }
         let mut steps = Vec::new();

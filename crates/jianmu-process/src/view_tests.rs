@@ -11,6 +11,7 @@ fn config(dir: &Path) -> ViewConfig {
         writable: vec![dir.join("home/ws")],
         hidden: vec![dir.join("sys/secret")],
         sockets: Vec::new(),
+        protected: Vec::new(),
     }
 }
 

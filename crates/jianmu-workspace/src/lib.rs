@@ -118,6 +118,14 @@ pub enum WorkspaceError {
         /// The limit.
         limit: u64,
     },
+    /// A path no tool writes (see [`PROTECTED`]).
+    #[error("refused `{path}`: {why}; tools cannot change it")]
+    Protected {
+        /// The path as given.
+        path: String,
+        /// What the path is and why it is kept as it is.
+        why: &'static str,
+    },
     /// Any other I/O failure.
     #[error("cannot access `{path}`")]
     Io {
@@ -127,6 +135,34 @@ pub enum WorkspaceError {
         #[source]
         source: io::Error,
     },
+}
+
+/// Paths of a workspace that no tool writes, with why: what a later run reads (jianmu's
+/// settings, its own folder) or what the user's own `git` runs outside any jail. Inside
+/// a session's view they are read-only to commands too.
+pub const PROTECTED: &[(&str, &str)] = &[
+    (
+        "jianmu.toml",
+        "it is jianmu's settings file, which a later run in this folder would read",
+    ),
+    (".jianmu", "it is jianmu's own folder (saved outputs)"),
+    (
+        ".git/hooks",
+        "git's hooks run outside any sandbox when the user next uses git here",
+    ),
+    (
+        ".git/config",
+        "git's configuration can make the user's own git run programs outside any sandbox",
+    ),
+];
+
+/// The rule that protects `rel` (a path relative to the root, symbolic links
+/// resolved), if any.
+pub fn protected(rel: &Path) -> Option<&'static str> {
+    PROTECTED
+        .iter()
+        .find(|(path, _)| rel.starts_with(path))
+        .map(|&(_, why)| why)
 }
 
 impl WorkspaceError {

@@ -470,3 +470,42 @@ fn a_write_cut_short_leaves_nothing_behind() {
         .collect();
     assert_eq!(after, before);
 }
+
+/// What a later run reads and what the user's own git runs are never written, removed
+/// or reached through a link by a tool; the rest of `.git` and the workspace are.
+#[test]
+fn protected_paths_are_refused_with_the_reason() {
+    let f = fixture();
+    let root = f.ws.root().to_owned();
+    std::fs::create_dir_all(root.join(".git/hooks")).unwrap();
+    std::fs::write(root.join(".git/config"), "[core]\n").unwrap();
+    symlink(".git/hooks", root.join("h")).unwrap();
+    symlink(".git/config", root.join("cfg")).unwrap();
+    let options = WriteOptions::default().create_dirs(true);
+    for (path, why) in [
+        ("jianmu.toml", "settings file"),
+        (".jianmu/outputs/x", "own folder"),
+        (".git/hooks/pre-commit", "hooks"),
+        ("h/pre-commit", "hooks"),
+        (".git/config", "configuration"),
+        ("cfg", "configuration"),
+        ("./.git/../.git/config", "configuration"),
+    ] {
+        let rel = f.ws.relative(path).unwrap();
+        let err = f.ws.write_atomic(&rel, b"x", &options).unwrap_err();
+        assert!(
+            matches!(err, WorkspaceError::Protected { .. }) && err.message().contains(why),
+            "{path}: {err}"
+        );
+    }
+    let err = f.ws.remove_file(Path::new(".git/config")).unwrap_err();
+    assert!(matches!(err, WorkspaceError::Protected { .. }), "{err}");
+    assert!(!root.join(".jianmu").exists() && !root.join("jianmu.toml").exists());
+    assert_eq!(
+        std::fs::read_to_string(root.join(".git/config")).unwrap(),
+        "[core]\n"
+    );
+    for path in [".git/HEAD", "src/main.rs", "jianmu.toml.bak"] {
+        f.ws.write_atomic(Path::new(path), b"ok", &options).unwrap();
+    }
+}

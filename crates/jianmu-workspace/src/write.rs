@@ -226,6 +226,7 @@ impl Workspace {
             path: show(rel),
             kind: "a directory",
         })?;
+        self.check_protected(rel)?;
         let pdir = self.open_dir(parent)?;
         let meta = pdir
             .symlink_metadata(name)
@@ -243,11 +244,28 @@ impl Workspace {
 
     /// The path to write: `rel` itself, or where the symlink `rel` points (beneath the
     /// root). Creates the parent directories when asked.
+    /// Refuses a path [`crate::PROTECTED`] covers, as given or with the links of its
+    /// folders resolved (`hooks -> .git/hooks` does not get around it).
+    fn check_protected(&self, rel: &Path) -> Result<(), WorkspaceError> {
+        let resolved =
+            split(rel).and_then(|(parent, name)| self.canonical(parent).ok().map(|p| p.join(name)));
+        for path in std::iter::once(rel).chain(resolved.as_deref()) {
+            if let Some(why) = crate::protected(path) {
+                return Err(WorkspaceError::Protected {
+                    path: show(rel),
+                    why,
+                });
+            }
+        }
+        Ok(())
+    }
+
     fn write_target(&self, rel: &Path, create_dirs: bool) -> Result<PathBuf, WorkspaceError> {
         let (parent, _) = split(rel).ok_or_else(|| WorkspaceError::NotAFile {
             path: show(rel),
             kind: "a directory",
         })?;
+        self.check_protected(rel)?;
         if create_dirs
             && !parent.as_os_str().is_empty()
             && let Err(e) = self.dir.create_dir_all(parent)
@@ -260,7 +278,11 @@ impl Workspace {
             });
         }
         match self.symlink_metadata(rel) {
-            Ok(meta) if meta.file_type().is_symlink() => self.canonical(rel),
+            Ok(meta) if meta.file_type().is_symlink() => {
+                let target = self.canonical(rel)?;
+                self.check_protected(&target)?;
+                Ok(target)
+            }
             _ => Ok(rel.to_owned()),
         }
     }
