@@ -228,6 +228,21 @@ impl Config {
                 return Err(e).with_context(|| format!("cannot read {}", path.display()));
             }
         };
+        if !required {
+            // Found here rather than named: it may only tighten (see `trust.rs`).
+            let doc: toml::Value =
+                toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
+            let found = crate::trust::loosening(&doc);
+            if !found.is_empty() {
+                bail!(
+                    "jianmu.toml in the current folder sets {}, which a settings file found \
+                     here may not do (a cloned repository or an earlier command could have \
+                     written it); it may only tighten what runs. To trust it, name it: \
+                     --config jianmu.toml",
+                    found.join(", ")
+                );
+            }
+        }
         let mut config: Config =
             toml::from_str(&text).with_context(|| format!("invalid {}", path.display()))?;
         config.path = Some(std::path::absolute(&path).unwrap_or_else(|_| path.clone()));

@@ -29,6 +29,7 @@ mod render;
 mod settings;
 mod status;
 mod term;
+mod trust;
 
 use args::{Cli, Command};
 use settings::Settings;

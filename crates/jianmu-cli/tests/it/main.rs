@@ -242,8 +242,12 @@ mod calculator {
         )
         .unwrap();
         // The file asks for docker, which is not there: the call fails and says so
-        // rather than silently running locally.
-        let out = jianmu(&["call", "calculator", "\"1+1\""], dir.path());
+        // rather than silently running locally. (It names an engine, which only a file
+        // named with --config may do.)
+        let out = jianmu(
+            &["--config", "jianmu.toml", "call", "calculator", "\"1+1\""],
+            dir.path(),
+        );
         let stderr = String::from_utf8_lossy(&out.stderr);
         #[cfg(feature = "docker")]
         {
@@ -264,7 +268,15 @@ mod calculator {
         }
         // The flag overrides the file.
         let out = jianmu(
-            &["call", "calculator", "\"1+1\"", "--sandbox", "local"],
+            &[
+                "--config",
+                "jianmu.toml",
+                "call",
+                "calculator",
+                "\"1+1\"",
+                "--sandbox",
+                "local",
+            ],
             dir.path(),
         );
         assert_eq!(String::from_utf8_lossy(&out.stdout), "2\n");
@@ -515,7 +527,10 @@ fn sandbox_status_says_what_isolation_is_in_force() {
         "[tools.bash.isolation]\nmode = \"off\"\n",
     )
     .unwrap();
-    let out = jianmu(&["sandbox", "status"], dir.path());
+    let out = jianmu(
+        &["--config", "jianmu.toml", "sandbox", "status"],
+        dir.path(),
+    );
     let text = String::from_utf8_lossy(&out.stdout);
     let bash = text.lines().find(|l| l.starts_with("bash: ")).unwrap();
     assert!(
@@ -619,5 +634,51 @@ fn a_one_shot_call_keeps_the_output_it_saved() {
             .contains("must be a relative path inside the workspace"),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A `jianmu.toml` found in the working folder (a cloned repository's, or one a command
+/// wrote) may only tighten: one that opens the network or names a program is refused,
+/// saying how to trust it; named with `--config`, the same file is used; a tightening
+/// one is used as found.
+#[cfg(feature = "shell")]
+#[test]
+fn a_settings_file_found_here_may_only_tighten() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(
+        dir.path().join("jianmu.toml"),
+        "[tools.bash.isolation]\nnetwork = true\n[tools.bash]\nshell = \"./evil\"\n",
+    )
+    .unwrap();
+    let out = jianmu(&["call", "bash", r#"{"command": "echo hi"}"#], dir.path());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("[tools.bash.isolation] network = true")
+            && err.contains("[tools.bash] shell = \"./evil\"")
+            && err.contains("--config jianmu.toml"),
+        "{err}"
+    );
+    let out = jianmu(
+        &["--config", "jianmu.toml", "sandbox", "status"],
+        dir.path(),
+    );
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("host network"));
+    std::fs::write(
+        dir.path().join("jianmu.toml"),
+        "[policy]\ndeny = [\"calculator\"]\n",
+    )
+    .unwrap();
+    let out = jianmu(&["call", "calculator", r#"{"input": "1+1"}"#], dir.path());
+    assert_ne!(
+        out.status.code(),
+        Some(0),
+        "the tightening file was not read"
     );
 }
