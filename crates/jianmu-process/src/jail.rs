@@ -684,6 +684,20 @@ impl Supervised {
         }
     }
 
+    /// Asks the command itself to end (SIGTERM), so that it can clean up (git removes
+    /// its lock files); what it started is ended with it once it exits. Follow with
+    /// [`Supervised::stop_and_wait`] after a grace period.
+    pub fn terminate(&self) {
+        match &self.inner {
+            Inner::Namespace(child) => child.signal(libc::SIGTERM),
+            Inner::Supervisor(child) => {
+                if let Some(worker) = child.id().and_then(crate::tree::oldest_child) {
+                    sys::terminate(worker);
+                }
+            }
+        }
+    }
+
     /// Ends the command and everything it started.
     pub fn stop(&self) {
         match &self.inner {

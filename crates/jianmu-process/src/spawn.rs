@@ -629,6 +629,12 @@ impl NsChild {
 
     /// Kills the command; the kernel then kills everything in its namespace.
     pub(crate) fn kill(&self) {
+        self.signal(libc::SIGKILL);
+    }
+
+    /// Sends `sig` to the command (as its namespace's init, it gets only the signals
+    /// it handles, and SIGKILL).
+    pub(crate) fn signal(&self, sig: libc::c_int) {
         if self.status.is_none()
             && let Some(pidfd) = &self.pidfd
         {
@@ -637,7 +643,7 @@ impl NsChild {
                 libc::syscall(
                     libc::SYS_pidfd_send_signal,
                     pidfd.get_ref().as_raw_fd(),
-                    libc::SIGKILL,
+                    sig,
                     std::ptr::null::<libc::siginfo_t>(),
                     0u32,
                 );

@@ -299,10 +299,31 @@ impl Git {
             let (a, b) = tokio::join!(read_out, read_err);
             (a.and(b), out, err)
         };
+        let lock = root.join(".git/index.lock");
+        let lock_before = lock.exists();
+        let started = std::time::SystemTime::now();
+        // Asked first to end by itself, so that git removes its own lock files; a lock
+        // this call made is removed if git could not.
+        let stop = |mut process: jianmu_process::Supervised| async move {
+            process.terminate();
+            if tokio::time::timeout(Duration::from_secs(2), process.wait())
+                .await
+                .is_err()
+            {
+                process.stop_and_wait().await;
+            }
+            if !lock_before
+                && std::fs::metadata(&lock)
+                    .and_then(|m| m.modified())
+                    .is_ok_and(|made| made >= started - Duration::from_secs(1))
+            {
+                let _ = std::fs::remove_file(&lock);
+            }
+        };
         let (read, mut out, err) = match tokio::time::timeout(timeout, work).await {
             Ok(done) => done,
             Err(_) => {
-                process.stop_and_wait().await;
+                stop(process).await;
                 return Err(ToolError::failed(format!(
                     "git did not finish within {} s and was stopped; narrow the request (paths, a revision range, fewer commits)",
                     timeout.as_secs_f64()
@@ -313,13 +334,13 @@ impl Git {
         let cut = out.len() > max;
         if cut {
             out.truncate(max);
-            process.stop_and_wait().await;
+            stop(process).await;
             return Ok(Output { stdout: out, cut });
         }
         let status = match tokio::time::timeout(timeout, process.wait()).await {
             Ok(Ok(status)) => status,
             _ => {
-                process.stop_and_wait().await;
+                stop(process).await;
                 return Err(ToolError::failed("git did not exit"));
             }
         };

@@ -440,3 +440,24 @@ async fn commits_take_their_identity_from_the_settings() {
     let log = run(d, "git_log", json!({})).await;
     assert!(log.contains("Bot: by settings"), "{log}");
 }
+
+/// A git command stopped at its time limit while it holds the index lock leaves no
+/// lock behind: it is asked to end and removes it itself, and the next add works.
+#[tokio::test]
+async fn a_timeout_leaves_no_index_lock() {
+    let dir = repo();
+    let d = dir.path();
+    std::fs::create_dir(d.join("many")).unwrap();
+    for i in 0..20_000 {
+        std::fs::write(d.join(format!("many/f{i}")), format!("{i}\n")).unwrap();
+    }
+    let hurried = tool_with(d, "git_add", json!({"timeout_secs": 0.05}));
+    let out = call(&hurried, json!({"all": true})).await;
+    assert!(out.contains("did not finish within"), "{out}");
+    assert!(
+        !d.join(".git/index.lock").exists(),
+        "the lock was left behind"
+    );
+    let out = run(d, "git_add", json!({"paths": ["a.txt"]})).await;
+    assert!(!out.starts_with("error: "), "{out}");
+}
