@@ -475,6 +475,7 @@ impl Tool for GitBlame {
 
     async fn call(&self, args: BlameArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let git = &self.git;
+        git.check_ignore_revs_files().await?;
         let mut list = argv(&["blame", "--no-textconv", "--date=short"]);
         match (args.start_line, args.end_line) {
             (Some(a), Some(b)) if b < a => {

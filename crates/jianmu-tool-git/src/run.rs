@@ -80,6 +80,24 @@ const FIXED_CONFIG: &[&str] = &[
     "color.ui=false",
     "core.quotePath=false",
     "advice.detachedHead=false",
+    // Nested repositories are listed as such, never entered.
+    "diff.ignoreSubmodules=all",
+    "status.submoduleSummary=false",
+];
+
+/// Files in a `.git` folder that make git read outside it: another repository's
+/// folder (`commondir`), other object stores (`objects/info/alternates`,
+/// `objects/info/http-alternates`), and, when a link, the list of shallow commits.
+const LEADS_OUT: &[(&str, &str)] = &[
+    ("commondir", "names another folder as the repository's"),
+    (
+        "objects/info/alternates",
+        "borrows objects from other folders",
+    ),
+    (
+        "objects/info/http-alternates",
+        "borrows objects from elsewhere",
+    ),
 ];
 
 /// Whether the configuration file `path` may define a filter driver: it mentions
@@ -157,7 +175,34 @@ impl Git {
     fn git_dir(&self) -> Result<PathBuf, ToolError> {
         let dir = self.ws.root().join(".git");
         match std::fs::symlink_metadata(&dir) {
-            Ok(meta) if meta.is_dir() => Ok(dir),
+            Ok(meta) if meta.is_dir() => {
+                for (file, what) in LEADS_OUT {
+                    if std::fs::symlink_metadata(dir.join(file)).is_ok() {
+                        return Err(ToolError::failed(format!(
+                            "refused: the repository's `.git/{file}` {what}, outside the workspace; the git tools work only on a repository whose files are all in its `.git` folder"
+                        )));
+                    }
+                }
+                // Every file git reads from its folder must be in it: a link could
+                // show another file's lines in git's errors.
+                for file in [
+                    "shallow",
+                    "HEAD",
+                    "config",
+                    "index",
+                    "packed-refs",
+                    "info/grafts",
+                ] {
+                    if std::fs::symlink_metadata(dir.join(file))
+                        .is_ok_and(|m| m.file_type().is_symlink())
+                    {
+                        return Err(ToolError::failed(format!(
+                            "refused: the repository's `.git/{file}` is a symbolic link, which could lead outside the workspace; replace it with the file itself"
+                        )));
+                    }
+                }
+                Ok(dir)
+            }
             Ok(_) => Err(ToolError::failed(
                 "the workspace's `.git` is not a folder (a link, or a worktree's `gitdir:` file): the git tools work only on a repository whose `.git` folder is at the workspace root",
             )),
@@ -210,6 +255,36 @@ impl Git {
         out.sort();
         out.dedup();
         Ok(out)
+    }
+
+    /// Refuses a `blame.ignoreRevsFile` (any configuration may set it) that names a
+    /// file outside the workspace: git would read it, and show its lines in errors.
+    pub(crate) async fn check_ignore_revs_files(&self) -> Result<(), ToolError> {
+        self.git_dir()?;
+        let listed = self
+            .command(
+                &["config", "-z", "--get-all", "blame.ignoreRevsFile"].map(OsString::from),
+                &[],
+            )
+            .await;
+        let Ok(listed) = listed else {
+            return Ok(()); // none set: `git config` exits 1
+        };
+        for entry in listed.stdout.split(|b| *b == 0).filter(|e| !e.is_empty()) {
+            let name = String::from_utf8_lossy(entry).into_owned();
+            let inside = self
+                .ws
+                .relative(&name)
+                .ok()
+                .and_then(|rel| self.ws.canonical(&rel).ok())
+                .is_some();
+            if !inside {
+                return Err(ToolError::failed(format!(
+                    "refused: the configuration's blame.ignoreRevsFile names `{name}`, which is not a file of the workspace; git would read it"
+                )));
+            }
+        }
+        Ok(())
     }
 
     /// Runs `git ARGS` in the workspace's repository and answers what it printed, or

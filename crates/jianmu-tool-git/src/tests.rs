@@ -461,3 +461,53 @@ async fn a_timeout_leaves_no_index_lock() {
     let out = run(d, "git_add", json!({"paths": ["a.txt"]})).await;
     assert!(!out.starts_with("error: "), "{out}");
 }
+
+/// Git reads nothing outside the workspace: a `commondir` or `alternates` naming
+/// another folder and a linked `shallow` file are refused, naming the file, and a
+/// configured `blame.ignoreRevsFile` is not read.
+#[tokio::test]
+async fn paths_git_would_follow_out_of_the_workspace_are_refused() {
+    let elsewhere = tempfile::tempdir().unwrap();
+    let secret = elsewhere.path().join("secret.txt");
+    std::fs::write(&secret, "SECRET-line\n").unwrap();
+    for (file, content) in [
+        ("commondir", elsewhere.path().display().to_string()),
+        (
+            "objects/info/alternates",
+            elsewhere.path().display().to_string(),
+        ),
+    ] {
+        let dir = repo();
+        std::fs::write(dir.path().join(".git").join(file), content).unwrap();
+        let out = run(dir.path(), "git_log", json!({})).await;
+        assert!(
+            out.starts_with("error: ") && out.contains(file),
+            "{file}: {out}"
+        );
+    }
+    let dir = repo();
+    std::os::unix::fs::symlink(&secret, dir.path().join(".git/shallow")).unwrap();
+    let out = run(dir.path(), "git_log", json!({})).await;
+    assert!(
+        out.contains(".git/shallow") && !out.contains("SECRET"),
+        "{out}"
+    );
+
+    let dir = repo();
+    sh(
+        dir.path(),
+        &format!("git config blame.ignoreRevsFile {}", secret.display()),
+    );
+    let out = run(dir.path(), "git_blame", json!({"path": "a.txt"})).await;
+    assert!(
+        !out.contains("SECRET") && out.contains("blame.ignoreRevsFile"),
+        "{out}"
+    );
+    // One inside the workspace is read as usual.
+    sh(
+        dir.path(),
+        "git config --unset-all blame.ignoreRevsFile && : > .revs && git config blame.ignoreRevsFile .revs",
+    );
+    let out = run(dir.path(), "git_blame", json!({"path": "a.txt"})).await;
+    assert!(out.contains("first: add a") || out.contains("Ann"), "{out}");
+}
