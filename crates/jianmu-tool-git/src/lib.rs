@@ -45,14 +45,31 @@ const MAX_LINE: usize = 2000;
 /// `text` as one page: lines `offset..offset+limit` (from 1), each cut to
 /// [`MAX_LINE`] characters, the page to `max_output` characters, with a last line
 /// saying what was left out and how to read it.
+/// How an answer cut to a page says to read on, in the tool's own arguments.
+#[derive(Clone, Copy)]
+enum ReadOn {
+    /// With `offset` (given as this, if at all).
+    Offset(Option<u32>),
+    /// With `start_line`, the page's first line being the file's line this is.
+    StartLine(u32),
+    /// The tool cannot page: narrow the request with these arguments.
+    Narrow(&'static str),
+    /// The tool has no argument that pages or narrows.
+    Whole,
+}
+
 fn page(
     git: &Git,
     text: &str,
-    offset: Option<u32>,
+    read_on: ReadOn,
     limit: Option<u32>,
     cut: bool,
     empty: &str,
 ) -> String {
+    let offset = match read_on {
+        ReadOn::Offset(offset) => offset,
+        _ => None,
+    };
     let lines: Vec<&str> = text.lines().collect();
     let total = lines.len();
     if total == 0 {
@@ -83,7 +100,15 @@ fn page(
     if first > 1 || last < total {
         out.push_str(&format!("(lines {first}-{last} of {total}"));
         if last < total {
-            out.push_str(&format!("; read on with offset={}", last + 1));
+            match read_on {
+                ReadOn::Offset(_) => out.push_str(&format!("; read on with offset={}", last + 1)),
+                ReadOn::StartLine(start) => out.push_str(&format!(
+                    "; read on with start_line={}",
+                    start as usize + last
+                )),
+                ReadOn::Narrow(with) => out.push_str(&format!("; narrow it with {with}")),
+                ReadOn::Whole => {}
+            }
         }
         out.push_str(")\n");
     }
@@ -352,7 +377,7 @@ impl Tool for GitDiff {
         Ok(ToolOutput::text(page(
             git,
             &out,
-            args.offset,
+            ReadOn::Offset(args.offset),
             args.limit,
             cut,
             "(no differences)",
@@ -397,7 +422,14 @@ impl Tool for GitLog {
         }
         push_paths(git, &mut list, &args.paths)?;
         let (out, cut) = text(git, list, false).await?;
-        let mut answer = page(git, &out, None, None, cut, "(no commits)");
+        let mut answer = page(
+            git,
+            &out,
+            ReadOn::Narrow("max_count, skip or paths"),
+            None,
+            cut,
+            "(no commits)",
+        );
         let commits = if args.stat {
             out.lines()
                 .filter(|l| !l.starts_with(' ') && !l.is_empty())
@@ -455,7 +487,7 @@ impl Tool for GitShow {
         Ok(ToolOutput::text(page(
             git,
             &text,
-            args.offset,
+            ReadOn::Offset(args.offset),
             args.limit,
             out.cut,
             "(empty)",
@@ -494,7 +526,7 @@ impl Tool for GitBlame {
         Ok(ToolOutput::text(page(
             git,
             &out,
-            None,
+            ReadOn::StartLine(args.start_line.unwrap_or(1)),
             None,
             cut,
             "(empty file)",
@@ -548,7 +580,7 @@ async fn short_status(
     ]);
     push_paths(git, &mut list, paths)?;
     let (out, cut) = text(git, list, true).await?;
-    let answer = page(git, &out, None, limit, cut, "");
+    let answer = page(git, &out, ReadOn::Narrow("paths"), limit, cut, "");
     Ok((out, answer))
 }
 
@@ -618,7 +650,7 @@ impl Tool for GitBranch {
             return Ok(ToolOutput::text(page(
                 git,
                 &out,
-                None,
+                ReadOn::Whole,
                 None,
                 cut,
                 "(no branches yet: nothing is committed)",

@@ -511,3 +511,25 @@ async fn paths_git_would_follow_out_of_the_workspace_are_refused() {
     let out = run(dir.path(), "git_blame", json!({"path": "a.txt"})).await;
     assert!(out.contains("first: add a") || out.contains("Ann"), "{out}");
 }
+
+/// A page's hint names an argument the tool has: `offset` for diff and show,
+/// `start_line` for blame (from where the page began), none that does not exist.
+#[tokio::test]
+async fn hints_name_arguments_the_tool_has() {
+    let dir = repo();
+    let d = dir.path();
+    let blame = tool_with(d, "git_blame", json!({"max_lines": 1}));
+    let out = call(&blame, json!({"path": "a.txt"})).await;
+    assert!(
+        out.contains("read on with start_line=2") && !out.contains("offset"),
+        "{out}"
+    );
+    let out = call(&blame, json!({"path": "a.txt", "start_line": 2})).await;
+    assert!(out.contains("read on with start_line=3"), "{out}");
+    let log = tool_with(d, "git_log", json!({"max_lines": 1}));
+    let out = call(&log, json!({})).await;
+    assert!(!out.contains("offset="), "{out}");
+    let show = tool_with(d, "git_show", json!({"max_lines": 1}));
+    let out = call(&show, json!({})).await;
+    assert!(out.contains("read on with offset=2"), "{out}");
+}
