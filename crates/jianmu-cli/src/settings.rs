@@ -134,7 +134,11 @@ impl Settings {
 
     /// What no command may see: the settings file and the audit log.
     pub(crate) fn hidden_paths(&self) -> Vec<PathBuf> {
-        self.hidden.iter().chain(&self.audit_log).cloned().collect()
+        self.hidden
+            .iter()
+            .chain(&self.audit_log)
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
+            .collect()
     }
 
     /// Whether a server readies its sandbox before the first call: the Docker sandbox

@@ -309,11 +309,11 @@ impl Jail {
             let mut writable = vec![workspace.to_owned()];
             writable.extend(tmp.iter().map(|t| t.path().to_owned()));
             writable.extend(settings.writable.iter().cloned());
-            // Without a view, reads are narrowed to what the view would show.
-            let reads = match (&config, namespaces) {
-                (Some(config), false) => Some(crate::view::read_rules(&config.layout())),
-                _ => None,
-            };
+            // Without a view (none here, or one that cannot be made), reads are narrowed
+            // to what the view would show.
+            let reads = config
+                .as_ref()
+                .map(|config| crate::view::read_rules(&config.layout()));
             let fd = crate::landlock::landlock_ruleset(
                 offered.landlock_abi,
                 &writable,
@@ -514,12 +514,13 @@ impl Jail {
         };
         if self.plan.namespaces && !self.plan.namespaces_failed.load(Ordering::Relaxed) {
             let made = match &self.view {
-                Some(view) if !view.failed() => {
+                Some(view) if !view.failed() || self.require => {
                     match view.get(net.as_deref().map(|n| n.user.as_raw_fd())) {
                         Ok(made) => Some(made),
                         Err(e) if self.require => return Err(e),
                         // What the view's absence leaves: the namespaces, Landlock's
-                        // write rules; `jianmu sandbox status` says why.
+                        // rules (reads narrowed to the same folders); `jianmu sandbox
+                        // status` says why.
                         Err(_) => None,
                     }
                 }
@@ -542,6 +543,12 @@ impl Jail {
                     );
                 }
                 Err(crate::spawn::Failure::Command(e)) => return Err(e),
+                // Required, a view that cannot be joined fails the command.
+                Err(crate::spawn::Failure::Namespaces) if self.require && self.view.is_some() => {
+                    return Err(io::Error::other(
+                        "cannot enter this session's view of the files, which isolation mode \"require\" needs",
+                    ));
+                }
                 // A policy refuses the namespaces to this process although the probe
                 // passed: from now on, the supervisor.
                 Err(crate::spawn::Failure::Namespaces) => {

@@ -228,13 +228,13 @@ fn ops(steps: &[Step]) -> Vec<Op> {
         ops.push(Op::Link(c(&format!("/proc/self/fd/{i}")), dev(name)));
     }
     ops.push(Op::ReadOnly(c(&format!("{NEW}/dev"))));
-    // Read by tools that count processors or memory; nothing below it is bound.
+    // Read by tools that count processors or memory; read-only with what is below.
     ops.push(Op::Dir(c(&format!("{NEW}/sys"))));
     ops.push(Op::Bind(
         c(&format!("{OLD}/sys")),
         c(&format!("{NEW}/sys")),
         true,
-        Vec::new(),
+        read_only_below(Path::new("/sys"), Path::new(&format!("{NEW}/sys"))),
         false,
     ));
     ops.push(Op::Dir(c(&format!("{NEW}/proc"))));
@@ -541,14 +541,20 @@ unsafe fn run(op: &Op, p: &Fixed, proc_stack: *mut libc::c_void) -> libc::c_int 
                 if r < 0 || !*ro {
                     return r;
                 }
-                if read_only(target) < 0 {
-                    return -1;
-                }
+                // A bind that cannot be made read-only whole is taken away again, so a
+                // skipped step never leaves something writable.
+                let mut failed = read_only(target) < 0;
                 for path in below {
                     // Gone since the table was read: nothing to make read-only.
                     if read_only(path) < 0 && *libc::__errno_location() != libc::ENOENT {
-                        return -1;
+                        failed = true;
                     }
+                }
+                if failed {
+                    let errno = *libc::__errno_location();
+                    libc::umount2(target.as_ptr(), libc::MNT_DETACH);
+                    *libc::__errno_location() = errno;
+                    return -1;
                 }
                 0
             }

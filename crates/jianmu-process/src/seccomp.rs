@@ -76,6 +76,8 @@ pub(crate) fn filter(
                 libc::SYS_fsmount,
                 libc::SYS_fspick,
                 libc::SYS_mount_setattr,
+                // open_tree_attr (Linux 6.15), the same number on both architectures.
+                467,
             ];
             let m = u8::try_from(calls.len()).ok()?;
             for (i, call) in calls.iter().enumerate() {

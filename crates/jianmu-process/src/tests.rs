@@ -707,7 +707,9 @@ async fn reads_outside_the_view_fail_with_a_view_and_with_landlock_alone() {
         let (_, out) = run(
             &jail,
             "mount -t tmpfs none /usr 2>&1; umount /proc 2>&1; mount -o remount,rw /usr 2>&1; \
-             echo x > /usr/planted 2>&1; true",
+             echo x > /usr/planted 2>&1; \
+             v=$(cat /proc/sys/vm/swappiness); echo $v > /proc/sys/vm/swappiness 2>&1 || echo sysctl-refused; \
+             true",
             &ws,
         )
         .await;

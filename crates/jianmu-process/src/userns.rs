@@ -52,6 +52,9 @@ pub(crate) struct Paths {
     proc_dir: CString,
     proc_fs: CString,
     root: CString,
+    /// Parts of the own `/proc` made read-only: kernel settings and triggers, which a
+    /// command whose user is root outside (mapped to itself) could otherwise write.
+    read_only: [CString; 5],
 }
 
 impl Paths {
@@ -61,6 +64,13 @@ impl Paths {
             proc_dir: c("/proc"),
             proc_fs: c("proc"),
             root: c("/"),
+            read_only: [
+                c("/proc/sys"),
+                c("/proc/sysrq-trigger"),
+                c("/proc/irq"),
+                c("/proc/bus"),
+                c("/proc/fs"),
+            ],
         }
     }
 }
@@ -120,6 +130,33 @@ pub(crate) fn own_proc(paths: &Paths) -> io::Result<()> {
             libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
             std::ptr::null(),
         ))?;
+        for path in &paths.read_only {
+            if libc::mount(
+                path.as_ptr(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_BIND | libc::MS_REC,
+                std::ptr::null(),
+            ) != 0
+            {
+                if *libc::__errno_location() == libc::ENOENT {
+                    continue;
+                }
+                return Err(io::Error::last_os_error());
+            }
+            check_int(libc::mount(
+                std::ptr::null(),
+                path.as_ptr(),
+                std::ptr::null(),
+                libc::MS_REMOUNT
+                    | libc::MS_BIND
+                    | libc::MS_RDONLY
+                    | libc::MS_NOSUID
+                    | libc::MS_NODEV
+                    | libc::MS_NOEXEC,
+                std::ptr::null(),
+            ))?;
+        }
     }
     Ok(())
 }

@@ -95,6 +95,9 @@ pub(crate) struct ViewConfig {
     pub(crate) sockets: Vec<PathBuf>,
     /// Read-only inside the writable folders ([`PROTECTED_IN_WORKSPACE`]).
     pub(crate) protected: Vec<PathBuf>,
+    /// Every home whose default hidden entries are left out, shown or not (in strict
+    /// mode a toolchain inside one may be shown).
+    pub(crate) secret_homes: Vec<PathBuf>,
 }
 
 /// One step of building a view, on paths as the view shows them (targets) and as the
@@ -297,6 +300,8 @@ impl ViewConfig {
         }
         let mut config = Self::default();
         config.readable.extend(SYSTEM.iter().map(PathBuf::from));
+        config.secret_homes = homes();
+        let system = config.readable.len();
         match &settings.read_allow {
             Some(allowed) => config
                 .readable
@@ -305,12 +310,25 @@ impl ViewConfig {
                 config
                     .readable
                     .extend(path_toolchains(std::env::var_os("PATH").as_deref()));
-                for home in homes() {
+                for home in config.secret_homes.clone() {
                     if !config.homes.contains(&home) {
                         config.homes.push(home);
                     }
                 }
             }
+        }
+        // A toolchain is never a home or what holds one (`~/bin` would show the home).
+        let secret_homes = config.secret_homes.clone();
+        let mut index = 0;
+        config.readable.retain(|root| {
+            index += 1;
+            index <= system || !secret_homes.iter().any(|h| h.starts_with(root))
+        });
+        // Name resolution where `/etc/resolv.conf` links into `/run` (systemd-resolved).
+        if let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")
+            && !resolv.starts_with("/etc")
+        {
+            config.readable.push(resolv);
         }
         config.protected.extend(
             PROTECTED_IN_WORKSPACE
@@ -374,6 +392,7 @@ impl ViewConfig {
             if let Some(root) = path.parent().and_then(toolchain_root)
                 && let Some(root) = resolved(&root)
                 && !self.readable.contains(&root)
+                && !self.secret_homes.iter().any(|h| h.starts_with(&root))
             {
                 self.readable.push(root);
             }
@@ -396,7 +415,7 @@ impl ViewConfig {
             PathBuf::from("/var/run"),
             PathBuf::from("/tmp (the host's: the session has its own)"),
         ];
-        for home in &self.homes {
+        for home in &self.secret_homes {
             hidden.extend(
                 HOME_HIDDEN
                     .iter()
@@ -426,20 +445,34 @@ impl ViewConfig {
             root.insert(home, Kind::Bind { writable: false });
         }
         root.insert(Path::new("/tmp"), Kind::Tmpfs);
-        for path in &self.hidden {
-            root.insert(path, Kind::Hide);
+        // Before the hidden paths: a path both protected and hidden stays hidden.
+        for path in &self.protected {
+            root.insert(path, Kind::Bind { writable: false });
         }
-        for home in &self.homes {
+        // A hidden path that is a link is hidden with what it leads to
+        // (`~/.ssh -> dotfiles/ssh`).
+        let hide = |root: &mut Node, path: &Path| {
+            root.insert(path, Kind::Hide);
+            if std::fs::symlink_metadata(path).is_ok_and(|m| m.file_type().is_symlink())
+                && let Ok(target) = std::fs::canonicalize(path)
+            {
+                root.insert(&target, Kind::Hide);
+            }
+        };
+        for path in &self.hidden {
+            hide(&mut root, path);
+        }
+        for home in &self.secret_homes {
             for name in HOME_HIDDEN {
                 let path = home.join(name);
                 if std::fs::symlink_metadata(&path).is_ok() {
-                    root.insert(&path, Kind::Hide);
+                    hide(&mut root, &path);
                 }
             }
             if let Ok(entries) = std::fs::read_dir(home) {
                 for entry in entries.flatten().take(100_000) {
                     if is_history(&entry.file_name()) {
-                        root.insert(&entry.path(), Kind::Hide);
+                        hide(&mut root, &entry.path());
                     }
                 }
             }
@@ -448,9 +481,6 @@ impl ViewConfig {
             root.insert(path, Kind::Bind { writable: true });
         }
         for path in &self.sockets {
-            root.insert(path, Kind::Bind { writable: false });
-        }
-        for path in &self.protected {
             root.insert(path, Kind::Bind { writable: false });
         }
         let mut steps = Vec::new();

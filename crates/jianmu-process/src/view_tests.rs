@@ -12,6 +12,7 @@ fn config(dir: &Path) -> ViewConfig {
         hidden: vec![dir.join("sys/secret")],
         sockets: Vec::new(),
         protected: Vec::new(),
+        secret_homes: vec![dir.join("home")],
     }
 }
 
@@ -101,6 +102,7 @@ fn a_principal_sees_its_folder_and_not_the_others() {
     std::fs::create_dir_all(d.join("home/principals/bob")).unwrap();
     let config = ViewConfig {
         homes: vec![d.join("home")],
+        secret_homes: vec![d.join("home")],
         writable: vec![d.join("home/principals/alice")],
         hidden: vec![d.join("home/principals")],
         ..ViewConfig::default()
@@ -133,4 +135,40 @@ fn toolchains_are_their_prefix() {
         toolchain_root(Path::new("/opt/bin")),
         Some(PathBuf::from("/opt/bin"))
     );
+}
+
+/// A hidden home entry that is a link is hidden with what it leads to, and a program
+/// in `~/bin` does not make the whole home a toolchain.
+#[test]
+fn a_linked_secret_is_hidden_with_its_target() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    std::fs::create_dir_all(d.join("home/dotfiles/ssh")).unwrap();
+    std::fs::write(d.join("home/dotfiles/ssh/id_ed25519"), "x").unwrap();
+    std::fs::write(d.join("home/dotfiles/vimrc"), "x").unwrap();
+    std::os::unix::fs::symlink("dotfiles/ssh", d.join("home/.ssh")).unwrap();
+    let config = ViewConfig {
+        homes: vec![d.join("home")],
+        secret_homes: vec![d.join("home")],
+        ..ViewConfig::default()
+    };
+    let steps = config.layout();
+    let shown = |p: &Path| {
+        steps
+            .iter()
+            .any(|s| matches!(s, Step::Bind { target, .. } if p.starts_with(target)))
+    };
+    assert!(shown(&d.join("home/dotfiles/vimrc")), "{steps:#?}");
+    assert!(
+        !shown(&d.join("home/dotfiles/ssh/id_ed25519")),
+        "{steps:#?}"
+    );
+    let mut strict = ViewConfig {
+        secret_homes: vec![d.join("home")],
+        ..ViewConfig::default()
+    };
+    std::fs::create_dir_all(d.join("home/bin")).unwrap();
+    std::fs::write(d.join("home/bin/tool"), "x").unwrap();
+    strict.show_program(d.join("home/bin/tool").as_os_str());
+    assert!(strict.readable.is_empty(), "{:?}", strict.readable);
 }

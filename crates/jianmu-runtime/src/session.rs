@@ -481,7 +481,8 @@ impl Session {
             .iter()
             .chain(&settings.audit_log)
             .chain(&settings.own_folders)
-            .cloned()
+            // A relative path names one in this process's folder, not below `/`.
+            .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
             .collect();
         tools = crate::with_hidden_paths(tools, &hidden);
         #[cfg(feature = "docker")]
