@@ -6,17 +6,14 @@ use serde_json::{Value, json};
 
 use crate::settings::Settings;
 
-/// The settings keys of the tools whose commands run jailed: `bash`, `python_repl`,
-/// the git tools (`[tools.git]`) and the language servers (`[tools.lsp]`).
-const JAILED: [&str; 4] = ["bash", "python_repl", "git", "lsp"];
-
 /// The report, as text or JSON.
 pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> {
     let workspace = settings.tools.workspace();
     let tools = jianmu_runtime::with_hidden_paths(settings.tools.clone(), &settings.hidden_paths());
     let mut local = serde_json::Map::new();
     let mut views = serde_json::Map::new();
-    for tool in JAILED {
+    // The git tools share `[tools.git]`, the language servers `[tools.lsp]`.
+    for &tool in jianmu_runtime::ISOLATED_TOOLS {
         let isolation: IsolationSettings =
             match tools.raw_settings(tool).and_then(|s| s.get("isolation")) {
                 Some(v) => serde_json::from_value(v.clone())

@@ -324,19 +324,10 @@ pub(crate) fn make(steps: &[Step], join_user: Option<RawFd>) -> io::Result<MadeV
     if join_user.is_none() {
         flags |= libc::CLONE_NEWUSER;
     }
-    // SAFETY: every signal is blocked across the clone, so no handler runs in the child
-    // while it shares this memory; it runs `make_main` on its own stack with `make`,
-    // which outlives it (this thread waits until it exits: CLONE_VFORK), and makes
-    // system calls on prepared data only.
+    // SAFETY: the child runs `make_main` on its own stack with `make`, which outlives
+    // it (CLONE_VFORK), and makes system calls on prepared data only.
     unsafe {
-        let pid = crate::spawn::with_signals_blocked(|| {
-            libc::clone(make_main, stack.top(), flags, (&raw mut make).cast())
-        });
-        if pid < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut status = 0;
-        libc::waitpid(pid, &mut status, libc::__WALL);
+        crate::spawn::run_child(make_main, stack.top(), flags, (&raw mut make).cast())?;
     }
     // SAFETY: the child opened these in our table and nothing else owns them.
     let take = |fd: RawFd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
@@ -424,16 +415,7 @@ extern "C" fn make_main(arg: *mut libc::c_void) -> libc::c_int {
             ),
             setup
         );
-        check!(
-            libc::mount(
-                p.tmpfs.as_ptr(),
-                p.tmp.as_ptr(),
-                p.tmpfs.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                p.root_opts.as_ptr().cast()
-            ),
-            setup
-        );
+        check!(tmpfs(p, &p.tmp, p.root_opts.as_ptr(), 0), setup);
         check!(libc::chdir(p.tmp.as_ptr()), setup);
         check!(libc::mkdir(p.newroot_rel.as_ptr(), 0o755), setup);
         check!(libc::mkdir(p.oldroot_rel.as_ptr(), 0o755), setup);
@@ -442,16 +424,7 @@ extern "C" fn make_main(arg: *mut libc::c_void) -> libc::c_int {
             setup
         );
         check!(libc::chdir(p.root.as_ptr()), setup);
-        check!(
-            libc::mount(
-                p.tmpfs.as_ptr(),
-                p.newroot.as_ptr(),
-                p.tmpfs.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                p.root_opts.as_ptr().cast()
-            ),
-            setup
-        );
+        check!(tmpfs(p, &p.newroot, p.root_opts.as_ptr(), 0), setup);
         for (i, op) in ops.iter().enumerate() {
             if run(op, p, *proc_stack) < 0 && must(op) {
                 out.failed = i as isize;
@@ -479,14 +452,19 @@ unsafe fn kept_flags(path: &CString) -> libc::c_ulong {
         if libc::statvfs(path.as_ptr(), &mut st) != 0 {
             return 0;
         }
-        let kept = libc::ST_NOSUID
+        let same = libc::ST_NOSUID
             | libc::ST_NODEV
             | libc::ST_NOEXEC
             | libc::ST_NOATIME
-            | libc::ST_NODIRATIME
-            | libc::ST_RELATIME;
-        // The ST_ and MS_ values of these flags are the same.
-        st.f_flag & kept
+            | libc::ST_NODIRATIME;
+        // These ST_ values are their MS_ ones; relatime's is not (ST_RELATIME is
+        // MS_BIND's value).
+        let relatime = if st.f_flag & libc::ST_RELATIME != 0 {
+            libc::MS_RELATIME
+        } else {
+            0
+        };
+        (st.f_flag & same) | relatime
     }
 }
 
@@ -500,6 +478,26 @@ unsafe fn read_only(path: &CString) -> libc::c_int {
             std::ptr::null(),
             libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | flags,
             std::ptr::null(),
+        )
+    }
+}
+
+/// Mounts a new, private, in-memory file system at `at` (no set-id programs, no
+/// devices, and `extra`) with `opts` (a C string). System calls only.
+unsafe fn tmpfs(
+    p: &Fixed,
+    at: &CString,
+    opts: *const libc::c_char,
+    extra: libc::c_ulong,
+) -> libc::c_int {
+    // SAFETY: prepared C strings.
+    unsafe {
+        libc::mount(
+            p.tmpfs.as_ptr(),
+            at.as_ptr(),
+            p.tmpfs.as_ptr(),
+            libc::MS_NOSUID | libc::MS_NODEV | extra,
+            opts.cast(),
         )
     }
 }
@@ -558,21 +556,9 @@ unsafe fn run(op: &Op, p: &Fixed, proc_stack: *mut libc::c_void) -> libc::c_int 
                 }
                 0
             }
-            Op::Tmpfs(path, opts) => libc::mount(
-                p.tmpfs.as_ptr(),
-                path.as_ptr(),
-                p.tmpfs.as_ptr(),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                opts.as_ptr().cast(),
-            ),
+            Op::Tmpfs(path, opts) => tmpfs(p, path, opts.as_ptr().cast(), 0),
             Op::MaskDir(path) => {
-                let r = libc::mount(
-                    p.tmpfs.as_ptr(),
-                    path.as_ptr(),
-                    p.tmpfs.as_ptr(),
-                    libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC,
-                    p.mask_opts.as_ptr().cast(),
-                );
+                let r = tmpfs(p, path, p.mask_opts.as_ptr(), libc::MS_NOEXEC);
                 if r < 0 {
                     return r;
                 }
@@ -598,17 +584,12 @@ unsafe fn run(op: &Op, p: &Fixed, proc_stack: *mut libc::c_void) -> libc::c_int 
                     result: -1,
                     errno: 0,
                 };
-                let pid = libc::clone(
-                    proc_main,
-                    proc_stack,
-                    libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWPID | libc::SIGCHLD,
-                    (&raw mut at).cast(),
-                );
-                if pid < 0 {
+                let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWPID | libc::SIGCHLD;
+                if crate::spawn::run_child(proc_main, proc_stack, flags, (&raw mut at).cast())
+                    .is_err()
+                {
                     return -1;
                 }
-                let mut status = 0;
-                libc::waitpid(pid, &mut status, libc::__WALL);
                 if at.result < 0 {
                     *libc::__errno_location() = at.errno;
                 }

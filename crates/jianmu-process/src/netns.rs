@@ -54,18 +54,10 @@ impl PrivateNet {
             | libc::CLONE_NEWUSER
             | libc::CLONE_NEWNET
             | libc::SIGCHLD;
-        // SAFETY: every signal is blocked across the clone, so no handler runs in the
-        // child while it shares this memory; it runs `make_main` on its own stack with
-        // `make`, which outlives it (this thread waits until it exits: CLONE_VFORK).
+        // SAFETY: the child runs `make_main` on its own stack with `make`, which
+        // outlives it (CLONE_VFORK), and makes system calls only.
         unsafe {
-            let pid = crate::spawn::with_signals_blocked(|| {
-                libc::clone(make_main, stack.top(), flags, (&raw mut make).cast())
-            });
-            if pid < 0 {
-                return Err(io::Error::last_os_error());
-            }
-            let mut status = 0;
-            libc::waitpid(pid, &mut status, libc::__WALL);
+            crate::spawn::run_child(make_main, stack.top(), flags, (&raw mut make).cast())?;
         }
         // SAFETY: the child opened these in our table and nothing else owns them.
         let take = |fd: RawFd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });

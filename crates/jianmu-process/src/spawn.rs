@@ -302,18 +302,9 @@ pub(crate) fn spawn(
             // SAFETY: as above; `hop_main` runs on the small stack with `hop`, which
             // outlives it (CLONE_VFORK), and makes system calls only; the command gets
             // the large one.
-            let pid = unsafe {
-                with_signals_blocked(|| {
-                    libc::clone(hop_main, inner.top(), flags, (&raw mut hop).cast())
-                })
-            };
-            if pid < 0 {
+            let ran = unsafe { run_child(hop_main, inner.top(), flags, (&raw mut hop).cast()) };
+            if ran.is_err() {
                 return Err(Failure::Namespaces);
-            }
-            // SAFETY: reaps the first child, which has exited (CLONE_VFORK).
-            unsafe {
-                let mut status = 0;
-                libc::waitpid(pid, &mut status, libc::__WALL);
             }
             drop(inner);
             pidfd = hop.pidfd;
@@ -362,6 +353,35 @@ pub(crate) fn spawn(
         stderr,
         terminal: near,
     })
+}
+
+/// Runs `main(arg)` in a short-lived child that shares this memory (`flags` include
+/// `CLONE_VM | CLONE_VFORK`) on the stack whose top is `stack`, with every signal
+/// blocked across the clone, and reaps it once it has exited. System calls only, so
+/// a child may use it too.
+///
+/// # Safety
+/// `arg` must stay valid while the child runs (it does: `CLONE_VFORK` waits), `main`
+/// must make only system calls on prepared data and end with `_exit`, and `stack`
+/// must be the top of a mapping the child may use.
+pub(crate) unsafe fn run_child(
+    main: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    stack: *mut libc::c_void,
+    flags: libc::c_int,
+    arg: *mut libc::c_void,
+) -> io::Result<()> {
+    // SAFETY: as the caller promises.
+    unsafe {
+        let pid = with_signals_blocked(|| libc::clone(main, stack, flags, arg));
+        if pid < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut status = 0;
+        while libc::waitpid(pid, &mut status, libc::__WALL) < 0
+            && *libc::__errno_location() == libc::EINTR
+        {}
+    }
+    Ok(())
 }
 
 /// Calls `f` with every signal of this thread blocked, so that no handler runs in a
