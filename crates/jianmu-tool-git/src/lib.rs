@@ -10,8 +10,11 @@
 //!   `core.editor`, `core.sshCommand`, `diff.external`, GPG signing, credential
 //!   helpers), by `-c` values that override every configuration file;
 //! - diff drivers and text conversion (`--no-ext-diff`, `--no-textconv`);
-//! - filter drivers (`filter.NAME.clean`, `smudge`, `process`): each one configured is
-//!   set to nothing;
+//! - filter drivers (`filter.NAME.clean`, `smudge`, `process`): each one that any
+//!   configuration defines is set to nothing, the configurations of nested
+//!   repositories included (git checks a gitlink's folder for changes by running
+//!   itself there, and passes these `-c` values down); a nested repository that leads
+//!   out of the workspace is refused;
 //! - the network: no tool fetches or pushes, `protocol.allow=never`, and git runs
 //!   under the jail of `jianmu-process` (no network, writes only in the workspace).
 //!
@@ -31,6 +34,7 @@ use std::ffi::OsString;
 use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
 use serde::Deserialize;
 
+mod nested;
 mod run;
 
 use run::Git;

@@ -10,6 +10,8 @@ use std::time::Duration;
 use jianmu_process::{IsolationSettings, Jail, Spec, Stream};
 use jianmu_tool_core::ToolError;
 use jianmu_workspace::Workspace;
+
+use crate::nested;
 use serde::Deserialize;
 use tokio::io::AsyncReadExt;
 
@@ -84,6 +86,10 @@ const FIXED_CONFIG: &[&str] = &[
     "diff.ignoreSubmodules=all",
     "status.submoduleSummary=false",
 ];
+
+/// The system-wide configuration file: given to git by name, so that it is the one
+/// [`Git::filter_overrides`] looks at whatever git was built with.
+const SYSTEM_CONFIG: &str = "/etc/gitconfig";
 
 /// Files in a `.git` folder that make git read outside it: another repository's
 /// folder (`commondir`), other object stores (`objects/info/alternates`,
@@ -213,9 +219,11 @@ impl Git {
     }
 
     /// `-c` overrides that turn off every filter driver (`filter.NAME.clean`, `smudge`,
-    /// `process`) any configuration defines: only when a configuration file mentions
-    /// filters or includes others, which is read first, so the usual case costs no
-    /// extra command.
+    /// `process`) that any configuration git reads defines: the repository's, and that
+    /// of every repository nested in it (git checks a nested repository for changes by
+    /// running itself there, and passes these overrides down). A configuration is
+    /// listed only when one of its files mentions filters or includes others, which is
+    /// read first, so the usual case costs no extra command.
     async fn filter_overrides(&self, git_dir: &Path) -> Result<Vec<String>, ToolError> {
         let mut files = vec![git_dir.join("config"), git_dir.join("config.worktree")];
         if let Some(home) = std::env::var_os("HOME") {
@@ -226,35 +234,128 @@ impl Git {
         if let Some(xdg) = std::env::var_os("XDG_CONFIG_HOME") {
             files.push(PathBuf::from(xdg).join("git/config"));
         }
-        files.push(PathBuf::from("/etc/gitconfig"));
-        let mentions = files.iter().any(|f| config_mentions_filters(f));
-        if !mentions {
-            return Ok(Vec::new());
+        files.push(PathBuf::from(SYSTEM_CONFIG));
+        let mut names = std::collections::BTreeSet::new();
+        if files.iter().any(|f| config_mentions_filters(f)) {
+            names.extend(self.filter_names(None).await?);
         }
-        let listed = self
-            .command(
-                &["config", "-z", "--get-regexp", r"^filter\."].map(OsString::from),
-                &[],
-            )
-            .await?;
+        for (tree, nested) in self.nested(git_dir)? {
+            let own = [nested.join("config"), nested.join("config.worktree")];
+            if own.iter().any(|f| config_mentions_filters(f)) {
+                names.extend(self.filter_names(Some((&nested, &tree))).await?);
+            }
+        }
         let mut out = Vec::new();
-        for entry in listed.stdout.split(|b| *b == 0) {
-            let key = String::from_utf8_lossy(entry.split(|b| *b == b'\n').next().unwrap_or(b""));
-            let Some(name) = key
-                .strip_prefix("filter.")
-                .and_then(|k| k.rsplit_once('.'))
-                .map(|(name, _)| name.to_owned())
-            else {
-                continue;
-            };
+        for name in names {
             for part in ["clean", "smudge", "process"] {
                 out.push(format!("filter.{name}.{part}="));
             }
             out.push(format!("filter.{name}.required=false"));
         }
-        out.sort();
-        out.dedup();
         Ok(out)
+    }
+
+    /// The names of the filter drivers the configuration of a repository defines
+    /// (every file git reads for it, includes followed where git would follow them):
+    /// the workspace's, or `repo` (its git folder and work tree).
+    async fn filter_names(&self, repo: Option<(&Path, &Path)>) -> Result<Vec<String>, ToolError> {
+        let args = ["config", "-z", "--get-regexp", r"^filter\."].map(OsString::from);
+        let listed = match self.command_in(&args, &[], repo).await {
+            Ok(listed) => listed,
+            // `git config` exits 1, saying nothing, when nothing matches.
+            Err(ToolError::Failed { message }) if message.starts_with("git config failed (") => {
+                return Ok(Vec::new());
+            }
+            Err(e) => return Err(e),
+        };
+        let mut names = Vec::new();
+        for entry in listed.stdout.split(|b| *b == 0) {
+            let key = String::from_utf8_lossy(entry.split(|b| *b == b'\n').next().unwrap_or(b""));
+            if let Some((name, _)) = key.strip_prefix("filter.").and_then(|k| k.rsplit_once('.')) {
+                names.push(name.to_owned());
+            }
+        }
+        Ok(names)
+    }
+
+    /// Every repository nested in the workspace's (a gitlink of its index whose folder
+    /// holds a repository), and those nested in them: each one's work tree and git
+    /// folder. Refused when one leads out of the workspace or cannot be read.
+    fn nested(&self, git_dir: &Path) -> Result<Vec<(PathBuf, PathBuf)>, ToolError> {
+        let root = self.ws.root();
+        let inside = |path: &Path| {
+            std::fs::canonicalize(path)
+                .ok()
+                .filter(|p| p.starts_with(root))
+        };
+        let shown = |path: &Path| {
+            jianmu_workspace::show(path.strip_prefix(root).unwrap_or(path)).to_string()
+        };
+        let mut found = Vec::new();
+        let mut queue = vec![(root.to_path_buf(), git_dir.to_path_buf())];
+        while let Some((tree, dir)) = queue.pop() {
+            let hash = nested::hash_len(&dir.join("config"));
+            let mut indexes = vec![dir.join("index")];
+            // A split index keeps most entries in a shared file.
+            if let Ok(entries) = std::fs::read_dir(&dir) {
+                indexes.extend(
+                    entries
+                        .flatten()
+                        .filter(|e| {
+                            e.file_name()
+                                .as_encoded_bytes()
+                                .starts_with(b"sharedindex.")
+                        })
+                        .map(|e| e.path()),
+                );
+            }
+            for index in indexes {
+                let links = nested::gitlinks(&index, hash).map_err(|why| {
+                    ToolError::failed(format!(
+                        "refused: the index `{}` cannot be read to find the repositories nested in it ({}); git would run itself in each with its own configuration",
+                        shown(&index),
+                        match why {
+                            nested::Unreadable::Size => "not a file, or over 256 MiB",
+                            nested::Unreadable::Format => "a format these tools do not read",
+                        }
+                    ))
+                })?;
+                for link in links {
+                    let sub = tree.join(&link);
+                    let Some(sub_git) = nested::git_dir_of(&sub) else {
+                        continue;
+                    };
+                    let refuse = |what: &str| {
+                        ToolError::failed(format!(
+                            "refused: the nested repository `{}` {what}; git would read it when it checks that repository for changes",
+                            shown(&sub)
+                        ))
+                    };
+                    let (Some(sub), Some(sub_git)) = (inside(&sub), inside(&sub_git)) else {
+                        return Err(refuse(
+                            "leads out of the workspace (a link, or a `.git` file naming a folder outside)",
+                        ));
+                    };
+                    for (file, what) in LEADS_OUT {
+                        if std::fs::symlink_metadata(sub_git.join(file)).is_ok() {
+                            return Err(refuse(&format!("has a `{file}` that {what}")));
+                        }
+                    }
+                    if found.len() >= nested::MAX_NESTED {
+                        return Err(refuse(&format!(
+                            "is one of more than {} nested repositories",
+                            nested::MAX_NESTED
+                        )));
+                    }
+                    if found.iter().any(|(_, g)| *g == sub_git) {
+                        continue;
+                    }
+                    found.push((sub.clone(), sub_git.clone()));
+                    queue.push((sub, sub_git));
+                }
+            }
+        }
+        Ok(found)
     }
 
     /// Refuses a `blame.ignoreRevsFile` (any configuration may set it) that names a
@@ -301,7 +402,22 @@ impl Git {
     }
 
     async fn command(&self, args: &[OsString], extra: &[String]) -> Result<Output, ToolError> {
+        self.command_in(args, extra, None).await
+    }
+
+    /// [`Self::command`] in `repo` (a nested repository's git folder and work tree)
+    /// rather than the workspace's repository.
+    async fn command_in(
+        &self,
+        args: &[OsString],
+        extra: &[String],
+        repo: Option<(&Path, &Path)>,
+    ) -> Result<Output, ToolError> {
         let root = self.ws.root();
+        let (git_dir, tree) = match repo {
+            Some((dir, tree)) => (dir.to_path_buf(), tree),
+            None => (root.join(".git"), root),
+        };
         let mut spec = Spec::new(&self.settings.git);
         spec.arg("--no-pager");
         for value in FIXED_CONFIG
@@ -321,11 +437,13 @@ impl Git {
         for arg in args {
             spec.arg(arg.clone());
         }
-        spec.current_dir(root)
+        spec.current_dir(tree)
             .env("PATH", std::env::var_os("PATH").unwrap_or_default())
             .env("LANG", "C.UTF-8")
-            .env("GIT_DIR", root.join(".git"))
-            .env("GIT_WORK_TREE", root)
+            .env("GIT_DIR", git_dir)
+            .env("GIT_WORK_TREE", tree)
+            // Named, so that the files read above for filters are all git reads.
+            .env("GIT_CONFIG_SYSTEM", SYSTEM_CONFIG)
             .env("GIT_TERMINAL_PROMPT", "0")
             .env("GIT_PAGER", "cat")
             .env("PAGER", "cat")

@@ -533,3 +533,79 @@ async fn hints_name_arguments_the_tool_has() {
     let out = call(&show, json!({})).await;
     assert!(out.contains("read on with offset=2"), "{out}");
 }
+
+#[tokio::test]
+async fn no_nested_repository_filter_runs() {
+    let dir = repo();
+    let d = dir.path();
+    let marker = d.join("MARKER");
+    let m = marker.display();
+    // A vendored repository with a filter of its own, in a file its configuration
+    // includes only when it is the repository read (a listing from outside misses
+    // it), recorded in the outer index as a gitlink, and a nested one inside it.
+    sh(
+        d,
+        &format!(
+            "mkdir -p vendor/inner && cd vendor/inner && git init -q && echo x > i.txt \
+             && git config filter.deep.clean 'sh -c \"echo deep >> {m}; cat\"' \
+             && echo '*.txt filter=deep' > .gitattributes && git add -A \
+             && git -c user.name=a -c user.email=a@b commit -qm i && cd .. && git init -q \
+             && git config -f .git/evil.inc filter.evil.clean 'sh -c \"echo clean >> {m}; cat\"' \
+             && git config 'includeIf.gitdir:**/vendor/.git.path' evil.inc \
+             && echo '*.txt filter=evil' > .gitattributes && echo v > v.txt \
+             && git add -A 2>/dev/null && git -c user.name=a -c user.email=a@b commit -qm v \
+             && cd .. && git add vendor 2>/dev/null && git commit -qm vendored \
+             && touch -d 2020-01-01 vendor/.git/index vendor/inner/.git/index"
+        ),
+    );
+    std::fs::remove_file(&marker).ok();
+    for (name, args) in [
+        ("git_status", json!({})),
+        ("git_diff", json!({})),
+        ("git_add", json!({"all": true})),
+        ("git_commit", json!({"message": "m", "all": true})),
+        ("git_checkout", json!({"target": "HEAD~1"})),
+    ] {
+        let out = run(d, name, args.clone()).await;
+        assert!(
+            !marker.exists(),
+            "{name} {args} ran: {} ({out})",
+            std::fs::read_to_string(&marker).unwrap()
+        );
+    }
+    // Both filters really are live: git itself runs them.
+    sh(d, "git checkout -q main; git add -A 2>/dev/null; true");
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(ran.contains("clean") && ran.contains("deep"), "{ran:?}");
+}
+
+#[tokio::test]
+async fn an_include_without_filters_and_a_nested_link_out() {
+    let dir = repo();
+    let d = dir.path();
+    sh(
+        d,
+        "echo '[core]' > .git/extra.inc && git config include.path extra.inc",
+    );
+    let out = run(d, "git_status", json!({})).await;
+    assert!(!out.starts_with("error: "), "{out}");
+    // A gitlink whose folder is a link to a repository outside.
+    let outside = tempfile::tempdir().unwrap();
+    sh(
+        outside.path(),
+        "git init -q && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m o",
+    );
+    sh(
+        d,
+        &format!(
+            "mkdir sub && cd sub && git init -q && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m s \
+             && cd .. && git add sub 2>/dev/null && git commit -qm sub && rm -rf sub && ln -s {} sub",
+            outside.path().display()
+        ),
+    );
+    let out = run(d, "git_add", json!({"all": true})).await;
+    assert!(
+        out.contains("refused: the nested repository `sub` leads out of the workspace"),
+        "{out}"
+    );
+}
