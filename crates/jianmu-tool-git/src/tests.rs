@@ -609,3 +609,39 @@ async fn an_include_without_filters_and_a_nested_link_out() {
         "{out}"
     );
 }
+
+#[test]
+fn gitlinks_are_found_in_every_index_version() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    sh(
+        d,
+        "git init -q && git -c user.name=a -c user.email=a@b commit -q --allow-empty -m i \
+         && mkdir -p vendor deep/er/lib && for p in vendor deep/er/lib; do \
+         git -C $p init -q && git -C $p -c user.name=a -c user.email=a@b commit -q --allow-empty -m v; done \
+         && for i in $(seq 1 40); do echo $i > f$i.txt; done && git add -A 2>/dev/null",
+    );
+    for version in [2, 3, 4] {
+        sh(d, &format!("git update-index --index-version {version}"));
+        if version == 3 {
+            // An extended flag, so that version 3's longer entries are read.
+            sh(d, "git update-index --skip-worktree f7.txt");
+        }
+        let mut found = crate::nested::gitlinks(&d.join(".git/index"), 20).unwrap();
+        found.sort();
+        assert_eq!(
+            found,
+            [
+                std::path::PathBuf::from("deep/er/lib"),
+                std::path::PathBuf::from("vendor")
+            ],
+            "version {version}"
+        );
+    }
+    assert_eq!(crate::nested::gitlinks(&d.join("none"), 20), Ok(Vec::new()));
+    std::fs::write(d.join("bad"), b"DIRC\0\0\0\x02\0\0\0\x05short").unwrap();
+    assert_eq!(
+        crate::nested::gitlinks(&d.join("bad"), 20),
+        Err(crate::nested::Unreadable::Format)
+    );
+}
