@@ -256,9 +256,10 @@ impl Server {
 
     async fn send(&self, message: &Value) -> Result<(), ToolError> {
         let body = message.to_string();
-        let mut writer = self.writer.lock().await;
         let framed = format!("Content-Length: {}\r\n\r\n{body}", body.len());
+        // The wait for the pipe (which answers to the server may hold) counts too.
         let write = async {
+            let mut writer = self.writer.lock().await;
             writer.write_all(framed.as_bytes()).await?;
             writer.flush().await
         };
@@ -510,9 +511,35 @@ async fn read_message(
     Ok(body)
 }
 
+/// Answers to the server's requests waiting for the server to read them; past this
+/// many, a server that sends requests without reading is not answered.
+const MAX_QUEUED_ANSWERS: usize = 4096;
+
+/// Reads what the server sends, as it comes: replies go to the requests waiting for
+/// them, and the server's own requests are answered through a queue, so that a server
+/// that does not read its input never stops this loop (nor, holding the pipe, the
+/// requests of the session past their time limit).
 async fn read_loop(
-    mut input: BufReader<pipe::Receiver>,
+    input: BufReader<pipe::Receiver>,
     writer: Arc<tokio::sync::Mutex<pipe::Sender>>,
+    shared: Arc<Shared>,
+    max: usize,
+) {
+    let (answers, mut queue) = tokio::sync::mpsc::channel::<String>(MAX_QUEUED_ANSWERS);
+    let answering = async move {
+        while let Some(framed) = queue.recv().await {
+            let mut w = writer.lock().await;
+            if w.write_all(framed.as_bytes()).await.is_err() || w.flush().await.is_err() {
+                break;
+            }
+        }
+    };
+    tokio::join!(read_messages(input, answers, shared, max), answering);
+}
+
+async fn read_messages(
+    mut input: BufReader<pipe::Receiver>,
+    answers: tokio::sync::mpsc::Sender<String>,
     shared: Arc<Shared>,
     max: usize,
 ) {
@@ -571,10 +598,8 @@ async fn read_loop(
                 };
                 let body = reply.to_string();
                 let framed = format!("Content-Length: {}\r\n\r\n{body}", body.len());
-                let mut w = writer.lock().await;
-                if w.write_all(framed.as_bytes()).await.is_err() {
-                    break;
-                }
+                // A full queue: the server has not read thousands of answers.
+                let _ = answers.try_send(framed);
             }
             (Some("textDocument/publishDiagnostics"), None) => {
                 let Some(path) = message

@@ -380,3 +380,42 @@ while True:
     let events = std::fs::read_to_string(&log).unwrap();
     assert_eq!(events.lines().last(), Some("didOpen f000.fake"));
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_flood_of_server_requests_blocks_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("a.fake"), "x\n").unwrap();
+    // 3,000 requests before the server reads anything: its input fills with our
+    // answers while its output fills with its requests, unless both are read as
+    // they come.
+    let behaviour = r#"
+init = read()
+send({"jsonrpc": "2.0", "id": init["id"], "result": {"capabilities": {"hoverProvider": True}}})
+for k in range(3000):
+    send({"jsonrpc": "2.0", "id": 10000 + k, "method": "workspace/configuration", "params": {"items": [{}]}})
+answered = 0
+while True:
+    msg = read()
+    if "id" in msg and "method" not in msg:
+        answered += 1
+    if msg.get("method") == "textDocument/hover":
+        send({"jsonrpc": "2.0", "id": msg["id"], "result": {"contents": "answered %d" % answered}})
+"#;
+    let settings = scripted(dir.path(), behaviour, "flood-marker-5");
+    let (_config, tool) = tools(dir.path(), settings);
+    let hover = tool("hover");
+    let mut last = String::new();
+    for _ in 0..50 {
+        last = tokio::time::timeout(
+            Duration::from_secs(60),
+            call(&hover, json!({"path": "a.fake", "line": 1})),
+        )
+        .await
+        .expect("a hover is answered, not stuck behind the server's requests");
+        if last.contains("answered 3000") {
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    assert!(last.contains("answered 3000"), "{last}");
+}
