@@ -155,6 +155,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 };
                 Ok::<_, Failure>((out, settings::close(&session).await))
             })?;
+            // Work a stopped call left on a blocking thread (a conversion or a parse in
+            // a child, which ends with that thread) is not waited for.
+            rt.shutdown_timeout(std::time::Duration::from_millis(100));
             let mut text = output?.text;
             if !text.ends_with('\n') {
                 text.push('\n');

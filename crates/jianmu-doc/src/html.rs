@@ -2,13 +2,17 @@
 //! (a port of readability.js: `dom_smoothie`), and that content written as Markdown
 //! (`dom_query`'s serializer, on the same tree).
 
-use std::borrow::Cow;
+use std::time::Duration;
 
 use encoding_rs::{Encoding, UTF_8, WINDOWS_1252};
 
-/// Elements nested deeper than this (counting only elements that nest: not void
-/// elements, and not those a following sibling closes, like `p` or `li`) lose their
-/// tags; their text stays. Browsers stop at a few hundred too.
+mod shape;
+
+pub use shape::{MAX_ATTRIBUTES, limit_nesting};
+
+/// Start tags that would open an element deeper than this, counted as html5ever's
+/// tree builder nests elements (see [`limit_nesting`]), lose their tags; their text
+/// stays. Browsers stop at a few hundred too.
 pub const MAX_NESTING: usize = 256;
 
 /// Pages with more elements than this are converted whole, without looking for the
@@ -18,8 +22,11 @@ pub const MAX_ELEMENTS: usize = 200_000;
 /// The stack of the thread that parses and converts.
 const STACK: usize = 64 * 1024 * 1024;
 
+/// The memory one conversion may take, beyond what the caller has mapped.
+const MEMORY: u64 = 2 << 30;
+
 /// A page as Markdown.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct Page {
     /// The page's title, when it has one.
     pub title: Option<String>,
@@ -102,170 +109,45 @@ pub fn decode(bytes: &[u8], content_type: Option<&str>) -> (String, &'static str
     (text.into_owned(), used.name())
 }
 
-/// Elements that never have content.
-const VOID: &[&str] = &[
-    "area", "base", "br", "col", "embed", "hr", "img", "input", "keygen", "link", "meta", "param",
-    "source", "track", "wbr",
-];
-
-/// Elements whose content is text, not markup, up to their end tag.
-const RAW_TEXT: &[&str] = &[
-    "script",
-    "style",
-    "textarea",
-    "title",
-    "xmp",
-    "iframe",
-    "noembed",
-    "noframes",
-    "plaintext",
-];
-
-/// Elements that the next sibling of their kind closes: they do not nest.
-const SELF_ENDING: &[&str] = &[
-    "p", "li", "dt", "dd", "option", "optgroup", "tr", "td", "th", "thead", "tbody", "tfoot", "rb",
-    "rt", "rp", "rtc", "colgroup", "caption",
-];
-
-/// `html` with every start tag beyond `max` levels of nesting (and its end tag) left
-/// out, so that no tree built from it is deeper than a browser would build. Text is
-/// kept. Borrowed when nothing had to go.
-#[must_use]
-pub fn limit_nesting(html: &str, max: usize) -> Cow<'_, str> {
-    let b = html.as_bytes();
-    let mut out: Option<String> = None;
-    let mut copied = 0;
-    let mut depth = 0usize;
-    let mut dropped = 0usize;
-    // Inside svg or math, `<x/>` closes itself.
-    let mut foreign = 0usize;
-    let mut i = 0;
-    while let Some(lt) = b[i..].iter().position(|&c| c == b'<') {
-        let p = i + lt;
-        let rest = &b[p..];
-        if rest.starts_with(b"<!--") {
-            i = find(&rest[4..], b"-->").map_or(b.len(), |e| p + 4 + e + 3);
-            continue;
-        }
-        if rest.len() > 1 && matches!(rest[1], b'!' | b'?') {
-            i = rest
-                .iter()
-                .position(|&c| c == b'>')
-                .map_or(b.len(), |e| p + e + 1);
-            continue;
-        }
-        let closing = rest.get(1) == Some(&b'/');
-        let name_at = p + 1 + usize::from(closing);
-        let name_len = b[name_at..]
-            .iter()
-            .position(|c| !(c.is_ascii_alphanumeric() || *c == b'-' || *c == b':'))
-            .unwrap_or(b.len() - name_at);
-        if name_len == 0 || !b[name_at].is_ascii_alphabetic() {
-            i = p + 1;
-            continue;
-        }
-        let name = html[name_at..name_at + name_len].to_ascii_lowercase();
-        let end = tag_end(b, name_at + name_len);
-        let self_closed = end > 0 && b[end - 1] == b'/' && end - 1 > name_at;
-        i = (end + 1).min(b.len());
-        let name = name.as_str();
-        if VOID.contains(&name) || SELF_ENDING.contains(&name) {
-            continue;
-        }
-        if !closing && RAW_TEXT.contains(&name) {
-            // Skip to the end tag; its text is not markup.
-            i = end_tag(b, i, name.as_bytes());
-            continue;
-        }
-        if RAW_TEXT.contains(&name) {
-            continue;
-        }
-        let is_foreign = matches!(name, "svg" | "math");
-        if !closing {
-            if self_closed && foreign > 0 {
-                continue;
-            }
-            if depth >= max {
-                let o = out.get_or_insert_with(|| String::with_capacity(html.len()));
-                o.push_str(&html[copied..p]);
-                copied = i;
-                dropped += 1;
-                continue;
-            }
-            depth += 1;
-            if is_foreign {
-                foreign += 1;
-            }
-        } else if dropped > 0 {
-            let o = out.get_or_insert_with(|| String::with_capacity(html.len()));
-            o.push_str(&html[copied..p]);
-            copied = i;
-            dropped -= 1;
-        } else {
-            depth = depth.saturating_sub(1);
-            if is_foreign {
-                foreign = foreign.saturating_sub(1);
-            }
-        }
-    }
-    match out {
-        Some(mut o) => {
-            o.push_str(&html[copied..]);
-            Cow::Owned(o)
-        }
-        None => Cow::Borrowed(html),
-    }
-}
-
-/// Where the end tag `</name` (in any case) first starts at or after `from`; the end
-/// of the text if nowhere.
-fn end_tag(b: &[u8], from: usize, name: &[u8]) -> usize {
-    let mut at = from;
-    while let Some(k) = find(&b[at..], b"</") {
-        let start = at + k;
-        let tag = &b[start + 2..];
-        if tag.len() >= name.len() && tag[..name.len()].eq_ignore_ascii_case(name) {
-            return start;
-        }
-        at = start + 2;
-    }
-    b.len()
-}
-
-/// Where the tag whose attributes start at `from` ends (its `>`), quotes respected;
-/// the end of the text if it never ends.
-fn tag_end(b: &[u8], from: usize) -> usize {
-    let mut quote = None;
-    for (k, &c) in b.iter().enumerate().skip(from) {
-        match quote {
-            Some(q) if c == q => quote = None,
-            Some(_) => {}
-            None if c == b'"' || c == b'\'' => quote = Some(c),
-            None if c == b'>' => return k,
-            None => {}
-        }
-    }
-    b.len()
-}
-
 /// Converts a page to Markdown: its main content when one stands out (as a
 /// reader view would show it), else its whole body without scripts, styles,
 /// navigation, headers, footers and forms. `url` makes relative links absolute.
 ///
+/// The conversion runs in a forked child ([`jianmu_process::run_in_child`]) that is
+/// killed at `timeout`, with a memory limit, so no page can hold a core or the
+/// caller's memory past its call.
+///
 /// # Errors
-/// Only if the converter failed inside (it runs on a thread of its own and a
-/// failure there is caught).
-pub fn to_markdown(html: &str, url: Option<&str>) -> Result<Page, String> {
-    let html = limit_nesting(html, MAX_NESTING).into_owned();
-    let url = url.map(str::to_owned);
-    let worker = std::thread::Builder::new()
-        .name("jianmu-html".into())
-        .stack_size(STACK)
-        .spawn(move || convert(&html, url.as_deref()))
-        .map_err(|e| format!("cannot start the converter: {e}"))?;
-    worker
-        .join()
-        .map_err(|_| "the page could not be converted (the converter failed on it)".to_owned())
+/// When the converter did not finish within `timeout`, crashed on the page, or
+/// could not be started.
+pub fn to_markdown(html: &str, url: Option<&str>, timeout: Duration) -> Result<Page, String> {
+    use jianmu_process::{ChildEnd, ChildLimits, run_in_child};
+    let html = limit_nesting(html, MAX_NESTING);
+    let limits = ChildLimits {
+        timeout,
+        idle: None,
+        memory: MEMORY,
+        // Markdown is never much longer than its page; links made absolute add some.
+        output: html.len().saturating_mul(4).saturating_add(1 << 20),
+        stack: STACK,
+    };
+    let run = run_in_child(limits, |out| {
+        let page = convert(&html, url);
+        let _ = serde_json::to_writer(out, &page);
+    })
+    .map_err(|e| format!("cannot start the converter: {e}"))?;
+    match run.end {
+        ChildEnd::Finished => serde_json::from_slice(&run.output)
+            .map_err(|_| "the page could not be converted (the converter answered nothing)".to_owned()),
+        ChildEnd::TimedOut | ChildEnd::Stalled => Err(format!(
+            "converting the page to Markdown took longer than the {} s left of the call, and was stopped; read the page with `raw: true`",
+            timeout.as_secs_f64().ceil()
+        )),
+        ChildEnd::OutputFull | ChildEnd::Crashed => Err(
+            "the page could not be converted to Markdown (the converter failed on it); read the page with `raw: true`"
+                .to_owned(),
+        ),
+    }
 }
 
 fn convert(html: &str, url: Option<&str>) -> Page {
@@ -341,6 +223,8 @@ fn tidy(md: &str) -> String {
 mod tests {
     use super::*;
 
+    const T: Duration = Duration::from_secs(60);
+
     #[test]
     fn charsets_come_from_the_header_a_meta_or_the_bytes() {
         let latin1 = b"<p>caf\xe9</p>";
@@ -367,22 +251,6 @@ mod tests {
     }
 
     #[test]
-    fn nesting_is_bounded_and_text_kept() {
-        let deep = format!("{}x{}", "<div>".repeat(1000), "</div>".repeat(1000));
-        let cut = limit_nesting(&deep, 10);
-        assert_eq!(cut.matches("<div>").count(), 10);
-        assert_eq!(cut.matches("</div>").count(), 10);
-        assert!(cut.contains('x'));
-        // Ordinary pages pass untouched, borrowed.
-        let page = "<html><body><ul><li>a<li>b</ul><p>one<p>two<br><img src=x>\
-                    <script>if (a<b) { '<div>' }</script><svg><path/><path/></svg></body></html>";
-        assert!(matches!(limit_nesting(page, 5), Cow::Borrowed(_)));
-        // `<div/>` opens a div in HTML, so it counts.
-        let slashed = "<div/>".repeat(100);
-        assert_eq!(limit_nesting(&slashed, 10).matches("<div/>").count(), 10);
-    }
-
-    #[test]
     fn the_main_content_becomes_markdown() {
         let body = "<p>Rust is a language empowering everyone to build reliable and efficient \
                     software. It has ownership, borrowing and lifetimes, and a rich type system \
@@ -395,7 +263,7 @@ mod tests {
              <p>See <a href='/ch04'>chapter 4</a>.</p></article>\
              <footer>Copyright</footer></body></html>"
         );
-        let page = to_markdown(&html, Some("https://example.org/book/")).unwrap();
+        let page = to_markdown(&html, Some("https://example.org/book/"), T).unwrap();
         assert!(page.main_content);
         assert_eq!(page.title.as_deref(), Some("The Book"));
         assert!(page.markdown.contains("## Moves"), "{}", page.markdown);
@@ -411,7 +279,7 @@ mod tests {
 
     #[test]
     fn a_page_without_main_content_is_converted_whole() {
-        let page = to_markdown("<p>short</p><script>x()</script>", None).unwrap();
+        let page = to_markdown("<p>short</p><script>x()</script>", None, T).unwrap();
         assert!(page.markdown.contains("short"), "{page:?}");
         assert!(!page.markdown.contains("x()"));
     }
@@ -420,14 +288,38 @@ mod tests {
     fn a_hundred_thousand_levels_are_flattened() {
         let n = 100_000;
         let html = format!("{}deep text{}", "<div>".repeat(n), "</div>".repeat(n));
-        let page = to_markdown(&html, None).unwrap();
+        let page = to_markdown(&html, None, T).unwrap();
         assert!(page.markdown.contains("deep text"));
         let unclosed = format!("{}end", "<span><b>".repeat(n));
         assert!(
-            to_markdown(&unclosed, None)
+            to_markdown(&unclosed, None, T)
                 .unwrap()
                 .markdown
                 .contains("end")
         );
+    }
+}
+
+#[cfg(test)]
+mod bounds {
+    use super::*;
+
+    #[test]
+    fn the_conversion_stops_at_its_deadline() {
+        let page = "<article><p>word word word <a href='/x'>link</a></p></article>".repeat(40_000);
+        let err = to_markdown(&page, None, Duration::from_millis(1)).unwrap_err();
+        assert!(
+            err.contains("took longer than") && err.contains("raw: true"),
+            "{err}"
+        );
+        assert!(to_markdown(&page, None, Duration::from_secs(600)).is_ok());
+    }
+
+    #[test]
+    fn a_million_attributes_convert() {
+        let many: String = (0..1_000_000).map(|k| format!(" a{k}")).collect();
+        let page = format!("<p{many}>the text</p>");
+        let md = to_markdown(&page, None, Duration::from_secs(600)).unwrap();
+        assert!(md.markdown.contains("the text"), "{md:?}");
     }
 }

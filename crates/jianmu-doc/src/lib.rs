@@ -4,9 +4,10 @@
 //! cannot crash the caller from (feature `pdf`); a Jupyter notebook as its cells in order, and edits that keep it valid.
 //!
 //! Everything here is bounded for hostile input: nesting deeper than a browser would
-//! build is flattened before parsing (so no parse is quadratic and no walk of the tree
-//! recurses without end), work runs on a thread with a stack of its own, and a panic
-//! inside a parser is an error, not a crash.
+//! build is flattened and tags are cut to their first attributes before parsing (so
+//! no parse is quadratic and no walk of the tree recurses without end), and pages and
+//! PDFs are parsed in a forked child with a deadline and a memory limit, so a parser
+//! that crashes, loops or runs away ends one call, never the caller.
 #![deny(missing_docs)]
 
 #[cfg(feature = "html")]

@@ -145,8 +145,9 @@ pub fn render(nb: &Value, limits: Limits) -> Result<Rendered, String> {
             .unwrap_or(0)
     );
     let mut images = Vec::new();
+    let mut measured = Measured::default();
     for (k, cell) in cells.iter().enumerate() {
-        if text.chars().count() > limits.total_chars {
+        if measured.count(&text) > limits.total_chars {
             text.push_str(&format!(
                 "\n… cells {}-{} not shown (the rendering is over {} characters); read the raw JSON with `offset` and `limit`\n",
                 k + 1,
@@ -182,12 +183,25 @@ pub fn render(nb: &Value, limits: Limits) -> Result<Rendered, String> {
                 text.push('\n');
             }
         }
-        for output in cell
+        let outputs = cell
             .get("outputs")
             .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
+            .map_or(&[][..], Vec::as_slice);
+        for (n, output) in outputs.iter().enumerate() {
+            if measured.count(&text) > limits.total_chars {
+                text.push_str(&format!(
+                    "\n… outputs {}-{} of cell {} and the cells after it not shown (the rendering is over {} characters)\n",
+                    n + 1,
+                    outputs.len(),
+                    k + 1,
+                    limits.total_chars
+                ));
+                return Ok(Rendered {
+                    text,
+                    images,
+                    cells: cells.len(),
+                });
+            }
             render_output(output, limits, &mut text, &mut images);
         }
     }
@@ -256,6 +270,8 @@ fn render_output(
                         b64.len(),
                         limits.image_bytes
                     ));
+                } else if let Some(why) = not_an_image(mime, &b64) {
+                    text.push_str(&format!("{label} ({mime} output left out: {why})\n"));
                 } else {
                     images.push(NotebookImage {
                         mime_type: mime.to_owned(),
@@ -294,6 +310,59 @@ fn render_output(
     if !text.ends_with('\n') {
         text.push('\n');
     }
+}
+
+/// The characters of a text that only grows, counted once each.
+#[derive(Default)]
+struct Measured {
+    bytes: usize,
+    chars: usize,
+}
+
+impl Measured {
+    fn count(&mut self, text: &str) -> usize {
+        self.chars += text[self.bytes..].chars().count();
+        self.bytes = text.len();
+        self.chars
+    }
+}
+
+/// Why `b64` is not an image of type `mime` a model's API would take: not base64, or
+/// not starting with the format's signature. `None` when it is one.
+fn not_an_image(mime: &str, b64: &str) -> Option<&'static str> {
+    let body = b64.trim_end_matches('=');
+    let valid = b64.len().is_multiple_of(4)
+        && b64.len() - body.len() <= 2
+        && body
+            .bytes()
+            .all(|c| c.is_ascii_alphanumeric() || c == b'+' || c == b'/');
+    if !valid || b64.len() < 12 {
+        return Some("not valid base64");
+    }
+    let value = |c: u8| match c {
+        b'A'..=b'Z' => c - b'A',
+        b'a'..=b'z' => c - b'a' + 26,
+        b'0'..=b'9' => c - b'0' + 52,
+        b'+' => 62,
+        _ => 63,
+    };
+    let mut head = Vec::with_capacity(9);
+    for quad in b64.as_bytes()[..12].chunks(4) {
+        let n = quad
+            .iter()
+            .fold(0u32, |n, &c| (n << 6) | u32::from(value(c)));
+        head.extend_from_slice(&n.to_be_bytes()[1..]);
+    }
+    let signature: &[u8] = if mime == "image/png" {
+        b"\x89PNG\r\n\x1a\n"
+    } else {
+        b"\xff\xd8\xff"
+    };
+    (!head.starts_with(signature)).then_some(if mime == "image/png" {
+        "the data is not a PNG image"
+    } else {
+        "the data is not a JPEG image"
+    })
 }
 
 /// What an edit does.
@@ -476,10 +545,97 @@ pub fn edit(
     }
 }
 
+/// Numbers of a notebook that a JSON value cannot hold as written (integers beyond 64
+/// bits, and numbers too large for a float), kept as strings that start with this
+/// marker while the notebook is edited; empty when there were none.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Kept(String);
+
+/// Reads a notebook's JSON so that [`to_bytes`] writes every number back as it was
+/// written: the numbers a JSON value cannot hold become marked strings.
+///
+/// # Errors
+/// When the bytes are not JSON.
+pub fn parse(bytes: &[u8]) -> Result<(Value, Kept), serde_json::Error> {
+    let spans = unkept_numbers(bytes);
+    if spans.is_empty() {
+        return Ok((serde_json::from_slice(bytes)?, Kept::default()));
+    }
+    // A marker that appears nowhere in the file.
+    let mut marker = String::from("\u{f8ff}number");
+    let mut n = 0u32;
+    while find_bytes(bytes, marker.as_bytes()) {
+        n += 1;
+        marker = format!("\u{f8ff}number{n}:");
+    }
+    let mut text = Vec::with_capacity(bytes.len() + spans.len() * (marker.len() + 2));
+    let mut at = 0;
+    for (start, end) in spans {
+        text.extend_from_slice(&bytes[at..start]);
+        text.push(b'"');
+        text.extend_from_slice(marker.as_bytes());
+        text.extend_from_slice(&bytes[start..end]);
+        text.push(b'"');
+        at = end;
+    }
+    text.extend_from_slice(&bytes[at..]);
+    Ok((serde_json::from_slice(&text)?, Kept(marker)))
+}
+
+fn find_bytes(hay: &[u8], needle: &[u8]) -> bool {
+    hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// Where the numbers outside strings are that `serde_json` would change: integers
+/// beyond 64 bits and numbers beyond a float's range.
+fn unkept_numbers(bytes: &[u8]) -> Vec<(usize, usize)> {
+    let mut spans = Vec::new();
+    let mut i = 0;
+    let mut in_string = false;
+    while i < bytes.len() {
+        let c = bytes[i];
+        if in_string {
+            match c {
+                b'\\' => i += 1,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            i += 1;
+            continue;
+        }
+        if c == b'"' {
+            in_string = true;
+            i += 1;
+            continue;
+        }
+        if c == b'-' || c.is_ascii_digit() {
+            let start = i;
+            while i < bytes.len()
+                && matches!(bytes[i], b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E')
+            {
+                i += 1;
+            }
+            let token = std::str::from_utf8(&bytes[start..i]).unwrap_or("");
+            let integer = !token.contains(['.', 'e', 'E']);
+            let kept = if integer {
+                token.parse::<i64>().is_ok() || token.parse::<u64>().is_ok()
+            } else {
+                token.parse::<f64>().is_ok_and(f64::is_finite)
+            };
+            if !kept && !token.is_empty() {
+                spans.push((start, i));
+            }
+            continue;
+        }
+        i += 1;
+    }
+    spans
+}
+
 /// The notebook as Jupyter writes it: sorted keys, one space of indent, a final
-/// newline.
+/// newline; numbers [`parse`] kept are written as they were.
 #[must_use]
-pub fn to_bytes(nb: &Value) -> Vec<u8> {
+pub fn to_bytes(nb: &Value, kept: &Kept) -> Vec<u8> {
     use serde::Serialize as _;
     let mut out = Vec::new();
     let formatter = serde_json::ser::PrettyFormatter::with_indent(b" ");
@@ -487,12 +643,107 @@ pub fn to_bytes(nb: &Value) -> Vec<u8> {
     // A Value always serializes.
     let _ = nb.serialize(&mut ser);
     out.push(b'\n');
-    out
+    if kept.0.is_empty() {
+        return out;
+    }
+    let mut quoted = Vec::from(&b"\""[..]);
+    quoted.extend_from_slice(kept.0.as_bytes());
+    let mut restored = Vec::with_capacity(out.len());
+    let mut at = 0;
+    while let Some(k) = out[at..].windows(quoted.len()).position(|w| w == quoted) {
+        let start = at + k;
+        let digits = start + quoted.len();
+        let len = out[digits..]
+            .iter()
+            .position(|b| !matches!(b, b'0'..=b'9' | b'-' | b'+' | b'.' | b'e' | b'E'))
+            .unwrap_or(0);
+        if out.get(digits + len) == Some(&b'"') && len > 0 {
+            restored.extend_from_slice(&out[at..start]);
+            restored.extend_from_slice(&out[digits..digits + len]);
+            at = digits + len + 1;
+        } else {
+            restored.extend_from_slice(&out[at..digits]);
+            at = digits;
+        }
+    }
+    restored.extend_from_slice(&out[at..]);
+    restored
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn images_are_checked_and_readings_held_to_their_budget() {
+        let output =
+            |data: Value| json!({"output_type": "display_data", "metadata": {}, "data": data});
+        let nb = json!({
+            "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+            "cells": [{"cell_type": "code", "id": "a", "execution_count": 1, "metadata": {}, "source": "plot()",
+                "outputs": [
+                    output(json!({"image/png": "not base64 at all!"})),
+                    output(json!({"image/png": "aGVsbG8gd29ybGQh"})),
+                    output(json!({"image/jpeg": "iVBORw0KGgo="})),
+                    output(json!({"image/png": "iVBORw0KGgo="})),
+                ]}]
+        });
+        let r = render(&nb, Limits::default()).unwrap();
+        assert_eq!(r.images.len(), 1, "{}", r.text);
+        assert!(
+            r.text
+                .contains("(image/png output left out: not valid base64)"),
+            "{}",
+            r.text
+        );
+        assert!(
+            r.text
+                .contains("(image/png output left out: the data is not a PNG image)")
+        );
+        assert!(
+            r.text
+                .contains("(image/jpeg output left out: the data is not a JPEG image)")
+        );
+        // One cell with 2,000 outputs of 5,000 characters is cut at the budget.
+        let stream = json!({"output_type": "stream", "name": "stdout", "text": "x".repeat(5_000)});
+        let nb = json!({
+            "nbformat": 4, "nbformat_minor": 5, "metadata": {},
+            "cells": [{"cell_type": "code", "id": "b", "execution_count": 1, "metadata": {}, "source": "",
+                "outputs": vec![stream; 2_000]}]
+        });
+        let r = render(&nb, Limits::default()).unwrap();
+        assert!(r.text.chars().count() < 120_000, "{}", r.text.len());
+        assert!(
+            r.text
+                .contains("not shown (the rendering is over 100000 characters)")
+        );
+    }
+
+    #[test]
+    fn numbers_are_written_back_as_they_were() {
+        let text = br#"{"cells": [], "metadata": {"big": 123456789012345678901234567890, "neg": -98765432109876543210, "huge": 1e400, "ok": 1.5, "id": 42, "s": "12345678901234567890123 \" 1e400"}, "nbformat": 4, "nbformat_minor": 5}"#;
+        let (mut nb, kept) = parse(text).unwrap();
+        edit(&mut nb, None, "x = 1", None, EditMode::Insert).unwrap();
+        let out = String::from_utf8(to_bytes(&nb, &kept)).unwrap();
+        for token in [
+            "\"big\": 123456789012345678901234567890",
+            "\"neg\": -98765432109876543210",
+            "\"huge\": 1e400",
+            "\"ok\": 1.5",
+            "\"id\": 42",
+            r#""s": "12345678901234567890123 \" 1e400""#,
+        ] {
+            assert!(out.contains(token), "{token} in {out}");
+        }
+        // A string that looks like the marker stays a string.
+        let tricky = "{\"cells\": [], \"metadata\": {\"a\": \"\u{f8ff}number7\", \"b\": 1e999}, \"nbformat\": 4, \"nbformat_minor\": 5}";
+        let (nb, kept) = parse(tricky.as_bytes()).unwrap();
+        let out = String::from_utf8(to_bytes(&nb, &kept)).unwrap();
+        assert!(
+            out.contains("\"a\": \"\u{f8ff}number7\"") && out.contains("\"b\": 1e999"),
+            "{out}"
+        );
+    }
 
     fn sample() -> Value {
         json!({
@@ -584,7 +835,7 @@ mod tests {
                 .unwrap_err()
                 .contains("nbformat 3")
         );
-        let bytes = String::from_utf8(to_bytes(&old)).unwrap();
+        let bytes = String::from_utf8(to_bytes(&old, &Kept::default())).unwrap();
         assert!(
             bytes.starts_with("{\n \"cells\": [\n  {\n   \"cell_type\": \"raw\""),
             "{bytes}"

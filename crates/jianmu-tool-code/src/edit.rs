@@ -137,6 +137,8 @@ impl EditFile {
     ) -> Result<(ToolOutput, Option<Change>), ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
         let shown = show(&rel);
+        // Held to the write: another change of this file waits for it.
+        let _lock = self.ws.lock_file(&rel);
         let bytes = self.ws.read_to_end(&rel, self.settings.max_file_size)?;
         let decoded = Decoded::new(&shown, bytes)
             .map_err(|e| ToolError::failed(format!("{e}; nothing was written")))?;

@@ -72,6 +72,8 @@ impl StrReplace {
     /// than `expected_count`, a malformed regular expression. Nothing is written then.
     pub fn replace(&self, args: &ReplaceArgs) -> Result<ToolOutput, ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
+        // Held to the write: another change of this file waits for it.
+        let _lock = self.ws.lock_file(&rel);
         let bytes = self.ws.read_to_end(&rel, self.settings.max_file_size)?;
         if bytes.contains(&0) {
             return Err(ToolError::failed(format!(

@@ -118,8 +118,10 @@ impl NotebookEdit {
                 self.settings.max_source_size
             )));
         }
+        // Held to the write: another edit of this notebook waits for it.
+        let _lock = self.ws.lock_file(&rel);
         let bytes = self.ws.read_to_end(&rel, self.settings.max_notebook_size)?;
-        let mut nb: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
+        let (mut nb, kept) = notebook::parse(&bytes).map_err(|e| {
             ToolError::failed(format!(
                 "`{}` is not valid JSON ({e}); it was not changed",
                 show(&rel)
@@ -145,9 +147,11 @@ impl NotebookEdit {
         )
         .map_err(|e| ToolError::failed(format!("`{}`: {e}; it was not changed", show(&rel))))?;
         let cells = nb["cells"].as_array().map_or(0, Vec::len) as u64;
-        let file_size =
-            self.ws
-                .write_atomic(&rel, &notebook::to_bytes(&nb), &WriteOptions::default())?;
+        let file_size = self.ws.write_atomic(
+            &rel,
+            &notebook::to_bytes(&nb, &kept),
+            &WriteOptions::default(),
+        )?;
         Ok(
             ToolOutput::text(format!("{said} in {}", show(&rel))).with_data(&NotebookOutput {
                 path: show(&rel),
@@ -180,5 +184,46 @@ impl Tool for NotebookEdit {
     async fn call(&self, args: NotebookArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
         let this = self.clone();
         blocking(Self::NAME, move || this.edit(&args)).await
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn twenty_edits_at_once_are_all_kept() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(
+            dir.path().join("n.ipynb"),
+            r#"{"cells": [], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}"#,
+        )
+        .unwrap();
+        let ws = Arc::new(Workspace::open(dir.path()).unwrap());
+        let tool = NotebookEdit::new(ws, NotebookSettings::default());
+        let threads: Vec<_> = (0..20)
+            .map(|k| {
+                let tool = tool.clone();
+                std::thread::spawn(move || {
+                    tool.edit(&NotebookArgs {
+                        path: "n.ipynb".into(),
+                        cell_id: None,
+                        new_source: format!("cell_{k} = {k}"),
+                        cell_type: None,
+                        edit_mode: Mode::Insert,
+                    })
+                    .map(|_| ())
+                })
+            })
+            .collect();
+        for t in threads {
+            t.join().unwrap().unwrap();
+        }
+        let text = std::fs::read_to_string(dir.path().join("n.ipynb")).unwrap();
+        let nb: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(nb["cells"].as_array().unwrap().len(), 20);
+        for k in 0..20 {
+            assert!(text.contains(&format!("cell_{k} = {k}")), "cell {k} lost");
+        }
     }
 }

@@ -90,6 +90,8 @@ impl WriteFile {
     /// file is then intact).
     pub fn write(&self, args: &WriteArgs) -> Result<ToolOutput, ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
+        // Not between another tool's read of this file and its write.
+        let _lock = self.ws.lock_file(&rel);
         let size = args.content.len() as u64;
         if size > self.settings.max_content_size {
             return Err(ToolError::failed(format!(

@@ -213,7 +213,9 @@ impl WebFetch {
             }));
         }
         let (title, content) = if html && !args.raw {
-            let converted = self.converted(url.as_str(), &body, &meta.url).await?;
+            let converted = self
+                .converted(url.as_str(), &body, &meta.url, deadline)
+                .await?;
             (converted.0.clone(), Content::Shared(converted))
         } else {
             (None, Content::Body(body))
@@ -256,6 +258,7 @@ impl WebFetch {
         requested: &str,
         body: &Arc<String>,
         url: &str,
+        deadline: Instant,
     ) -> Result<Arc<(Option<String>, String)>, ToolError> {
         if let Some(done) = self
             .cache()
@@ -268,11 +271,15 @@ impl WebFetch {
         }
         let html = Arc::clone(body);
         let base = url.to_owned();
-        let page =
-            tokio::task::spawn_blocking(move || jianmu_doc::html::to_markdown(&html, Some(&base)))
-                .await
-                .map_err(|_| ToolError::failed("the page could not be converted"))?
-                .map_err(ToolError::failed)?;
+        let left = deadline
+            .saturating_duration_since(Instant::now())
+            .max(Duration::from_secs(1));
+        let page = tokio::task::spawn_blocking(move || {
+            jianmu_doc::html::to_markdown(&html, Some(&base), left)
+        })
+        .await
+        .map_err(|_| ToolError::failed("the page could not be converted"))?
+        .map_err(ToolError::failed)?;
         let mut markdown = String::new();
         if let Some(title) = &page.title {
             markdown.push_str(&format!("# {title}\n\n"));

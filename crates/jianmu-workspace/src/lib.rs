@@ -33,6 +33,7 @@ use std::sync::Arc;
 use cap_std::ambient_authority;
 use cap_std::fs::{Dir, File, Metadata, MetadataExt, OpenOptions, OpenOptionsExt};
 
+mod lock;
 mod spill;
 mod write;
 
@@ -40,6 +41,7 @@ mod write;
 /// for a writer; regular files read the same either way.
 pub(crate) const O_NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
 
+pub use lock::FileLock;
 pub use spill::{
     KEPT_FOR, MAX_BYTES, MAX_FILE_BYTES, MAX_FILES, OUTPUTS, Place, Saver, SpillFile, Spills,
     check_folder, head_and_tail,

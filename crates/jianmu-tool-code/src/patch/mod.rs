@@ -202,6 +202,22 @@ impl ApplyPatch {
                 self.settings.max_files
             )));
         }
+        // Every file the patch names is held from its read to the write.
+        let named: Vec<PathBuf> = patch
+            .ops
+            .iter()
+            .flat_map(|op| {
+                let to = match &op.kind {
+                    parse::OpKind::Update {
+                        move_to: Some(to), ..
+                    } => Some(to.as_str()),
+                    _ => None,
+                };
+                std::iter::once(op.path.as_str()).chain(to)
+            })
+            .filter_map(|path| self.ws.relative(path).ok())
+            .collect();
+        let _locks = self.ws.lock_files(named.iter().map(PathBuf::as_path));
         let mut seen = HashSet::new();
         let mut budget = place::Budget(place::Budget::DEFAULT);
         let mut held = 0u64;
