@@ -682,3 +682,74 @@ fn a_settings_file_found_here_may_only_tighten() {
         "the tightening file was not read"
     );
 }
+
+/// SIGTERM ends `jianmu call` at once, even while a page is being converted (work on
+/// a blocking thread the call no longer waits for).
+#[cfg(feature = "http")]
+#[test]
+fn a_call_ends_at_sigterm_whatever_runs() {
+    use std::io::{Read as _, Write as _};
+    use std::time::{Duration, Instant};
+    // A page big enough that converting it takes far longer than this test waits.
+    let row = "<div class=c><p>word <a href=/x>link</a> <b>bold</b> text text text</p></div>";
+    let page = format!("<html><body>{}</body></html>", row.repeat(300_000));
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (sent_tx, sent) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let (mut conn, _) = listener.accept().unwrap();
+        let mut request = Vec::new();
+        let mut buf = [0u8; 4096];
+        while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+            let n = conn.read(&mut buf).unwrap();
+            if n == 0 {
+                return;
+            }
+            request.extend_from_slice(&buf[..n]);
+        }
+        let head = format!(
+            "HTTP/1.1 200 OK\r\nContent-Type: text/html\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+            page.len()
+        );
+        conn.write_all(head.as_bytes()).unwrap();
+        conn.write_all(page.as_bytes()).unwrap();
+        let _ = sent_tx.send(());
+        let _ = conn.read(&mut buf);
+    });
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("c.toml");
+    std::fs::write(
+        &config,
+        "[tools.web_fetch]\nallow_hosts = [\"127.0.0.1\"]\ntimeout_secs = 900\n\
+         respect_robots = false\nmax_body_bytes = 64000000\n",
+    )
+    .unwrap();
+    let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .args(["--config", config.to_str().unwrap(), "call", "web_fetch"])
+        .arg(format!("{{\"url\": \"http://127.0.0.1:{port}/\"}}"))
+        .current_dir(dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    sent.recv_timeout(Duration::from_secs(60))
+        .expect("the page is fetched");
+    std::thread::sleep(Duration::from_millis(500));
+    let kill = jianmu_process::std_command("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(kill.success());
+    let deadline = Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("jianmu call was still converting 20 s after SIGTERM");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert_eq!(status.code(), Some(143), "128 + SIGTERM");
+}
