@@ -310,3 +310,28 @@ fn the_description_lists_the_tools_and_its_example_uses_real_arguments() {
         assert_eq!(listed, name != "run_script", "{name} in {functions}");
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_value_sharing_one_string_is_counted_whole() {
+    let dir = tempfile::tempdir().unwrap();
+    let s = session(dir.path(), |c| c);
+    // 400 entries sharing one 1 MiB string: 1 MiB held, 400 MiB written out.
+    let build =
+        r#"let s = "x"; s.pad(1048576, "x"); let m = #{}; for k in 0..400 { m["k" + k] = s; }"#;
+    let answer = script(&s, &format!("{build} m")).await.unwrap();
+    assert!(
+        answer.contains("a value over 16 MiB written out"),
+        "{}",
+        &answer[..answer.len().min(300)]
+    );
+    let e = script(&s, &format!(r#"{build} call_tool("read_file", m)"#))
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains("over 16 MiB written out"),
+        "{}",
+        &e[..e.len().min(300)]
+    );
+    s.close().await;
+}

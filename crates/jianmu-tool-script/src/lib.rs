@@ -175,6 +175,38 @@ mod script_threads {
 
 /// Whether `value` holds arrays or maps nested more than `levels` deep (looking no
 /// deeper than that).
+/// The most bytes a script value may take written out (as an answer, printed, or as
+/// a tool's arguments). A value can share one string many times over, so its
+/// written size can be far larger than the memory it holds.
+pub(crate) const MAX_VALUE_BYTES: usize = 16 << 20;
+
+/// Whether `value` written out takes more than `max` bytes, each shared string
+/// counted every time it appears; the walk stops once it is over (and a value nested
+/// over a thousand levels deep counts as over).
+pub(crate) fn larger_than(value: &rhai::Dynamic, max: usize) -> bool {
+    fn add(v: &rhai::Dynamic, total: &mut usize, max: usize, depth: usize) -> bool {
+        if depth > 1000 {
+            return true;
+        }
+        let own = if let Ok(s) = v.as_immutable_string_ref() {
+            s.len() + 2
+        } else if let Ok(array) = v.as_array_ref() {
+            *total = total.saturating_add(2 + array.len());
+            return *total > max || array.iter().any(|x| add(x, total, max, depth + 1));
+        } else if let Ok(map) = v.as_map_ref() {
+            *total = total.saturating_add(2 + map.keys().map(|k| k.len() + 4).sum::<usize>());
+            return *total > max || map.values().any(|x| add(x, total, max, depth + 1));
+        } else if let Ok(blob) = v.as_blob_ref() {
+            4 * blob.len() + 2
+        } else {
+            24
+        };
+        *total = total.saturating_add(own);
+        *total > max
+    }
+    add(value, &mut 0, max, 0)
+}
+
 pub(crate) fn nested_deeper_than(value: &rhai::Dynamic, levels: usize) -> bool {
     if let Ok(array) = value.as_array_ref() {
         return levels == 0 || array.iter().any(|v| nested_deeper_than(v, levels - 1));

@@ -84,11 +84,46 @@ pub(crate) fn limited_engine(
         .set_max_map_size(limits.max_map_size)
         .set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new());
     engine.disable_symbol("eval");
+    // Arrays and maps become text (print, `${}`, to_string) only when that text fits
+    // a string: sharing one string many times makes a small value huge written out.
+    let max = limits.max_string_size;
+    // (An error here would make Rhai write the value out itself.)
+    let text_of = move |value: Dynamic, debug: bool| -> String {
+        if crate::larger_than(&value, max) {
+            too_large()
+        } else if debug {
+            format!("{value:?}")
+        } else {
+            value.to_string()
+        }
+    };
+    for (name, debug) in [
+        ("print", false),
+        ("to_string", false),
+        ("debug", true),
+        ("to_debug", true),
+    ] {
+        engine
+            .register_fn(name, move |a: rhai::Array| {
+                text_of(Dynamic::from_array(a), debug)
+            })
+            .register_fn(name, move |m: rhai::Map| {
+                text_of(Dynamic::from_map(m), debug)
+            });
+    }
     let print = Arc::new(print);
     let sink = Arc::clone(&print);
     engine.on_print(move |text| sink(&format!("{text}\n")));
     engine.on_debug(move |text, _source, pos| print(&format!("[{pos}] {text}\n")));
     engine
+}
+
+/// The answer for a value too large to write out.
+pub(crate) fn too_large() -> String {
+    format!(
+        "(a value over {} MiB written out: its strings are counted each time they appear; return or print a part of it)",
+        crate::MAX_VALUE_BYTES >> 20
+    )
 }
 
 /// What ends printed output that went on past what is kept.
@@ -212,6 +247,8 @@ impl RhaiRepl {
                     printed
                 } else if crate::nested_deeper_than(&value, KEPT_DEPTH) {
                     format!("(a value nested more than {KEPT_DEPTH} levels deep)")
+                } else if crate::larger_than(&value, crate::MAX_VALUE_BYTES) {
+                    too_large()
                 } else {
                     value.to_string()
                 };

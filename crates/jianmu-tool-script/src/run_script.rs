@@ -425,6 +425,12 @@ fn arguments(value: Dynamic) -> Result<Value, String> {
     if crate::nested_deeper_than(&value, ARGS_DEPTH) {
         return Err(format!("they nest more than {ARGS_DEPTH} levels deep"));
     }
+    if crate::larger_than(&value, crate::MAX_VALUE_BYTES) {
+        return Err(format!(
+            "they are over {} MiB written out (strings counted each time they appear)",
+            crate::MAX_VALUE_BYTES >> 20
+        ));
+    }
     rhai::serde::from_dynamic::<Value>(&value).map_err(|e| e.to_string())
 }
 
@@ -691,6 +697,9 @@ fn show(value: &Dynamic) -> String {
     }
     if crate::nested_deeper_than(value, ARGS_DEPTH) {
         return format!("(a value nested more than {ARGS_DEPTH} levels deep)");
+    }
+    if crate::larger_than(value, crate::MAX_VALUE_BYTES) {
+        return crate::rhai_repl::too_large();
     }
     rhai::serde::from_dynamic::<Value>(value).map_or_else(|_| value.to_string(), |v| v.to_string())
 }

@@ -539,3 +539,38 @@ async fn rhai_values_nested_thousands_deep_neither_crash_nor_stay() {
     // The tool (and everything it kept) is dropped on this runtime's threads.
     drop(r);
 }
+
+#[tokio::test]
+async fn rhai_values_sharing_one_string_are_counted_whole() {
+    let r = rhai(RhaiSettings::default());
+    // 400 entries sharing one 1 MiB string: 1 MiB held, 400 MiB written out.
+    let build =
+        r#"let s = "x"; s.pad(1048576, "x"); let m = #{}; for k in 0..400 { m["k" + k] = s; }"#;
+    let answer = call(&r, json!({"code": format!("{build} m")})).await;
+    assert!(
+        answer.contains("a value over 16 MiB written out"),
+        "{}",
+        &answer[..answer.len().min(300)]
+    );
+    let printed = call(&r, json!({"code": format!("{build} print(m);")})).await;
+    assert!(
+        printed.contains("a value over 16 MiB written out"),
+        "{}",
+        &printed[..printed.len().min(300)]
+    );
+    let interpolated = call(&r, json!({"code": format!("{build} `${{m}}`")})).await;
+    assert!(
+        interpolated.contains("a value over 16 MiB written out"),
+        "{}",
+        &interpolated[..interpolated.len().min(300)]
+    );
+    // Small values still read as before.
+    assert_eq!(
+        call(&r, json!({"code": "#{a: [1, 2]}"})).await,
+        "#{\"a\": [1, 2]}"
+    );
+    assert_eq!(
+        call(&r, json!({"code": "print([1, \"b\"]);"})).await,
+        "[1, \"b\"]\n"
+    );
+}
