@@ -772,4 +772,15 @@ async fn a_command_cannot_change_what_the_next_run_reads() {
         "[core]\n"
     );
     assert_eq!(std::fs::read_to_string(w.join("jianmu.toml")).unwrap(), "");
+    // Nor by putting a copy in `.git`'s place: the folder is pinned.
+    let (_, out) = run(
+        &jail,
+        "mv .git .git-old; rm -rf .git; mkdir -p .git/hooks;          echo x > .git/hooks/pre-commit; ls -d .git-old 2>&1",
+        w,
+    )
+    .await;
+    assert!(out.contains("busy"), "{out}");
+    assert!(!w.join(".git-old").exists(), "{out}");
+    assert!(!w.join(".git/hooks/pre-commit").exists(), "{out}");
+    assert!(w.join(".git/config").exists());
 }

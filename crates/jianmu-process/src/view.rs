@@ -138,6 +138,9 @@ enum Kind {
     },
     Hide,
     Tmpfs,
+    /// A writable folder inside a writable bind, bound on itself: a mount point,
+    /// which cannot be renamed or removed.
+    Pin,
 }
 
 #[derive(Debug)]
@@ -172,9 +175,9 @@ impl Node {
     }
 
     fn holds_shown(&self) -> bool {
-        self.children
-            .values()
-            .any(|c| matches!(c.kind, Kind::Bind { .. } | Kind::Tmpfs) || c.holds_shown())
+        self.children.values().any(|c| {
+            matches!(c.kind, Kind::Bind { .. } | Kind::Tmpfs | Kind::Pin) || c.holds_shown()
+        })
     }
 }
 
@@ -445,6 +448,19 @@ impl ViewConfig {
             root.insert(home, Kind::Bind { writable: false });
         }
         root.insert(Path::new("/tmp"), Kind::Tmpfs);
+        // The folder of a protected path inside a writable one (`.git`) is pinned by
+        // a bind of itself: a mount point can be neither renamed nor removed, so the
+        // folder cannot be put aside for a copy without the read-only entries.
+        for path in &self.protected {
+            if let Some(folder) = path.parent()
+                && self
+                    .writable
+                    .iter()
+                    .any(|w| folder != w && folder.starts_with(w))
+            {
+                root.insert(folder, Kind::Pin);
+            }
+        }
         // Before the hidden paths: a path both protected and hidden stays hidden.
         for path in &self.protected {
             root.insert(path, Kind::Bind { writable: false });
@@ -548,6 +564,17 @@ fn emit(steps: &mut Vec<Step>, path: &mut PathBuf, node: &Node, parent: Parent) 
             children(steps, path, node, Parent::Made);
         }
         Kind::Bind { writable } => bind(steps, path, node, parent, writable, None),
+        Kind::Pin => match parent {
+            Parent::Bound { writable: true } if path.is_dir() => {
+                steps.push(Step::Bind {
+                    source: path.clone(),
+                    target: path.clone(),
+                    writable: true,
+                });
+                children(steps, path, node, parent);
+            }
+            _ => bind(steps, path, node, parent, true, None),
+        },
     }
 }
 
