@@ -67,13 +67,66 @@ struct Job {
 }
 
 /// A terminal emulator fed with what a job writes.
-struct Screen(vt100::Parser);
+struct Screen(vt100::Parser, OscLimit);
 
 impl std::fmt::Debug for Screen {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Screen")
             .field("size", &self.0.screen().size())
             .finish_non_exhaustive()
+    }
+}
+
+impl Screen {
+    fn new(rows: u16, cols: u16) -> Self {
+        Self(vt100::Parser::new(rows, cols, 0), OscLimit::default())
+    }
+
+    /// Feeds what the job wrote, with operating-system commands cut to their first
+    /// [`MAX_OSC`] bytes.
+    fn process(&mut self, data: &[u8]) {
+        let mut kept = Vec::with_capacity(data.len());
+        self.1.filter(data, &mut kept);
+        self.0.process(&kept);
+    }
+}
+
+/// The most bytes of one operating-system command (`ESC ]` … `BEL`, a window title
+/// or a hyperlink) given to the terminal emulator, which keeps the whole command in
+/// memory until it ends: a job that starts one and never ends it would grow it
+/// without bound.
+const MAX_OSC: usize = 4096;
+
+/// Where a stream is in the escape sequences that matter to [`MAX_OSC`].
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+enum OscLimit {
+    #[default]
+    Ground,
+    /// After `ESC`.
+    Escape,
+    /// In an operating-system command, this many bytes in.
+    Osc(usize),
+}
+
+impl OscLimit {
+    /// Appends `data` to `out` less the bytes of an operating-system command past
+    /// [`MAX_OSC`].
+    fn filter(&mut self, data: &[u8], out: &mut Vec<u8>) {
+        for &byte in data {
+            *self = match (*self, byte) {
+                (Self::Osc(_), 0x07 | 0x18 | 0x1a) => Self::Ground,
+                (_, 0x1b) => Self::Escape,
+                (Self::Escape, b']') => Self::Osc(0),
+                (Self::Osc(n), _) => {
+                    if n >= MAX_OSC {
+                        continue;
+                    }
+                    Self::Osc(n + 1)
+                }
+                _ => Self::Ground,
+            };
+            out.push(byte);
+        }
     }
 }
 
@@ -228,7 +281,7 @@ impl Jobs {
         let (job, readers) = match (child.terminal.take(), launch.terminal) {
             (Some(terminal), Some(size)) => {
                 let terminal = Arc::new(terminal);
-                let screen = Screen(vt100::Parser::new(size.rows, size.cols, 0));
+                let screen = Screen::new(size.rows, size.cols);
                 let job = new_job(
                     Some(Input::Terminal(Arc::clone(&terminal))),
                     Some(Mutex::new(screen)),
@@ -537,7 +590,6 @@ async fn collect<R: tokio::io::AsyncRead + Unpin>(stream: R, job: Arc<Job>) {
             screen
                 .lock()
                 .unwrap_or_else(PoisonError::into_inner)
-                .0
                 .process(data);
         }
     })
@@ -579,4 +631,34 @@ async fn monitor(
     }
     *job.stdin.lock().await = None;
     job.ended.send_replace(Some((how, Instant::now())));
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_endless_osc_reaches_the_emulator_cut() {
+        let mut screen = Screen::new(24, 80);
+        let mut limit = OscLimit::default();
+        let mut passed = 0;
+        // A title that never ends, in chunks, the escape split across two.
+        let chunks: Vec<Vec<u8>> = std::iter::once(b"hi\x1b".to_vec())
+            .chain(std::iter::once(b"]0;".to_vec()))
+            .chain(std::iter::repeat_n(vec![b'a'; 65536], 160))
+            .collect();
+        for chunk in &chunks {
+            let mut kept = Vec::new();
+            limit.filter(chunk, &mut kept);
+            passed += kept.len();
+            screen.process(chunk);
+        }
+        assert!(passed < MAX_OSC + 16, "{passed} bytes reached the emulator");
+        // The command ends, and what follows is shown as before.
+        screen.process(b"\x07 there");
+        assert_eq!(screen.0.screen().contents(), "hi there");
+        let mut out = Vec::new();
+        OscLimit::default().filter(b"\x1b]8;;http://x\x1b\\link\x1b]8;;\x07", &mut out);
+        assert_eq!(out, b"\x1b]8;;http://x\x1b\\link\x1b]8;;\x07");
+    }
 }
