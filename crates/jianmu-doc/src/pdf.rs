@@ -374,10 +374,9 @@ fn child(bytes: &[u8], ranges: &[(u32, u32)], start: usize, budget: Budget, out:
             ));
             return;
         }
-        let room = budget
-            .page_chars
-            .min(budget.chars.saturating_sub(chars))
-            .max(1);
+        // A page is read whole (up to `page_chars`); one that would not fit in what
+        // is left of the reading is left for the next one, which starts with it.
+        let room = budget.page_chars.max(1);
         let index = u32::try_from(i + 1).unwrap_or(u32::MAX);
         let sound = ids.get(&number).is_some_and(|id| parents_end(&doc, *id));
         let page = if !sound {
@@ -398,7 +397,14 @@ fn child(bytes: &[u8], ranges: &[(u32, u32)], start: usize, budget: Budget, out:
                 cut: 0,
             })
         };
-        chars += page.text.chars().count();
+        let len = page.text.chars().count();
+        if i > 0 && chars + len > budget.chars {
+            send(&Line::Stop(
+                "the size limit of one reading was reached".to_owned(),
+            ));
+            return;
+        }
+        chars += len;
         if !send(&Line::Page(page)) {
             return;
         }

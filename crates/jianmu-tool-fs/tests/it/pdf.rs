@@ -69,6 +69,8 @@ async fn a_real_manual_reads_page_by_page() {
     let small = reader(dir.path(), small);
     let (text, data) = read(&small, json!({"path": "manual.pdf"})).await.unwrap();
     assert_eq!(data["cut"], json!(true));
+    // No page is cut at the end of a reading: the next one starts with it, whole.
+    assert!(!text.contains("more characters on this page"), "{text}");
     let tail = text.lines().last().unwrap();
     let next = tail
         .split("read them with `pages: \"")
