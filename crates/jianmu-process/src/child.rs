@@ -7,7 +7,8 @@
 //! find). It runs on a thread with a large stack of its own, under an address-space
 //! limit, and writes its result to a pipe the parent reads, bounded; the parent kills
 //! it at the deadline and always reaps it. The child also dies with the thread that
-//! forked it.
+//! forked it. Children at once share one memory budget ([`CHILDREN_MEMORY`]): one
+//! that would take more waits, within its deadline, for others to end.
 //!
 //! A forked child of a multithreaded process may find a lock held by a thread that
 //! does not exist in it. The allocator is made safe for this by the C library (glibc
@@ -101,16 +102,70 @@ impl Write for ChildWriter {
     }
 }
 
+/// The memory all children of this process may take at once, in bytes: a child whose
+/// limit does not fit beside the others' waits (one larger than this waits for all
+/// the others and runs alone).
+pub const CHILDREN_MEMORY: u64 = 4 << 30;
+
+/// Memory reserved by children running now.
+static RESERVED: std::sync::Mutex<u64> = std::sync::Mutex::new(0);
+static RELEASED: std::sync::Condvar = std::sync::Condvar::new();
+
+/// A child's share of [`CHILDREN_MEMORY`], given back when dropped.
+struct Share(u64);
+
+impl Share {
+    /// Waits until `memory` (at most all of it) fits, or answers `None` at `deadline`.
+    fn take(memory: u64, deadline: Instant) -> Option<Self> {
+        let want = memory.min(CHILDREN_MEMORY);
+        let mut reserved = RESERVED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        while *reserved + want > CHILDREN_MEMORY {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return None;
+            }
+            reserved = RELEASED
+                .wait_timeout(reserved, left)
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .0;
+        }
+        *reserved += want;
+        Some(Self(want))
+    }
+}
+
+impl Drop for Share {
+    fn drop(&mut self) {
+        let mut reserved = RESERVED
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *reserved = reserved.saturating_sub(self.0);
+        RELEASED.notify_all();
+    }
+}
+
 /// Runs `work` in a forked child within `limits` and returns what it wrote. Blocks
 /// the calling thread until the child has ended and been reaped; call it from a
 /// thread that may block.
 ///
 /// # Errors
 /// The pipe or the fork could not be made.
-pub fn run_in_child<F>(limits: ChildLimits, work: F) -> io::Result<ChildRun>
+pub fn run_in_child<F>(mut limits: ChildLimits, work: F) -> io::Result<ChildRun>
 where
     F: FnOnce(&mut ChildWriter) + Send,
 {
+    // Its share of the memory all children may take at once, waited for within the
+    // deadline; the wait counts toward it.
+    let started = Instant::now();
+    let Some(_share) = Share::take(limits.memory, started + limits.timeout) else {
+        return Ok(ChildRun {
+            output: Vec::new(),
+            end: ChildEnd::TimedOut,
+        });
+    };
+    limits.timeout = limits.timeout.saturating_sub(started.elapsed());
     let mut fds = [0; 2];
     // SAFETY: `pipe2` fills the two-element array.
     check_int(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) })?;

@@ -40,7 +40,7 @@ mod tree;
 mod userns;
 mod view;
 
-pub use child::{ChildEnd, ChildLimits, ChildRun, ChildWriter, run_in_child};
+pub use child::{CHILDREN_MEMORY, ChildEnd, ChildLimits, ChildRun, ChildWriter, run_in_child};
 pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Supervised};
 pub use netns::Network;
 pub use pty::{Size, Terminal};

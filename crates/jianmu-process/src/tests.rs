@@ -784,3 +784,50 @@ async fn a_command_cannot_change_what_the_next_run_reads() {
     assert!(!w.join(".git/hooks/pre-commit").exists(), "{out}");
     assert!(w.join(".git/config").exists());
 }
+
+/// Children at once take no more memory together than [`crate::CHILDREN_MEMORY`]:
+/// past it, the next waits for one to end.
+#[test]
+fn children_share_one_memory_budget() {
+    use std::io::Write;
+    use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+    use crate::{ChildLimits, run_in_child};
+
+    let limits = ChildLimits {
+        timeout: Duration::from_secs(60),
+        idle: None,
+        memory: crate::CHILDREN_MEMORY / 2,
+        output: 1 << 10,
+        stack: 1 << 20,
+    };
+    let now = || {
+        SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_micros()
+    };
+    let threads: Vec<_> = (0..6)
+        .map(|_| {
+            std::thread::spawn(move || {
+                let run = run_in_child(limits, |w| {
+                    let start = now();
+                    std::thread::sleep(Duration::from_millis(200));
+                    let _ = write!(w, "{start} {}", now());
+                })
+                .unwrap();
+                let text = String::from_utf8(run.output).unwrap();
+                let (a, b) = text.split_once(' ').unwrap();
+                (a.parse::<u128>().unwrap(), b.parse::<u128>().unwrap())
+            })
+        })
+        .collect();
+    let spans: Vec<(u128, u128)> = threads.into_iter().map(|t| t.join().unwrap()).collect();
+    for (start, _) in &spans {
+        let running = spans
+            .iter()
+            .filter(|(a, b)| a <= start && start < b)
+            .count();
+        assert!(running <= 2, "{running} children at once: {spans:?}");
+    }
+}
