@@ -444,7 +444,13 @@ impl WebFetch {
         let kind = Kind::of(&content_type, &bytes);
         let text = match kind {
             Kind::Html | Kind::Text => {
-                let ct = (!content_type.is_empty()).then_some(content_type.as_str());
+                // UTF-16 found by its bytes alone is decoded as such.
+                let sniffed = utf16(&content_type.to_ascii_lowercase(), &bytes)
+                    .filter(|_| !content_type.to_ascii_lowercase().contains("charset="))
+                    .map(|label| format!("text/plain; charset={label}"));
+                let ct = sniffed
+                    .as_deref()
+                    .or((!content_type.is_empty()).then_some(content_type.as_str()));
                 // A NUL is no character of any page; as HTML parsers do, it becomes U+FFFD.
                 jianmu_doc::html::decode(&bytes, ct)
                     .0
@@ -595,6 +601,51 @@ impl Content {
     }
 }
 
+/// The UTF-16 form of a body, when it is UTF-16: by the charset it is sent with, its
+/// byte-order mark, or (with neither) its first bytes, where ASCII text in UTF-16 has
+/// a NUL in every other byte.
+fn utf16(content_type_lower: &str, body: &[u8]) -> Option<&'static str> {
+    if let Some(at) = content_type_lower.find("charset=") {
+        let label = content_type_lower[at + 8..]
+            .split(';')
+            .next()
+            .unwrap_or("")
+            .trim()
+            .trim_matches(['"', '\'']);
+        return match label {
+            "utf-16" | "utf-16le" => Some("utf-16le"),
+            "utf-16be" => Some("utf-16be"),
+            _ => None,
+        };
+    }
+    if body.starts_with(&[0xff, 0xfe]) {
+        return Some("utf-16le");
+    }
+    if body.starts_with(&[0xfe, 0xff]) {
+        return Some("utf-16be");
+    }
+    let head = &body[..body.len().min(512) & !1];
+    if head.len() < 4 {
+        return None;
+    }
+    let zeros = |parity: usize| {
+        head.iter()
+            .skip(parity)
+            .step_by(2)
+            .filter(|b| **b == 0)
+            .count()
+    };
+    let pairs = head.len() / 2;
+    let (even, odd) = (zeros(0), zeros(1));
+    if odd * 10 >= pairs * 9 && even == 0 {
+        Some("utf-16le")
+    } else if even * 10 >= pairs * 9 && odd == 0 {
+        Some("utf-16be")
+    } else {
+        None
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Kind {
     Html,
@@ -604,6 +655,14 @@ enum Kind {
 }
 
 impl Kind {
+    fn textual(mime: &str) -> bool {
+        mime.starts_with("text/")
+            || mime.ends_with("json")
+            || mime.ends_with("xml")
+            || mime.ends_with("javascript")
+            || mime.ends_with("yaml")
+    }
+
     fn of(content_type: &str, body: &[u8]) -> Self {
         let ct = content_type.to_ascii_lowercase();
         let mime = ct.split(';').next().unwrap_or("").trim();
@@ -613,15 +672,14 @@ impl Kind {
         if mime == "application/pdf" || body.starts_with(b"%PDF-") {
             return Kind::Pdf;
         }
+        // UTF-16 text has NUL bytes in it, and is text all the same.
+        if utf16(&ct, body).is_some() && (mime.is_empty() || Self::textual(mime)) {
+            return Kind::Text;
+        }
         if body.contains(&0) {
             return Kind::Binary;
         }
-        if mime.starts_with("text/")
-            || mime.ends_with("json")
-            || mime.ends_with("xml")
-            || mime.ends_with("javascript")
-            || mime.ends_with("yaml")
-        {
+        if Self::textual(mime) {
             return Kind::Text;
         }
         let head = &body[..body.len().min(512)];

@@ -162,6 +162,18 @@ async fn charsets_pdfs_and_binaries() {
     assert!(looped.contains("--- page 3 ---\nthird page"), "{looped}");
     let png = call(&t, json!({"url": srv.url("/png")})).await;
     assert_eq!(png, "(binary content, image/png, 10 bytes: not shown)");
+    // UTF-16 is text: by its byte-order mark, its label, or its bytes.
+    for (path, text) in [
+        ("/utf16", "héllo, 世界"),
+        ("/utf16-labelled", "plain text"),
+        ("/utf16-bare", "no mark, no label"),
+    ] {
+        let got = call(&t, json!({"url": srv.url(path)})).await;
+        assert!(
+            got.contains(text) && !got.contains('\u{fffd}'),
+            "{path}: {got}"
+        );
+    }
     let missing = call(&t, json!({"url": srv.url("/nothing-here")})).await;
     assert!(
         missing.starts_with("error: ") && missing.ends_with("answered HTTP 404 Not Found"),

@@ -65,6 +65,13 @@ async fn route(req: Request<Incoming>, port: u16, n: u32) -> Response<Full<Bytes
             r#"{"a": 1, "b": [true]}"#.replace(' ', ""),
         ),
         "/long" => reply(200, None, "x".repeat(10_000)),
+        "/utf16" => reply(200, Some("text/plain"), utf16_le("\u{feff}héllo, 世界\n")),
+        "/utf16-labelled" => reply(
+            200,
+            Some("text/plain; charset=utf-16be"),
+            "plain text\n".encode_utf16().flat_map(u16::to_be_bytes).collect::<Vec<u8>>(),
+        ),
+        "/utf16-bare" => reply(200, None, utf16_le("no mark, no label\n")),
         "/echo" => {
             let method = req.method().to_string();
             let test = req
@@ -179,6 +186,10 @@ pub(crate) const PYTHON_OS_PAGE: &str = "/usr/share/doc/python3.11/html/library/
 
 /// An article with navigation, a script and a footer around it, long enough to stand
 /// out as the main content.
+fn utf16_le(text: &str) -> Vec<u8> {
+    text.encode_utf16().flat_map(u16::to_le_bytes).collect()
+}
+
 pub(crate) fn article() -> String {
     let para = "<p>Ownership is a set of rules that govern how a program manages memory. \
                 Some languages have garbage collection; in others, the programmer must \
