@@ -336,10 +336,10 @@ impl WebFetch {
         }
     }
 
-    /// The rules of `origin`'s robots.txt: none found (4xx) allows everything; one
-    /// that cannot be read (401, 403, 5xx, no connection) allows nothing.
+    /// The rules of `origin`'s robots.txt, as RFC 9309 says: redirects followed (five,
+    /// to any host the guard allows); unavailable (any 4xx, or too many redirects)
+    /// allows everything; unreachable (5xx, no connection) allows nothing.
     async fn read_robots(&self, origin: &str, deadline: Instant) -> Result<Robots, ToolError> {
-        let left = deadline.saturating_duration_since(Instant::now());
         let robots_url = format!("{origin}/robots.txt");
         let unreadable = |why: String| {
             ToolError::failed(format!(
@@ -347,18 +347,44 @@ impl WebFetch {
                  was not fetched"
             ))
         };
-        let mut resp = self
-            .client
-            .get(&robots_url)
-            .timeout(left)
-            .send()
-            .await
-            .map_err(|e| unreadable(jianmu_net::describe(&e)))?;
+        // Redirects are followed to another host too (RFC 9309 asks for five), each
+        // through the same guard; the file found at the end is the site's.
+        let mut at = robots_url.clone();
+        let mut hops = 0;
+        let mut resp = loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let resp = self
+                .client
+                .get(&at)
+                .timeout(left)
+                .send()
+                .await
+                .map_err(|e| unreadable(jianmu_net::describe(&e)))?;
+            if !resp.status().is_redirection() {
+                break resp;
+            }
+            let next = resp
+                .headers()
+                .get(reqwest::header::LOCATION)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|to| Url::parse(&at).ok()?.join(to).ok())
+                .filter(|next| {
+                    jianmu_net::check_url(next, &|h| self.settings.net.allows(h)).is_ok()
+                });
+            match next {
+                Some(next) if hops < 5 => {
+                    hops += 1;
+                    at = next.to_string();
+                }
+                // Unavailable, as RFC 9309 treats too many redirects.
+                _ => return Ok(Robots::allow_all()),
+            }
+        };
         let status = resp.status().as_u16();
         match status {
             200..=299 => {}
-            401 | 403 => return Ok(Robots::deny_all()),
-            300..=499 => return Ok(Robots::allow_all()),
+            // Unavailable (every 4xx, 401 and 403 included): RFC 9309 lets crawlers in.
+            400..=499 => return Ok(Robots::allow_all()),
             _ => return Err(unreadable(format!("HTTP {status}"))),
         }
         let (bytes, _) = jianmu_net::read_capped(&mut resp, MAX_ROBOTS)

@@ -18,67 +18,60 @@ impl Robots {
         Self::default()
     }
 
-    /// Disallows everything.
-    pub(crate) fn deny_all() -> Self {
-        Self {
-            rules: vec![(false, "/".into())],
-        }
-    }
-
     /// The group of `text` that applies to `agent` (a product token such as
-    /// `jianmu`): the groups naming it, else those for `*`.
+    /// `jianmu`): the groups naming it, else those for `*`. Read as RFC 9309 and
+    /// Google's reference parser read it: a byte-order mark skipped, lines ended by
+    /// LF, CRLF or CR alone, keys in any case (and the misspellings the reference
+    /// parser takes), a user agent matched by its leading product token, patterns
+    /// with non-ASCII bytes percent-encoded.
     pub(crate) fn parse(text: &str, agent: &str) -> Self {
-        let mut mine = Vec::new();
-        let mut anyone = Vec::new();
-        let mut agents: Vec<String> = Vec::new();
+        let text = text.strip_prefix('\u{feff}').unwrap_or(text);
+        let (mut mine, mut anyone) = (Vec::new(), Vec::new());
+        let mut has_mine = false;
+        // The current group's user agents: ours, and `*`.
+        let (mut for_me, mut for_all) = (false, false);
         let mut in_rules = false;
-        let mut current: Vec<(bool, String)> = Vec::new();
-        let mut flush = |agents: &[String], rules: &mut Vec<(bool, String)>| {
-            if agents.iter().any(|a| a.eq_ignore_ascii_case(agent)) {
-                mine.append(&mut rules.clone());
-            }
-            if agents.iter().any(|a| a == "*") {
-                anyone.append(&mut rules.clone());
-            }
-            rules.clear();
-        };
-        for line in text.lines() {
+        for line in text.split(['\n', '\r']) {
             let line = line.split('#').next().unwrap_or("").trim();
-            let Some((key, value)) = line.split_once(':') else {
+            let Some((key, value)) = key_value(line) else {
                 continue;
             };
-            let key = key.trim().to_ascii_lowercase();
-            let value = value.trim();
-            match key.as_str() {
-                "user-agent" => {
+            match key {
+                Key::UserAgent => {
                     if in_rules {
-                        flush(&agents, &mut current);
-                        agents.clear();
-                        in_rules = false;
+                        (for_me, for_all, in_rules) = (false, false, false);
                     }
-                    agents.push(value.to_ascii_lowercase());
+                    if value.starts_with('*')
+                        && value[1..].chars().next().is_none_or(char::is_whitespace)
+                    {
+                        for_all = true;
+                    } else {
+                        let token: &str = value
+                            .split(|c: char| !(c.is_ascii_alphabetic() || c == '_' || c == '-'))
+                            .next()
+                            .unwrap_or("");
+                        if !token.is_empty() && token.eq_ignore_ascii_case(agent) {
+                            for_me = true;
+                            has_mine = true;
+                        }
+                    }
                 }
-                "allow" | "disallow" => {
+                Key::Allow | Key::Disallow => {
                     in_rules = true;
                     // An empty Disallow allows everything: no rule.
-                    if !value.is_empty() {
-                        current.push((key == "allow", value.to_owned()));
+                    if value.is_empty() {
+                        continue;
+                    }
+                    let rule = (key == Key::Allow, escape(value));
+                    if for_me {
+                        mine.push(rule.clone());
+                    }
+                    if for_all {
+                        anyone.push(rule);
                     }
                 }
-                _ => {}
             }
         }
-        flush(&agents, &mut current);
-        let has_mine = text.lines().any(|l| {
-            l.split('#')
-                .next()
-                .unwrap_or("")
-                .split_once(':')
-                .is_some_and(|(k, v)| {
-                    k.trim().eq_ignore_ascii_case("user-agent")
-                        && v.trim().eq_ignore_ascii_case(agent)
-                })
-        });
         Self {
             rules: if has_mine { mine } else { anyone },
         }
@@ -86,9 +79,10 @@ impl Robots {
 
     /// Whether `path` (with its query) may be fetched.
     pub(crate) fn allows(&self, path: &str) -> bool {
+        let path = escape(path);
         let mut best: Option<(usize, bool)> = None;
         for (allow, pattern) in &self.rules {
-            if matches(pattern, path) {
+            if matches(pattern, &path) {
                 let len = pattern.len();
                 best = match best {
                     Some((l, a)) if l > len || (l == len && a) => Some((l, a)),
@@ -98,6 +92,65 @@ impl Robots {
         }
         best.is_none_or(|(_, allow)| allow)
     }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Key {
+    UserAgent,
+    Allow,
+    Disallow,
+}
+
+/// A line's key and value: split at its colon (or, as the reference parser also
+/// takes, at the white space between exactly two words); `None` for other keys.
+fn key_value(line: &str) -> Option<(Key, &str)> {
+    let (key, value) = match line.split_once(':') {
+        Some(pair) => pair,
+        None => {
+            let mut words = line.split_whitespace();
+            match (words.next(), words.next(), words.next()) {
+                (Some(k), Some(v), None) => (k, v),
+                _ => return None,
+            }
+        }
+    };
+    let key = match key.trim().to_ascii_lowercase().as_str() {
+        "user-agent" | "useragent" | "user agent" => Key::UserAgent,
+        "allow" => Key::Allow,
+        "disallow" | "dissallow" | "dissalow" | "disalow" | "diasllow" | "disallaw" => {
+            Key::Disallow
+        }
+        _ => return None,
+    };
+    Some((key, value.trim()))
+}
+
+/// A pattern or path as they are compared: non-ASCII bytes percent-encoded, and the
+/// hex digits of every escape upper-case.
+fn escape(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    let bytes = text.as_bytes();
+    let mut i = 0;
+    while i < bytes.len() {
+        let b = bytes[i];
+        if b == b'%'
+            && i + 2 < bytes.len()
+            && bytes[i + 1].is_ascii_hexdigit()
+            && bytes[i + 2].is_ascii_hexdigit()
+        {
+            out.push('%');
+            out.push(char::from(bytes[i + 1].to_ascii_uppercase()));
+            out.push(char::from(bytes[i + 2].to_ascii_uppercase()));
+            i += 3;
+        } else if b >= 0x80 {
+            out.push_str(&format!("%{b:02X}"));
+            i += 1;
+        } else {
+            out.push(char::from(b));
+            i += 1;
+        }
+    }
+    out
 }
 
 /// Whether robots pattern `pattern` matches the start of `path`.
@@ -151,7 +204,62 @@ mod tests {
         assert!(!wild.allows("/a-to-b/c"));
         assert!(wild.allows("/a-only"));
         assert!(Robots::parse("User-agent: *\nDisallow:\n", "jianmu").allows("/x"));
-        assert!(!Robots::deny_all().allows("/x"));
         assert!(Robots::allow_all().allows("/x"));
+    }
+
+    /// Cases from RFC 9309 and the reference parser's tests (google/robotstxt).
+    #[test]
+    fn read_as_the_reference_parser_reads_it() {
+        let allowed = |txt: &str, agent: &str, path: &str| Robots::parse(txt, agent).allows(path);
+        // A byte-order mark, and lines ended by CR alone or mixed.
+        assert!(!allowed(
+            "\u{feff}User-agent: *\nDisallow: /x/\n",
+            "jianmu",
+            "/x/y"
+        ));
+        assert!(!allowed("User-agent: *\rDisallow: /x/\r", "jianmu", "/x/y"));
+        assert!(!allowed(
+            "User-agent: *\r\nAllow: /a\rDisallow: /x/\n",
+            "jianmu",
+            "/x/y"
+        ));
+        // Non-ASCII patterns match the percent-encoded path, in either case of hex.
+        let txt = "User-agent: *\nDisallow: /foo/bar/ツ\nDisallow: /a/%e3%83%84\n";
+        assert!(!allowed(txt, "jianmu", "/foo/bar/%E3%83%84"));
+        assert!(!allowed(txt, "jianmu", "/a/%E3%83%84"));
+        assert!(allowed(txt, "jianmu", "/foo/bar/baz"));
+        // Keys in any case, misspelt as the reference parser takes them, or without
+        // a colon.
+        assert!(!allowed("USER-AGENT: *\nDISALLOW: /x\n", "jianmu", "/x"));
+        assert!(!allowed("useragent: *\ndissallow: /x\n", "jianmu", "/x"));
+        assert!(!allowed("User-agent *\nDisallow /x\n", "jianmu", "/x"));
+        // The user agent is matched by its product token.
+        assert!(!allowed(
+            "User-agent: Jianmu/1.0\nDisallow: /\n",
+            "jianmu",
+            "/x"
+        ));
+        assert!(allowed(
+            "User-agent: jianmubot\nDisallow: /\n",
+            "jianmu",
+            "/x"
+        ));
+        assert!(!allowed(
+            "User-agent: * bot\nDisallow: /\nUser-agent: x\n",
+            "jianmu",
+            "/x"
+        ));
+        // Consecutive user-agent lines share a group; a rule before any is ignored.
+        let txt = "Disallow: /a\nUser-agent: foo\nUser-agent: jianmu\nDisallow: /b\n";
+        assert!(allowed(txt, "jianmu", "/a"));
+        assert!(!allowed(txt, "jianmu", "/b"));
+        // Longest match wins; a tie goes to Allow.
+        let txt = "User-agent: *\nAllow: /page\nDisallow: /*.html\n";
+        assert!(!allowed(txt, "jianmu", "/page.html"));
+        let txt = "User-agent: *\nAllow: /page\nDisallow: /page\n";
+        assert!(allowed(txt, "jianmu", "/page"));
+        let txt = "User-agent: *\nAllow: /$\nDisallow: /\n";
+        assert!(allowed(txt, "jianmu", "/"));
+        assert!(!allowed(txt, "jianmu", "/page.html"));
     }
 }

@@ -240,3 +240,74 @@ async fn hostile_bodies_are_bounded() {
     .await;
     assert!(refused.contains("loopback address"), "{refused}");
 }
+
+/// A server on its own thread answering each path with `(status, headers, body)`.
+fn tiny_server(answer: fn(&str, u16) -> (u16, String, String)) -> u16 {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for conn in listener.incoming() {
+            let Ok(mut conn) = conn else { continue };
+            let mut request = Vec::new();
+            let mut buf = [0u8; 2048];
+            while !request.windows(4).any(|w| w == b"\r\n\r\n") {
+                match conn.read(&mut buf) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => request.extend_from_slice(&buf[..n]),
+                }
+            }
+            let text = String::from_utf8_lossy(&request);
+            let path = text.split_whitespace().nth(1).unwrap_or("/").to_owned();
+            let (status, headers, body) = answer(&path, port);
+            let _ = write!(
+                conn,
+                "HTTP/1.1 {status} X\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    port
+}
+
+#[tokio::test]
+async fn robots_txt_found_through_a_redirect_to_another_host_applies() {
+    let rules = tiny_server(|path, _| match path {
+        "/robots.txt" => (
+            200,
+            String::new(),
+            "User-agent: *\nDisallow: /private\n".into(),
+        ),
+        _ => (404, String::new(), String::new()),
+    });
+    static RULES: std::sync::OnceLock<u16> = std::sync::OnceLock::new();
+    RULES.set(rules).unwrap();
+    let site = tiny_server(|path, _| match path {
+        "/robots.txt" => (
+            301,
+            format!(
+                "Location: http://localhost:{}/robots.txt\r\n",
+                RULES.get().unwrap()
+            ),
+            String::new(),
+        ),
+        _ => (
+            200,
+            "Content-Type: text/plain\r\n".into(),
+            "the page".into(),
+        ),
+    });
+    let t = fetcher(|_| {});
+    let refused = call(
+        &t,
+        json!({"url": format!("http://127.0.0.1:{site}/private")}),
+    )
+    .await;
+    assert!(refused.contains("does not allow"), "{refused}");
+    let open = call(
+        &t,
+        json!({"url": format!("http://127.0.0.1:{site}/public")}),
+    )
+    .await;
+    assert!(open.contains("the page"), "{open}");
+}
