@@ -247,9 +247,9 @@ impl GrepSearch {
                     ));
                 }
             }
-            text = jianmu_workspace::head_and_tail(&text, self.settings.max_output, &said);
+            text = jianmu_workspace::head_and_tail_lines(&text, self.settings.max_output, &said);
         } else if cut {
-            text = jianmu_workspace::head_and_tail(
+            text = jianmu_workspace::head_and_tail_lines(
                 &text,
                 self.settings.max_output,
                 "narrow the search or lower `limit` to see the rest",

@@ -401,9 +401,73 @@ pub fn head_and_tail(text: &str, max: usize, saved: &str) -> String {
     )
 }
 
+/// As [`head_and_tail`], for a listing: the cut falls between lines, so that no line
+/// is shown in part (a line longer than the part kept is cut as characters).
+#[must_use]
+pub fn head_and_tail_lines(text: &str, max: usize, saved: &str) -> String {
+    let total = text.chars().count();
+    if total <= max {
+        return text.to_owned();
+    }
+    let head_chars = max - max / 5;
+    let tail_chars = max / 5;
+    let at_char = |n: usize| text.char_indices().nth(n).map_or(text.len(), |(i, _)| i);
+    // The head ends after the last whole line within its share, the tail starts at
+    // the first whole line within its own.
+    let head_limit = at_char(head_chars);
+    let head_end = text[..head_limit].rfind('\n').map_or(head_limit, |i| i + 1);
+    let tail_limit = if tail_chars == 0 {
+        text.len()
+    } else {
+        text.char_indices()
+            .rev()
+            .nth(tail_chars - 1)
+            .map_or(head_end, |(i, _)| i.max(head_end))
+    };
+    let tail_start = if tail_limit == 0 || text[..tail_limit].ends_with('\n') {
+        tail_limit
+    } else {
+        text[tail_limit..]
+            .find('\n')
+            .map_or(text.len(), |i| tail_limit + i + 1)
+    };
+    let tail_start = tail_start.max(head_end);
+    let middle = &text[head_end..tail_start];
+    format!(
+        "{}... ({} lines of {} characters cut from the middle; {saved}) ...\n{}",
+        &text[..head_end],
+        middle.matches('\n').count(),
+        middle.chars().count(),
+        &text[tail_start..]
+    )
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_listing_is_cut_between_lines() {
+        let text: String = (0..1000)
+            .map(|k| format!("src/file{k}.rs:{k}:match\n"))
+            .collect();
+        let cut = head_and_tail_lines(&text, 2000, "saved nowhere");
+        for line in cut.lines() {
+            assert!(
+                line.starts_with("src/file") && line.ends_with(":match")
+                    || line.starts_with("... ("),
+                "a line shown in part: {line:?}"
+            );
+        }
+        assert!(cut.starts_with("src/file0.rs:0:match\n"));
+        assert!(cut.ends_with("src/file999.rs:999:match\n"));
+        assert!(cut.chars().count() <= 2000 + 100, "{}", cut.len());
+        let cut_lines: usize = cut
+            .lines()
+            .find_map(|l| l.strip_prefix("... (")?.split(' ').next()?.parse().ok())
+            .unwrap();
+        assert_eq!(cut.lines().count() - 1 + cut_lines, 1000);
+    }
 
     #[test]
     fn saved_in_a_folder_of_the_scope_and_removed_with_it() {
