@@ -160,7 +160,10 @@ async fn long_outputs_are_saved_whole_and_read_back_exactly() {
     // Cut between lines: every line shown is whole.
     for line in many.text.lines() {
         let whole = line.starts_with("src/") && line.contains(":needle ");
-        assert!(whole || line.starts_with("... (") || line.starts_with('('), "{line:?}");
+        assert!(
+            whole || line.starts_with("... (") || line.starts_with('('),
+            "{line:?}"
+        );
     }
     assert!(
         many.text.ends_with("src/b.txt:500:needle 500\n"),
