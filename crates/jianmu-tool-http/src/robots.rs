@@ -79,6 +79,10 @@ impl Robots {
 
     /// Whether `path` (with its query) may be fetched.
     pub(crate) fn allows(&self, path: &str) -> bool {
+        // RFC 9309: the file itself is always allowed.
+        if path == "/robots.txt" {
+            return true;
+        }
         let path = escape(path);
         let mut best: Option<(usize, bool)> = None;
         for (allow, pattern) in &self.rules {
@@ -260,6 +264,7 @@ mod tests {
         assert!(allowed(txt, "jianmu", "/page"));
         let txt = "User-agent: *\nAllow: /$\nDisallow: /\n";
         assert!(allowed(txt, "jianmu", "/"));
+        assert!(allowed(txt, "jianmu", "/robots.txt"));
         assert!(!allowed(txt, "jianmu", "/page.html"));
     }
 }

@@ -14,7 +14,7 @@ use jianmu_tool_core::ToolError;
 use serde_json::{Value, json};
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::unix::pipe;
-use tokio::sync::{Notify, oneshot};
+use tokio::sync::{Notify, mpsc, oneshot};
 
 use crate::settings::ServerSettings;
 
@@ -64,7 +64,9 @@ const MAX_OPEN_BYTES: usize = 64 << 20;
 /// A running language server.
 pub(crate) struct Server {
     pub(crate) command: String,
-    writer: Arc<tokio::sync::Mutex<pipe::Sender>>,
+    /// What goes to the server, in order: the session's messages and the answers to
+    /// the server's requests.
+    outgoing: mpsc::Sender<Outgoing>,
     shared: Arc<Shared>,
     next_id: AtomicI64,
     pub(crate) capabilities: Value,
@@ -167,12 +169,14 @@ impl Server {
         let (Some(input), Some(output)) = (process.stdin.take(), process.stdout.take()) else {
             return Err(ToolError::failed("the language server has no pipes"));
         };
-        let writer = Arc::new(tokio::sync::Mutex::new(input));
+        let (outgoing, queue) = mpsc::channel::<Outgoing>(MAX_QUEUED);
         let shared = Arc::new(Shared::default());
         shared.alive.store(true, Ordering::Relaxed);
         let reader = tokio::spawn(read_loop(
             BufReader::new(output),
-            Arc::clone(&writer),
+            input,
+            queue,
+            outgoing.clone(),
             Arc::clone(&shared),
             max_message,
         ));
@@ -181,7 +185,7 @@ impl Server {
             command: Path::new(program)
                 .file_name()
                 .map_or_else(|| program.clone(), |n| n.to_string_lossy().into_owned()),
-            writer,
+            outgoing,
             shared,
             next_id: AtomicI64::new(1),
             capabilities: Value::Null,
@@ -257,14 +261,14 @@ impl Server {
     async fn send(&self, message: &Value) -> Result<(), ToolError> {
         let body = message.to_string();
         let framed = format!("Content-Length: {}\r\n\r\n{body}", body.len());
-        // The wait for the pipe (which answers to the server may hold) counts too.
+        // Written in turn with the answers queued before it; the wait counts too.
+        let (done, written) = oneshot::channel();
         let write = async {
-            let mut writer = self.writer.lock().await;
-            writer.write_all(framed.as_bytes()).await?;
-            writer.flush().await
+            self.outgoing.send((framed, Some(done))).await.ok()?;
+            written.await.ok()
         };
         match tokio::time::timeout(self.timeout, write).await {
-            Ok(Ok(())) => Ok(()),
+            Ok(Some(())) => Ok(()),
             _ => Err(ToolError::failed(format!(
                 "the language server `{}` stopped reading its input",
                 self.command
@@ -511,35 +515,41 @@ async fn read_message(
     Ok(body)
 }
 
-/// Answers to the server's requests waiting for the server to read them; past this
-/// many, a server that sends requests without reading is not answered.
-const MAX_QUEUED_ANSWERS: usize = 4096;
+/// A framed message for the server, and who waits for it to be written.
+type Outgoing = (String, Option<oneshot::Sender<()>>);
 
-/// Reads what the server sends, as it comes: replies go to the requests waiting for
-/// them, and the server's own requests are answered through a queue, so that a server
-/// that does not read its input never stops this loop (nor, holding the pipe, the
-/// requests of the session past their time limit).
+/// Messages waiting for the server to read them; past this many, a server that sends
+/// requests without reading is not answered.
+const MAX_QUEUED: usize = 4096;
+
+/// Reads what the server sends, as it comes, and writes what goes to it, in order:
+/// replies go to the requests waiting for them, and the server's own requests are
+/// answered through the outgoing queue, so that a server that does not read its input
+/// never stops the reading (nor the session's requests past their time limit).
 async fn read_loop(
     input: BufReader<pipe::Receiver>,
-    writer: Arc<tokio::sync::Mutex<pipe::Sender>>,
+    mut pipe: pipe::Sender,
+    mut queue: mpsc::Receiver<Outgoing>,
+    answers: mpsc::Sender<Outgoing>,
     shared: Arc<Shared>,
     max: usize,
 ) {
-    let (answers, mut queue) = tokio::sync::mpsc::channel::<String>(MAX_QUEUED_ANSWERS);
-    let answering = async move {
-        while let Some(framed) = queue.recv().await {
-            let mut w = writer.lock().await;
-            if w.write_all(framed.as_bytes()).await.is_err() || w.flush().await.is_err() {
+    let writing = async move {
+        while let Some((framed, done)) = queue.recv().await {
+            if pipe.write_all(framed.as_bytes()).await.is_err() || pipe.flush().await.is_err() {
                 break;
+            }
+            if let Some(done) = done {
+                let _ = done.send(());
             }
         }
     };
-    tokio::join!(read_messages(input, answers, shared, max), answering);
+    tokio::join!(read_messages(input, answers, shared, max), writing);
 }
 
 async fn read_messages(
     mut input: BufReader<pipe::Receiver>,
-    answers: tokio::sync::mpsc::Sender<String>,
+    answers: mpsc::Sender<Outgoing>,
     shared: Arc<Shared>,
     max: usize,
 ) {
@@ -599,7 +609,7 @@ async fn read_messages(
                 let body = reply.to_string();
                 let framed = format!("Content-Length: {}\r\n\r\n{body}", body.len());
                 // A full queue: the server has not read thousands of answers.
-                let _ = answers.try_send(framed);
+                let _ = answers.try_send((framed, None));
             }
             (Some("textDocument/publishDiagnostics"), None) => {
                 let Some(path) = message
