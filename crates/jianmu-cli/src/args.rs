@@ -39,6 +39,10 @@ pub(crate) struct Cli {
     /// (repeatable; adds to each network tool's own `allow_hosts`).
     #[arg(long, global = true, value_name = "HOST")]
     pub(crate) allow_host: Vec<String>,
+    /// Let `bash` and `python_repl` reach HOST (on PORT only, when given) through the
+    /// session's egress proxy (repeatable; adds to `[egress] allow`).
+    #[arg(long, global = true, value_name = "HOST[:PORT]")]
+    pub(crate) egress: Vec<String>,
     /// Append a JSON line per finished call to FILE [default: `[execution] audit_log`].
     #[arg(long, global = true, value_name = "FILE")]
     pub(crate) audit_log: Option<PathBuf>,

@@ -30,6 +30,10 @@ pub(crate) struct Config {
     /// tool's own (`read_deny`, `read_allow`, `sockets`, ...).
     #[serde(default)]
     pub(crate) isolation: Map<String, Value>,
+    /// `[egress]`: keys of `bash`'s and `python_repl`'s `egress` tables, under the
+    /// tool's own (`allow`, `credentials`, limits).
+    #[serde(default)]
+    pub(crate) egress: Map<String, Value>,
     /// The file these settings were read from (kept out of every command's view).
     #[serde(skip)]
     pub(crate) path: Option<PathBuf>,
@@ -105,6 +109,9 @@ pub(crate) struct PrincipalSettings {
     /// principal's calls (`read_deny`, `read_allow`, `sockets`, ...); a key in the
     /// principal's own `tools.NAME.isolation` wins over it.
     pub(crate) isolation: Map<String, Value>,
+    /// Egress settings over `bash`'s and `python_repl`'s `egress` tables for this
+    /// principal's calls (`allow`, `credentials`, limits).
+    pub(crate) egress: Map<String, Value>,
 }
 
 #[cfg(feature = "mcp")]
@@ -120,11 +127,14 @@ impl PrincipalSettings {
         }
         let mut isolation = base.isolation.clone();
         isolation.extend(self.isolation.clone());
+        let mut egress = base.egress.clone();
+        egress.extend(self.egress.clone());
         Self {
             max_sessions: self.max_sessions.or(base.max_sessions),
             shared_workspace: self.shared_workspace.or(base.shared_workspace),
             tools,
             isolation,
+            egress,
         }
     }
 }
@@ -251,6 +261,11 @@ impl Config {
             config.isolation.clone(),
         ))
         .with_context(|| format!("invalid [isolation] in {}", path.display()))?;
+        let egress: jianmu_egress::EgressSettings =
+            serde_json::from_value(Value::Object(config.egress.clone()))
+                .with_context(|| format!("invalid [egress] in {}", path.display()))?;
+        jianmu_egress::Policy::new(&egress)
+            .map_err(|e| anyhow::anyhow!("{e} (in {})", path.display()))?;
         if let Some(ws) = &config.workspace
             && ws.is_relative()
         {

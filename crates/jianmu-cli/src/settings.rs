@@ -68,6 +68,12 @@ impl Settings {
         if !config.isolation.is_empty() {
             tools = jianmu_runtime::with_isolation_defaults(tools, &config.isolation);
         }
+        jianmu_egress::Policy::new(&jianmu_egress::EgressSettings {
+            allow: cli.egress.clone(),
+            ..Default::default()
+        })
+        .map_err(|e| anyhow!("--egress: {e}"))?;
+        tools = jianmu_runtime::with_egress_defaults(tools, &config.egress, &cli.egress);
         if let Some(folder) = config.outputs.folder {
             let plain = std::path::Path::new(&folder)
                 .components()

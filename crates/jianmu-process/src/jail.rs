@@ -70,6 +70,10 @@ pub struct IsolationSettings {
     /// Unix sockets let into the view by path (e.g. a local database's), which would
     /// otherwise be absent.
     pub sockets: Vec<PathBuf>,
+    /// Host addresses (`127.0.0.1:5432`) reachable from inside the private network at
+    /// the same address, through a relay jianmu holds: a local database, a dev
+    /// service. The host's network is not opened.
+    pub host_services: Vec<String>,
 }
 
 impl Default for IsolationSettings {
@@ -82,6 +86,7 @@ impl Default for IsolationSettings {
             read_deny: Vec::new(),
             read_allow: None,
             sockets: Vec::new(),
+            host_services: Vec::new(),
         }
     }
 }
@@ -228,6 +233,8 @@ pub struct Jail {
     view_landlock: Option<Arc<OwnedFd>>,
     /// `mode = "require"`: a view that cannot be made fails the command.
     require: bool,
+    /// What the private network adds to each command's environment.
+    network_env: Option<Arc<dyn crate::NetworkEnv>>,
 }
 
 impl Jail {
@@ -382,6 +389,7 @@ impl Jail {
             view,
             view_landlock: view_landlock.map(Arc::new),
             require: settings.mode == IsolationMode::Require,
+            network_env: None,
         })
     }
 
@@ -437,6 +445,15 @@ impl Jail {
         if self.network.is_some() {
             self.network = Some(network);
         }
+        self
+    }
+
+    /// The same jail adding `env`'s variables to each command it starts in a private
+    /// network (a session's egress proxy). No effect where no private network is in
+    /// force.
+    #[must_use]
+    pub fn with_network_env(mut self, env: Arc<dyn crate::NetworkEnv>) -> Self {
+        self.network_env = Some(env);
         self
     }
 
@@ -511,6 +528,19 @@ impl Jail {
                 )
             })?),
             None => None,
+        };
+        let with_env;
+        let spec = match (&net, &self.network_env) {
+            (Some(made), Some(env)) => {
+                let inside = crate::netns::Inside::from(Arc::clone(made));
+                let mut own = spec.clone();
+                for (k, v) in env.env(&inside, self.tmp())? {
+                    own.env(k, v);
+                }
+                with_env = own;
+                &with_env
+            }
+            _ => spec,
         };
         if self.plan.namespaces && !self.plan.namespaces_failed.load(Ordering::Relaxed) {
             let made = match &self.view {

@@ -42,7 +42,7 @@ mod view;
 
 pub use child::{CHILDREN_MEMORY, ChildEnd, ChildLimits, ChildRun, ChildWriter, run_in_child};
 pub use jail::{Isolation, IsolationMode, IsolationSettings, Jail, JailError, Supervised};
-pub use netns::Network;
+pub use netns::{Inside, Network, NetworkEnv};
 pub use pty::{Size, Terminal};
 pub use spec::{Spec, Stdio as Stream};
 pub use view::PROTECTED_IN_WORKSPACE;

@@ -176,4 +176,109 @@ impl Network {
     pub fn make(&self) -> io::Result<()> {
         self.get().map(drop)
     }
+
+    /// A handle that opens sockets inside it (made now if not yet): what the
+    /// session's doors to the outside are built on.
+    ///
+    /// # Errors
+    /// As [`Network::make`].
+    pub fn inside(&self) -> io::Result<Inside> {
+        self.get().map(|net| Inside { net })
+    }
+}
+
+/// Opens sockets inside a session's private network, for jianmu's own use: a socket
+/// belongs to the network it was made in, so one made here and used by jianmu's
+/// process listens or connects inside the session, with no process of jianmu's in it.
+#[derive(Debug, Clone)]
+pub struct Inside {
+    net: Arc<PrivateNet>,
+}
+
+impl From<Arc<PrivateNet>> for Inside {
+    fn from(net: Arc<PrivateNet>) -> Self {
+        Self { net }
+    }
+}
+
+/// What the child that makes a socket inside needs, and where it reports.
+struct MakeSocket {
+    user: RawFd,
+    net: RawFd,
+    domain: libc::c_int,
+    fd: RawFd,
+    errno: i32,
+}
+
+impl Inside {
+    /// A new TCP socket (non-blocking, close-on-exec) of `domain` (`AF_INET` or
+    /// `AF_INET6`) in the session's network, neither bound nor connected: bind and
+    /// listen on it to serve inside, or connect it to reach a server inside.
+    ///
+    /// # Errors
+    /// The namespaces cannot be joined, or the socket cannot be made.
+    pub fn socket(&self, v6: bool) -> io::Result<OwnedFd> {
+        let mut make = MakeSocket {
+            user: self.net.user.as_raw_fd(),
+            net: self.net.net.as_raw_fd(),
+            domain: if v6 { libc::AF_INET6 } else { libc::AF_INET },
+            fd: -1,
+            errno: 0,
+        };
+        let stack = crate::spawn::Stack::new(64 * 1024)?;
+        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD;
+        // SAFETY: the child runs `socket_main` on its own stack with `make`, which
+        // outlives it (CLONE_VFORK), and makes system calls only.
+        unsafe {
+            crate::spawn::run_child(socket_main, stack.top(), flags, (&raw mut make).cast())?;
+        }
+        if make.fd < 0 {
+            return Err(io::Error::from_raw_os_error(if make.errno == 0 {
+                libc::EIO
+            } else {
+                make.errno
+            }));
+        }
+        // SAFETY: the child opened it in our table and nothing else owns it.
+        Ok(unsafe { OwnedFd::from_raw_fd(make.fd) })
+    }
+}
+
+extern "C" fn socket_main(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `MakeSocket` the caller keeps alive while this runs; only
+    // system calls on prepared data follow.
+    unsafe {
+        let make = &mut *arg.cast::<MakeSocket>();
+        if libc::setns(make.user, libc::CLONE_NEWUSER) != 0
+            || libc::setns(make.net, libc::CLONE_NEWNET) != 0
+        {
+            make.errno = *libc::__errno_location();
+            libc::_exit(1);
+        }
+        make.fd = libc::socket(
+            make.domain,
+            libc::SOCK_STREAM | libc::SOCK_CLOEXEC | libc::SOCK_NONBLOCK,
+            0,
+        );
+        if make.fd < 0 {
+            make.errno = *libc::__errno_location();
+        }
+        libc::_exit(0)
+    }
+}
+
+/// What a session's network adds to each command started in it: environment
+/// variables (a proxy's address, a certificate file's path). Called at every spawn
+/// into a private network, with the network and the jail's private temporary
+/// directory (where a file the variables name can be written).
+pub trait NetworkEnv: Send + Sync + std::fmt::Debug {
+    /// The variables to set.
+    ///
+    /// # Errors
+    /// What the network's doors need cannot be set up; the command is not started.
+    fn env(
+        &self,
+        inside: &Inside,
+        tmp: Option<&std::path::Path>,
+    ) -> io::Result<Vec<(std::ffi::OsString, std::ffi::OsString)>>;
 }

@@ -30,6 +30,18 @@ impl AuditLog {
         })
     }
 
+    /// Appends `line` (one JSON object) whole.
+    pub fn record(&self, line: &serde_json::Value) {
+        let mut text = line.to_string();
+        text.push('\n');
+        let mut file = self
+            .file
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let _ = file.write_all(text.as_bytes());
+        let _ = file.flush();
+    }
+
     /// Records every finished call emitted on `bus`.
     pub fn attach(&self, bus: &EventBus) -> SubscriptionId {
         let file = self.file.clone();

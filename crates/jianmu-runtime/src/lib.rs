@@ -162,6 +162,44 @@ pub fn with_isolation_defaults(
     })
 }
 
+/// The built-in tools whose commands reach outside hosts through the session's
+/// egress proxy, each with an `egress` table (`[tools.NAME.egress]`).
+pub const EGRESS_TOOLS: &[&str] = &["bash", "python_repl"];
+
+/// `config` with `defaults` (`[egress]` of `jianmu.toml`) under every egress tool's
+/// own `egress` table ([`EGRESS_TOOLS`]): a key the tool's table sets wins. `extra`
+/// (`--egress HOST[:PORT]`) is added to every one's `allow` list, whatever set it.
+#[must_use]
+pub fn with_egress_defaults(
+    config: jianmu_tool_core::ToolConfig,
+    defaults: &serde_json::Map<String, serde_json::Value>,
+    extra: &[String],
+) -> jianmu_tool_core::ToolConfig {
+    if defaults.is_empty() && extra.is_empty() {
+        return config;
+    }
+    EGRESS_TOOLS.iter().fold(config, |config, &tool| {
+        let mut merged = defaults.clone();
+        if let Some(own) = config
+            .raw_settings(tool)
+            .and_then(|s| s.get("egress"))
+            .and_then(serde_json::Value::as_object)
+        {
+            merged.extend(own.clone());
+        }
+        if !extra.is_empty() {
+            let mut allow = merged
+                .get("allow")
+                .and_then(serde_json::Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            allow.extend(extra.iter().map(|e| serde_json::Value::from(e.as_str())));
+            merged.insert("allow".into(), serde_json::Value::Array(allow));
+        }
+        config.with_setting(tool, "egress", serde_json::Value::Object(merged))
+    })
+}
+
 /// `config` with `paths` added to every isolated tool's `read_deny` ([`ISOLATED_TOOLS`]),
 /// whatever its settings say: what no session's commands may see (the command's token
 /// file, configuration and audit log, the folders of other sessions and principals).

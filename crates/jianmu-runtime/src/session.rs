@@ -94,12 +94,21 @@ pub struct Opening {
     pub workspace: Option<PathBuf>,
     /// Tool settings laid over the runtime's for this session: (tool, key, value).
     pub settings: Vec<(String, String, Value)>,
+    /// Who the session serves, named in its audit lines (an HTTP principal).
+    pub principal: Option<String>,
 }
 
 impl Opening {
     /// As the runtime's settings say.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// Serves `principal`, whom its audit lines name.
+    #[must_use]
+    pub fn for_principal(mut self, principal: impl Into<String>) -> Self {
+        self.principal = Some(principal.into());
+        self
     }
 
     /// Works in `dir` (made if missing, kept when the session closes).
@@ -160,6 +169,8 @@ pub struct Runtime {
 struct Shared {
     settings: SessionSettings,
     events: EventBus,
+    /// The audit log, when one is kept (the doors of sessions' networks write to it too).
+    audit: Option<AuditLog>,
     /// Sessions open now.
     open: AtomicUsize,
     /// Closes still under way.
@@ -189,13 +200,14 @@ impl Runtime {
     /// An audit log that cannot be opened, sandbox settings that cannot be used.
     pub fn new(settings: SessionSettings) -> Result<Self, SessionError> {
         let events = EventBus::new();
+        let mut audit = None;
         if let Some(path) = &settings.audit_log {
-            AuditLog::open(path)
-                .map_err(|source| SessionError::AuditLog {
-                    path: path.clone(),
-                    source,
-                })?
-                .attach(&events);
+            let log = AuditLog::open(path).map_err(|source| SessionError::AuditLog {
+                path: path.clone(),
+                source,
+            })?;
+            log.attach(&events);
+            audit = Some(log);
         }
         #[cfg(feature = "docker")]
         let docker = match &settings.backend {
@@ -210,6 +222,7 @@ impl Runtime {
             shared: Arc::new(Shared {
                 settings,
                 events,
+                audit,
                 open: AtomicUsize::new(0),
                 closing: TaskTracker::new(),
                 local,
@@ -302,7 +315,12 @@ impl Runtime {
                 });
             }
         };
-        Session::start(self, folder, &opening.settings)
+        Session::start(
+            self,
+            folder,
+            &opening.settings,
+            opening.principal.as_deref(),
+        )
     }
 
     /// Waits (up to `limit`) for sessions being closed in the background, then stops
@@ -438,6 +456,7 @@ impl Session {
         runtime: &Runtime,
         folder: Option<Folder>,
         settings: &[(String, String, Value)],
+        principal: Option<&str>,
     ) -> Result<Self, SessionError> {
         let mut session = Self {
             parts: std::sync::Mutex::new(None),
@@ -445,7 +464,7 @@ impl Session {
             runtime: runtime.clone(),
             owns_runtime: false,
         };
-        let parts = match session.build(settings) {
+        let parts = match session.build(settings, principal) {
             Ok(parts) => parts,
             Err(e) => {
                 // Nothing was built: give the count back and remove the folder here
@@ -465,7 +484,11 @@ impl Session {
     }
 
     /// The tool set (the session's own scope and workspace) and the runner.
-    fn build(&self, overrides: &[(String, String, Value)]) -> Result<Parts, SessionError> {
+    fn build(
+        &self,
+        overrides: &[(String, String, Value)],
+        principal: Option<&str>,
+    ) -> Result<Parts, SessionError> {
         let shared = &self.runtime.shared;
         let settings = &shared.settings;
         let mut tools = settings.tools.clone().with_new_scope();
@@ -485,6 +508,16 @@ impl Session {
             .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
             .collect();
         tools = crate::with_hidden_paths(tools, &hidden);
+        if let Some(audit) = &shared.audit {
+            let mut labels = serde_json::Map::new();
+            labels.insert("principal".into(), principal.into());
+            labels.insert("session".into(), jianmu_tool_core::random_hex().into());
+            let audit = audit.clone();
+            tools
+                .scope()
+                .get::<jianmu_egress::Door>()
+                .set_audit(Arc::new(move |line| audit.record(&line)), labels);
+        }
         #[cfg(feature = "docker")]
         let mut docker = None;
         let runner = match &settings.backend {

@@ -226,13 +226,17 @@ fn build_rhai(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
 
 /// The spec of `python_repl`, with what its network is under these settings.
 fn spec_python(config: &ToolConfig) -> Result<jianmu_tool_core::ToolSpec, ToolError> {
-    let isolation = config
+    let settings = config
         .settings::<PythonSettings>(PythonRepl::NAME)
-        .map(|s| s.isolation)
         .unwrap_or_default();
+    let isolation = &settings.isolation;
     Ok(jianmu_tool_core::spec_of::<PythonRepl>()
         .with_sentence(isolation.files_sentence())
-        .with_sentence(isolation.network_sentence(PythonRepl::NAME)))
+        .with_sentence(jianmu_egress::network_sentence(
+            isolation,
+            &settings.egress,
+            PythonRepl::NAME,
+        )))
 }
 
 fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
@@ -241,6 +245,7 @@ fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
         config.workspace().to_owned(),
     )?
     .with_network(config.scope().get::<jianmu_process::Network>())
+    .with_egress(config.scope().get::<jianmu_egress::Door>())?
     .with_saver(jianmu_workspace::Saver::for_tool(config, PythonRepl::NAME)?);
     ToolHandle::with_spec(repl, spec_python(config)?)
 }

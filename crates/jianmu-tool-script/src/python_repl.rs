@@ -44,6 +44,9 @@ pub struct PythonSettings {
     pub cwd: Option<PathBuf>,
     /// How the interpreter is isolated (`[tools.python_repl.isolation]`).
     pub isolation: IsolationSettings,
+    /// The outside hosts the code reaches through the session's proxy, and the
+    /// credentials it sets (`[tools.python_repl.egress]`, under `[egress]`).
+    pub egress: jianmu_egress::EgressSettings,
     /// Most named interpreters (`session`) kept at once.
     pub max_sessions: usize,
     /// Seconds after which an unused named interpreter is stopped and forgotten.
@@ -76,6 +79,7 @@ impl Default for PythonSettings {
             globals: Map::new(),
             cwd: None,
             isolation: IsolationSettings::default(),
+            egress: jianmu_egress::EgressSettings::default(),
             max_sessions: 8,
             session_idle_secs: 3600,
             without_session: WithoutSession::Kept,
@@ -288,6 +292,27 @@ impl PythonRepl {
     pub fn with_network(mut self, network: Arc<jianmu_process::Network>) -> Self {
         self.jail = self.jail.sharing_network(network);
         self
+    }
+
+    /// Opens the doors its settings name (`egress`, `isolation.host_services`) in
+    /// its session's network, whose doors are `door`.
+    ///
+    /// # Errors
+    /// Egress settings that cannot be used (why, in the message).
+    pub fn with_egress(mut self, door: Arc<jianmu_egress::Door>) -> Result<Self, ToolError> {
+        let egress = jianmu_egress::Egress::new(
+            door,
+            &self.settings.egress,
+            &self.settings.isolation.host_services,
+        )
+        .map_err(|e| ToolError::Config {
+            tool: Self::NAME.to_owned(),
+            message: e.0,
+        })?;
+        if let Some(egress) = egress {
+            self.jail = self.jail.with_network_env(egress);
+        }
+        Ok(self)
     }
 
     /// Saves output longer than `max_output` with `saver`: the answer keeps its head

@@ -60,6 +60,9 @@ pub struct BashSettings {
     pub env: std::collections::BTreeMap<String, String>,
     /// How commands are isolated (`[tools.bash.isolation]`).
     pub isolation: IsolationSettings,
+    /// The outside hosts commands reach through the session's proxy, and the
+    /// credentials it sets (`[tools.bash.egress]`, under `[egress]`).
+    pub egress: jianmu_egress::EgressSettings,
     /// Most shell sessions kept at once.
     pub max_sessions: usize,
     /// Seconds after which an unused session is forgotten.
@@ -97,6 +100,7 @@ impl Default for BashSettings {
             .to_vec(),
             env: Default::default(),
             isolation: IsolationSettings::default(),
+            egress: jianmu_egress::EgressSettings::default(),
             max_sessions: 16,
             session_idle_secs: 3600,
             max_jobs: 16,
@@ -192,6 +196,27 @@ impl Bash {
     pub fn with_network(mut self, network: Arc<jianmu_process::Network>) -> Self {
         self.jail = self.jail.sharing_network(network);
         self
+    }
+
+    /// Opens the doors its settings name (`egress`, `isolation.host_services`) in
+    /// its session's network, whose doors are `door`.
+    ///
+    /// # Errors
+    /// Egress settings that cannot be used (why, in the message).
+    pub fn with_egress(mut self, door: Arc<jianmu_egress::Door>) -> Result<Self, ToolError> {
+        let egress = jianmu_egress::Egress::new(
+            door,
+            &self.settings.egress,
+            &self.settings.isolation.host_services,
+        )
+        .map_err(|e| ToolError::Config {
+            tool: Self::NAME.to_owned(),
+            message: e.0,
+        })?;
+        if let Some(egress) = egress {
+            self.jail = self.jail.with_network_env(egress);
+        }
+        Ok(self)
     }
 
     /// Saves output too long to keep whole with `saver`: the answer keeps its head and
@@ -552,19 +577,24 @@ impl Tool for Bash {
 
 /// The spec, with what the commands' network is under these settings.
 fn spec(config: &ToolConfig) -> Result<ToolSpec, ToolError> {
-    let isolation = config
+    let settings = config
         .settings::<BashSettings>(Bash::NAME)
-        .map(|s| s.isolation)
         .unwrap_or_default();
+    let isolation = &settings.isolation;
     Ok(jianmu_tool_core::spec_of::<Bash>()
         .with_sentence(isolation.files_sentence())
-        .with_sentence(isolation.network_sentence(Bash::NAME)))
+        .with_sentence(jianmu_egress::network_sentence(
+            isolation,
+            &settings.egress,
+            Bash::NAME,
+        )))
 }
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     let bash = Bash::new(config.settings(Bash::NAME)?, config.workspace().to_owned())?
         .with_jobs(config.scope().get::<Jobs>())
         .with_network(config.scope().get::<jianmu_process::Network>())
+        .with_egress(config.scope().get::<jianmu_egress::Door>())?
         .with_saver(jianmu_workspace::Saver::for_tool(config, Bash::NAME)?);
     ToolHandle::with_spec(bash, spec(config)?)
 }

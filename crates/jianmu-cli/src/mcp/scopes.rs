@@ -185,6 +185,20 @@ impl Scopes {
                 );
             }
         }
+        if !settings.egress.is_empty() {
+            let tools = &self.runtime.settings().tools;
+            for tool in jianmu_runtime::EGRESS_TOOLS {
+                let mut egress = tools
+                    .raw_settings(tool)
+                    .and_then(|s| s.get("egress"))
+                    .and_then(Value::as_object)
+                    .cloned()
+                    .unwrap_or_default();
+                egress.extend(settings.egress.clone());
+                opening = opening.with_setting(tool, "egress", Value::Object(egress));
+            }
+        }
+        opening = opening.for_principal(principal);
         for (tool, keys) in &settings.tools {
             for (key, value) in keys {
                 opening = opening.with_setting(tool, key, value.clone());
