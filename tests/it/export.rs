@@ -103,6 +103,7 @@ fn samples(tool: &str) -> Vec<Value> {
         ],
         "bash_kill" => vec![json!({"job": 1})],
         "bash_jobs" => vec![json!({})],
+        "expose_port" => vec![json!({"port": 8000}), json!({"port": 8000, "close": true})],
         "diagnostics" => vec![json!({"paths": ["a.py"]})],
         "definition" | "hover" => vec![
             json!({"path": "a.py", "line": 3}),

@@ -16,7 +16,7 @@
 //! | `lsp` | `diagnostics`, `definition`, `references`, `hover`, `symbols`, and diagnostics after edits (crate `jianmu-tool-lsp`) | No |
 //! | `script` | `rhai_repl`, `python_repl`, `run_script` (crate `jianmu-tool-script`) | No |
 //! | `search` | `duckduckgo_search` (crate `jianmu-tool-search`) | No |
-//! | `shell` | `bash`, `bash_output`, `bash_kill`, `bash_jobs` (crate `jianmu-tool-shell`) | No |
+//! | `shell` | `bash`, `bash_output`, `bash_kill`, `bash_jobs`, `expose_port` (crate `jianmu-tool-shell`) | No |
 //! | `full` | every tool above | No |
 //!
 //! # Example
@@ -90,6 +90,7 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("diagnostics", "lsp"),
     ("duckduckgo_search", "search"),
     ("edit_file", "code"),
+    ("expose_port", "shell"),
     ("file_info", "code"),
     ("git_add", "git"),
     ("git_blame", "git"),

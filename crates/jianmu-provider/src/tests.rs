@@ -50,7 +50,13 @@ fn expected() -> Vec<&'static str> {
     #[cfg(feature = "search")]
     names.push("duckduckgo_search");
     #[cfg(feature = "shell")]
-    names.extend(["bash", "bash_jobs", "bash_kill", "bash_output"]);
+    names.extend([
+        "bash",
+        "bash_jobs",
+        "bash_kill",
+        "bash_output",
+        "expose_port",
+    ]);
     names.sort_unstable();
     names
 }

@@ -25,10 +25,12 @@ use jianmu_tool_core::{
 use serde::{Deserialize, Serialize};
 
 mod capture;
+mod expose;
 mod job_tools;
 mod jobs;
 mod shells;
 
+pub use expose::{ExposeArgs, ExposePort, Exposed};
 pub use job_tools::{
     BashJobs, BashKill, BashOutput, JobArgs, JobListArgs, OutputArgs, OutputSettings,
 };

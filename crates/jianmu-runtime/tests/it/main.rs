@@ -5,6 +5,8 @@
 
 use std::time::Duration;
 
+mod egress;
+
 use jianmu_runtime::{Opening, Runtime, Session, SessionError, SessionSettings};
 use jianmu_test_support::running_with;
 use jianmu_tool_core::{Policy, ToolConfig, ToolError};
