@@ -7,6 +7,8 @@ use serde_json::Value;
 
 #[cfg(all(feature = "docker", feature = "full"))]
 mod docker;
+#[cfg(feature = "full")]
+mod egress;
 #[cfg(all(feature = "docker", feature = "full"))]
 mod engine;
 #[cfg(all(feature = "mcp", feature = "full"))]
