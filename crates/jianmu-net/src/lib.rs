@@ -11,20 +11,27 @@
 //! Environment proxies are ignored unless a proxy is configured.
 #![deny(missing_docs)]
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::io;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, Mutex, OnceLock, PoisonError};
+use std::sync::Arc;
 use std::time::Duration;
+#[cfg(feature = "client")]
+use std::{
+    collections::HashMap,
+    net::SocketAddr,
+    sync::{Mutex, OnceLock, PoisonError},
+};
 
+#[cfg(feature = "client")]
 use reqwest::dns::{Addrs, Name, Resolve, Resolving};
 use serde::Deserialize;
 
 mod guard;
 
 pub use guard::{check_url, refused_ip};
+#[cfg(feature = "client")]
 pub use reqwest;
 pub use url::Url;
 
@@ -81,6 +88,7 @@ impl NetSettings {
 #[error("{0}")]
 pub struct Refused(pub String);
 
+#[cfg(feature = "client")]
 /// Why a guarded client could not be built.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
@@ -126,11 +134,13 @@ pub fn system_lookup() -> Lookup {
     })
 }
 
+#[cfg(feature = "client")]
 struct GuardedResolver {
     lookup: Lookup,
     settings: Arc<NetSettings>,
 }
 
+#[cfg(feature = "client")]
 impl Resolve for GuardedResolver {
     fn resolve(&self, name: Name) -> Resolving {
         let host = name.as_str().to_owned();
@@ -156,6 +166,7 @@ impl Resolve for GuardedResolver {
     }
 }
 
+#[cfg(feature = "client")]
 /// Builds a guarded client. Use [`shared_client`] unless you need your own resolver.
 ///
 /// # Errors
@@ -207,6 +218,7 @@ pub fn build_client(settings: &NetSettings, lookup: Lookup) -> Result<reqwest::C
     builder.build().map_err(NetError::Client)
 }
 
+#[cfg(feature = "client")]
 /// One client per distinct settings for the whole process, so connections are reused
 /// across calls and across tools.
 ///
@@ -226,6 +238,7 @@ pub fn shared_client(settings: &NetSettings) -> Result<reqwest::Client, NetError
     Ok(client)
 }
 
+#[cfg(feature = "client")]
 /// Reads at most `cap` bytes of the (decoded) body; the flag says whether more came.
 ///
 /// # Errors
@@ -246,6 +259,7 @@ pub async fn read_capped(
     Ok((body, false))
 }
 
+#[cfg(feature = "client")]
 /// The text of a failed request: the guard's refusal if that is why, else the error
 /// with its causes.
 pub fn describe(e: &reqwest::Error) -> String {
@@ -264,6 +278,7 @@ pub fn backoff(attempt: u32, base: Duration, cap: Duration) -> Duration {
     Duration::from_millis(ms / 2 + h.finish() % (ms / 2 + 1))
 }
 
+#[cfg(feature = "client")]
 /// Builds a client for a tool, or says why the tool cannot run.
 ///
 /// # Errors
@@ -278,7 +293,7 @@ pub fn client_for(
     })
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "client"))]
 mod tests {
     use std::str::FromStr;
     use std::sync::atomic::{AtomicU32, Ordering};
