@@ -55,6 +55,10 @@ struct Shared {
     dead: AtomicBool,
     /// Set by [`Conn::close`]: the end of the stream is expected, not a fault.
     closing: AtomicBool,
+    /// The session's egress, served here for the proxy inside the container.
+    egress: Option<Arc<jianmu_egress::Egress>>,
+    /// The proxy's connections inside, carried as streams.
+    streams: Option<Arc<crate::tunnel::Streams>>,
 }
 
 impl Conn {
@@ -65,9 +69,32 @@ impl Conn {
         (input, output): (Input, Output),
         memory_mib: u64,
         grace: Duration,
+        egress: Option<Arc<jianmu_egress::Egress>>,
     ) -> Arc<Self> {
-        let (tx, rx) = mpsc::unbounded_channel();
-        let shared = Arc::new(Shared::default());
+        let (tx, rx) = mpsc::unbounded_channel::<Vec<u8>>();
+        // A weak sender: the streams must not keep the container's stdin open.
+        let weak = tx.downgrade();
+        let streams = egress.as_ref().map(|_| {
+            crate::tunnel::Streams::new(move |msg| {
+                use crate::tunnel::Msg;
+                let request = match msg {
+                    Msg::Data(stream, bytes) => Request::Data {
+                        stream,
+                        data: crate::tunnel::encode(&bytes),
+                    },
+                    Msg::Ack(stream, bytes) => Request::Ack { stream, bytes },
+                    Msg::Close(stream) => Request::Close { stream },
+                };
+                if let Some(tx) = weak.upgrade() {
+                    let _ = tx.send(to_line(&request));
+                }
+            })
+        });
+        let shared = Arc::new(Shared {
+            egress,
+            streams,
+            ..Shared::default()
+        });
         tokio::spawn(write_lines(input, rx));
         let reader = tokio::spawn(read_loop(
             Arc::clone(&backend),
@@ -116,12 +143,14 @@ impl Conn {
         &self,
         config: &ToolConfig,
         warm: bool,
+        egress: Option<super::wire::EgressInit>,
     ) -> oneshot::Receiver<Result<(), String>> {
         let (tx, rx) = oneshot::channel();
         *lock(&self.shared.ready) = Some(tx);
         self.send(&Request::Init {
             config: config.clone(),
             warm,
+            egress,
         });
         rx
     }
@@ -327,6 +356,37 @@ fn dispatch(shared: &Shared, line: &[u8]) {
                 .and_then(|w| w.progress.clone());
             if let Some(sink) = sink {
                 sink(&progress);
+            }
+        }
+        Reply::Open { stream } => {
+            if let (Some(streams), Some(egress)) = (&shared.streams, &shared.egress) {
+                if streams.len() >= crate::tunnel::MAX_STREAMS {
+                    streams.refuse(stream);
+                    return;
+                }
+                let (ours, theirs) = tokio::io::duplex(64 * 1024);
+                streams.attach(stream, theirs);
+                match egress.serve(ours) {
+                    Ok(served) => {
+                        tokio::spawn(served);
+                    }
+                    Err(e) => tracing::warn!("cannot serve the sandbox's egress: {e}"),
+                }
+            }
+        }
+        Reply::Data { stream, data } => {
+            if let (Some(streams), Some(bytes)) = (&shared.streams, crate::tunnel::decode(&data)) {
+                streams.data(stream, bytes);
+            }
+        }
+        Reply::Ack { stream, bytes } => {
+            if let Some(streams) = &shared.streams {
+                streams.ack(stream, bytes);
+            }
+        }
+        Reply::Close { stream } => {
+            if let Some(streams) = &shared.streams {
+                streams.close(stream);
             }
         }
         Reply::Done {

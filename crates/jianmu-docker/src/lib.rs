@@ -38,6 +38,7 @@ mod error;
 pub mod image;
 mod serve;
 mod settings;
+mod tunnel;
 mod wire;
 
 use std::path::{Path, PathBuf};
@@ -83,6 +84,10 @@ struct Inner {
     workspace: PathBuf,
     user: String,
     tools: ToolConfig,
+    /// The session's egress (`[tools.bash.egress]`), served on the host for the proxy
+    /// the server opens inside a container without a network; the settings never go
+    /// into the container.
+    egress: Option<Arc<jianmu_egress::Egress>>,
     /// The engines containers are placed on (one unless `hosts` lists several).
     engines: Vec<Engine>,
     owner: String,
@@ -132,6 +137,11 @@ impl DockerSandbox {
                 Engine::new(address, tls, copy)
             })
             .collect();
+        let egress = if settings.network {
+            None
+        } else {
+            egress_of(&tools)
+        };
         Self {
             inner: Arc::new(Inner {
                 settings,
@@ -139,6 +149,7 @@ impl DockerSandbox {
                 user,
                 engines,
                 tools,
+                egress,
                 owner: container::owner_label(),
                 spares: std::sync::Mutex::new(Vec::new()),
                 filling: AtomicUsize::new(0),
@@ -505,6 +516,45 @@ impl Inner {
     }
 }
 
+/// The egress `bash`'s settings name (`[tools.bash.egress]`), if any: what the
+/// session's container reaches through the host. A setting that cannot be used is
+/// reported, and the container gets no egress.
+fn egress_of(tools: &ToolConfig) -> Option<Arc<jianmu_egress::Egress>> {
+    let settings = tools
+        .raw_settings("bash")
+        .and_then(|s| s.get("egress"))
+        .cloned()?;
+    let settings: jianmu_egress::EgressSettings = match serde_json::from_value(settings) {
+        Ok(s) => s,
+        Err(e) => {
+            tracing::warn!("[tools.bash.egress] is not usable in the Docker sandbox: {e}");
+            return None;
+        }
+    };
+    let door = tools.scope().get::<jianmu_egress::Door>();
+    match jianmu_egress::Egress::new(door, &settings, &[]) {
+        Ok(egress) => egress,
+        Err(e) => {
+            tracing::warn!("[tools.bash.egress] is not usable in the Docker sandbox: {e}");
+            None
+        }
+    }
+}
+
+/// `tools` without the egress settings (credentials stay on the host).
+fn without_egress(tools: &ToolConfig) -> ToolConfig {
+    let mut tools = tools.clone();
+    for tool in ["bash", "python_repl"] {
+        if let Some(mut settings) = tools.raw_settings(tool).cloned()
+            && let Some(map) = settings.as_object_mut()
+            && map.remove("egress").is_some()
+        {
+            tools = tools.with_settings(tool, settings);
+        }
+    }
+    tools
+}
+
 /// Creates, attaches and starts a container, and waits until its server is ready.
 async fn start(
     inner: &Inner,
@@ -528,10 +578,21 @@ async fn start(
         (input, output),
         s.memory_mib,
         Duration::from_secs_f64(s.cancel_grace_secs),
+        inner.egress.clone(),
     );
+    let egress = match &inner.egress {
+        Some(egress) => Some(wire::EgressInit {
+            ca: egress.ca_pem().map_err(|e| {
+                SandboxError::Lost(format!(
+                    "cannot make the session's certificate authority: {e}"
+                ))
+            })?,
+        }),
+        None => None,
+    };
     // Written before the start: the pipe holds it, so the server finds its
     // settings as soon as it boots, while the engine is still answering.
-    let ready = conn.send_init(&inner.tools, warm);
+    let ready = conn.send_init(&without_egress(&inner.tools), warm, egress);
     if let Err(e) = backend.start(&id).await {
         conn.remove().await;
         return Err(e);

@@ -66,6 +66,80 @@ fn in_container(mut config: ToolConfig) -> ToolConfig {
     config
 }
 
+/// Listens on the container's loopback as the session's proxy, sends each connection
+/// to the host as a stream, and gives `bash` and `python_repl` the proxy's variables
+/// (and the session's certificate authority, written to `/tmp`).
+fn egress_inside(
+    mut config: ToolConfig,
+    egress: &super::wire::EgressInit,
+    tx: &mpsc::UnboundedSender<Vec<u8>>,
+    streams: &mut Option<Arc<crate::tunnel::Streams>>,
+) -> std::io::Result<ToolConfig> {
+    use crate::tunnel::{Msg, Streams, encode};
+    let listener = std::net::TcpListener::bind(("127.0.0.1", 0))?;
+    listener.set_nonblocking(true)?;
+    let port = listener.local_addr()?.port();
+    let ca_file = match &egress.ca {
+        Some(pem) => {
+            let file = std::env::temp_dir().join(jianmu_egress::CA_FILE);
+            jianmu_egress::write_ca(&file, pem)?;
+            Some(file)
+        }
+        None => None,
+    };
+    let vars = jianmu_egress::proxy_env(&format!("http://127.0.0.1:{port}"), ca_file.as_deref());
+    for tool in ["bash", "python_repl"] {
+        let mut settings = config
+            .raw_settings(tool)
+            .cloned()
+            .unwrap_or_else(|| serde_json::json!({}));
+        if let Some(env) = settings.as_object_mut().and_then(|s| {
+            s.entry("env")
+                .or_insert_with(|| serde_json::json!({}))
+                .as_object_mut()
+        }) {
+            for (k, v) in &vars {
+                env.insert(k.clone(), v.clone().into());
+            }
+        }
+        config = config.with_settings(tool, settings);
+    }
+    let open_tx = tx.clone();
+    let tx = tx.clone();
+    let table = Streams::new(move |msg| {
+        let reply = match msg {
+            Msg::Data(stream, bytes) => Reply::Data {
+                stream,
+                data: encode(&bytes),
+            },
+            Msg::Ack(stream, bytes) => Reply::Ack { stream, bytes },
+            Msg::Close(stream) => Reply::Close { stream },
+        };
+        let _ = tx.send(to_line(&reply));
+    });
+    *streams = Some(Arc::clone(&table));
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let weak = Arc::downgrade(&table);
+    tokio::spawn(async move {
+        let mut next = 0u64;
+        loop {
+            let Ok((stream, _)) = listener.accept().await else {
+                tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                continue;
+            };
+            let Some(table) = weak.upgrade() else { return };
+            if table.len() >= crate::tunnel::MAX_STREAMS {
+                continue;
+            }
+            let _ = stream.set_nodelay(true);
+            next += 1;
+            let _ = open_tx.send(to_line(&Reply::Open { stream: next }));
+            table.attach(next, stream);
+        }
+    });
+    Ok(config)
+}
+
 /// Serves calls from `input` to `output` until `input` ends. `make_tools` gets the
 /// tools' configuration from the host's [`Request::Init`] and returns the set calls
 /// go through.
@@ -83,12 +157,25 @@ where
     let writer = tokio::spawn(write_lines(output, rx));
 
     let mut warm = false;
+    let mut streams: Option<Arc<crate::tunnel::Streams>> = None;
     let tools = match lines.next_line().await? {
         None => return Ok(()),
         Some(line) => match serde_json::from_str::<Request>(&line) {
-            Ok(Request::Init { config, warm: w }) => {
+            Ok(Request::Init {
+                config,
+                warm: w,
+                egress,
+            }) => {
                 warm = w;
-                make_tools(config)
+                match egress {
+                    None => make_tools(config),
+                    Some(egress) => match egress_inside(config, &egress, &tx, &mut streams) {
+                        Ok(config) => make_tools(config),
+                        Err(e) => Err(ToolError::failed(format!(
+                            "cannot open the session's proxy inside the container: {e}"
+                        ))),
+                    },
+                }
             }
             Ok(_) => Err(ToolError::failed("the first request must be `init`")),
             Err(e) => Err(ToolError::failed(format!("unreadable request: {e}"))),
@@ -136,6 +223,21 @@ where
         };
         match request {
             Request::Init { .. } => tracing::warn!("ignoring a second `init`"),
+            Request::Data { stream, data } => {
+                if let (Some(streams), Some(bytes)) = (&streams, crate::tunnel::decode(&data)) {
+                    streams.data(stream, bytes);
+                }
+            }
+            Request::Ack { stream, bytes } => {
+                if let Some(streams) = &streams {
+                    streams.ack(stream, bytes);
+                }
+            }
+            Request::Close { stream } => {
+                if let Some(streams) = &streams {
+                    streams.close(stream);
+                }
+            }
             Request::Cancel { id } => {
                 // Dropping the tool's future kills what it started; the task's guard
                 // confirms once that has happened (a task stuck in a blocking loop

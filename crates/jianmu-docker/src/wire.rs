@@ -23,6 +23,10 @@ pub(crate) enum Request {
         /// time; a container started for a waiting call builds only what it calls).
         #[serde(default, skip_serializing_if = "std::ops::Not::not")]
         warm: bool,
+        /// The session's egress goes through the host: listen on loopback as its
+        /// proxy and send each connection as a stream.
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        egress: Option<EgressInit>,
     },
     /// Run one tool on arguments the host already merged and validated: the server
     /// trusts its host and does not validate again.
@@ -49,6 +53,34 @@ pub(crate) enum Request {
         /// The call to stop.
         id: u64,
     },
+    /// Bytes for a stream's end inside (base64).
+    Data {
+        /// The stream.
+        stream: u64,
+        /// The bytes, base64.
+        data: String,
+    },
+    /// The host wrote out `bytes` of the stream's bytes.
+    Ack {
+        /// The stream.
+        stream: u64,
+        /// How many.
+        bytes: usize,
+    },
+    /// The host's end of the stream sends no more.
+    Close {
+        /// The stream.
+        stream: u64,
+    },
+}
+
+/// What the server needs to be the session's proxy inside the container.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct EgressInit {
+    /// The session's certificate authority (PEM), when HTTPS to some host is
+    /// intercepted to set a credential: trusted by the commands inside.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub(crate) ca: Option<String>,
 }
 
 /// What the server answers.
@@ -82,6 +114,30 @@ pub(crate) enum Reply {
         /// limit while the call ran.
         #[serde(default)]
         oom_kills: u64,
+    },
+    /// A command connected to the session's proxy inside: a new stream.
+    Open {
+        /// The stream (chosen by the server).
+        stream: u64,
+    },
+    /// Bytes from a stream's end inside (base64).
+    Data {
+        /// The stream.
+        stream: u64,
+        /// The bytes, base64.
+        data: String,
+    },
+    /// The server wrote out `bytes` of the host's bytes for the stream.
+    Ack {
+        /// The stream.
+        stream: u64,
+        /// How many.
+        bytes: usize,
+    },
+    /// The end inside sends no more.
+    Close {
+        /// The stream.
+        stream: u64,
     },
 }
 

@@ -84,11 +84,12 @@ impl Door {
         *self.audit.lock().unwrap_or_else(PoisonError::into_inner) = Some((audit, labels));
     }
 
-    /// Starts the doors' thread on `inside` if it is not running.
+    /// Starts the doors' thread (on `inside`, the session's network, when it has
+    /// one) if it is not running.
     fn start<'a>(
         &self,
         started: &'a mut Option<Started>,
-        inside: &jianmu_process::Inside,
+        inside: Option<&jianmu_process::Inside>,
     ) -> std::io::Result<&'a mut Started> {
         if started.is_none() {
             let rt = tokio::runtime::Builder::new_current_thread()
@@ -111,7 +112,7 @@ impl Door {
             *started = Some(Started {
                 handle,
                 stop: Some(stop),
-                shared: Arc::new(proxy::Shared::new(inside.clone(), audit)),
+                shared: Arc::new(proxy::Shared::new(inside.cloned(), audit)),
                 proxy_port: None,
                 services: Vec::new(),
                 exposed: HashMap::new(),
@@ -132,7 +133,7 @@ impl Door {
         port: u16,
     ) -> std::io::Result<SocketAddr> {
         let mut guard = self.lock();
-        let started = self.start(&mut guard, inside)?;
+        let started = self.start(&mut guard, Some(inside))?;
         if let Some((addr, _)) = started.exposed.get(&port) {
             return Ok(*addr);
         }
@@ -229,6 +230,49 @@ impl Egress {
     pub fn policy(&self) -> &Policy {
         &self.policy
     }
+
+    /// Serves one proxy connection that reached jianmu some other way than the
+    /// session's network (a Docker sandbox's tunnel), under this policy; no proxy
+    /// credentials are asked for. Run the future on any runtime.
+    ///
+    /// # Errors
+    /// The doors cannot start.
+    pub fn serve<S>(
+        &self,
+        stream: S,
+    ) -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static>
+    where
+        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+    {
+        let shared = {
+            let mut guard = self.door.lock();
+            let started = self.door.start(&mut guard, None)?;
+            started
+                .shared
+                .register(self.token.clone(), Arc::clone(&self.policy));
+            started.shared.clone()
+        };
+        let held = shared.held(&self.token);
+        Ok(proxy::handle(shared, stream, held))
+    }
+
+    /// The session's certificate authority (PEM), made now if it is not yet, when
+    /// this policy intercepts HTTPS; `None` otherwise.
+    ///
+    /// # Errors
+    /// The doors cannot start, or the authority cannot be made.
+    pub fn ca_pem(&self) -> std::io::Result<Option<String>> {
+        if !self.policy.intercepts() {
+            return Ok(None);
+        }
+        let mut guard = self.door.lock();
+        let started = self.door.start(&mut guard, None)?;
+        started
+            .shared
+            .ca_pem()
+            .map(Some)
+            .map_err(std::io::Error::other)
+    }
 }
 
 /// The file, in a command's temporary directory, that holds the session's
@@ -253,7 +297,7 @@ impl jianmu_process::NetworkEnv for Egress {
         tmp: Option<&Path>,
     ) -> std::io::Result<Vec<(OsString, OsString)>> {
         let mut guard = self.door.lock();
-        let started = self.door.start(&mut guard, inside)?;
+        let started = self.door.start(&mut guard, Some(inside))?;
         for service in &self.services {
             if !started.services.contains(service) {
                 let socket = relay::listen_inside(inside, *service)?;
@@ -283,31 +327,54 @@ impl jianmu_process::NetworkEnv for Egress {
             .shared
             .register(self.token.clone(), Arc::clone(&self.policy));
         let url = format!("http://jianmu:{}@127.0.0.1:{port}", self.token);
-        let mut vars: Vec<(OsString, OsString)> = Vec::new();
-        for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
-            vars.push((name.into(), url.clone().into()));
-            vars.push((name.to_ascii_lowercase().into(), url.clone().into()));
-        }
-        for name in ["NO_PROXY", "no_proxy"] {
-            vars.push((name.into(), "localhost,127.0.0.1,::1".into()));
-        }
+        let mut ca_file = None;
         if self.policy.intercepts() {
             let pem = started.shared.ca_pem().map_err(std::io::Error::other)?;
             if let Some(tmp) = tmp {
                 let file = tmp.join(CA_FILE);
-                if std::fs::read(&file).ok().as_deref() != Some(pem.as_bytes()) {
-                    // The system's roots too: the file replaces them for most clients.
-                    let mut all = system_roots_pem();
-                    all.push_str(&pem);
-                    std::fs::write(&file, all)?;
-                }
-                for name in CA_VARS {
-                    vars.push((name.into(), file.clone().into()));
-                }
+                write_ca(&file, &pem)?;
+                ca_file = Some(file);
             }
         }
+        let vars = proxy_env(&url, ca_file.as_deref())
+            .into_iter()
+            .map(|(k, v)| (k.into(), v.into()))
+            .collect();
         Ok(vars)
     }
+}
+
+/// Writes the session's certificate authority to `file`, after the system's trusted
+/// certificates (the file replaces them for most clients), unless it holds it already.
+///
+/// # Errors
+/// The file cannot be written.
+pub fn write_ca(file: &Path, pem: &str) -> std::io::Result<()> {
+    let mut all = system_roots_pem();
+    all.push_str(pem);
+    if std::fs::read(file).ok().as_deref() != Some(all.as_bytes()) {
+        std::fs::write(file, all)?;
+    }
+    Ok(())
+}
+
+/// The variables that send a command's HTTP through the proxy at `url`, and, with
+/// `ca_file`, make common clients trust the certificate authority in it.
+pub fn proxy_env(url: &str, ca_file: Option<&Path>) -> Vec<(String, String)> {
+    let mut vars = Vec::new();
+    for name in ["HTTP_PROXY", "HTTPS_PROXY", "ALL_PROXY"] {
+        vars.push((name.to_owned(), url.to_owned()));
+        vars.push((name.to_ascii_lowercase(), url.to_owned()));
+    }
+    for name in ["NO_PROXY", "no_proxy"] {
+        vars.push((name.to_owned(), "localhost,127.0.0.1,::1".to_owned()));
+    }
+    if let Some(file) = ca_file {
+        for name in CA_VARS {
+            vars.push((name.to_owned(), file.display().to_string()));
+        }
+    }
+    vars
 }
 
 /// The system's trusted certificates, as PEM (empty where none are found).

@@ -30,7 +30,8 @@ pub(crate) struct Held {
 
 /// What the doors' tasks share.
 pub(crate) struct Shared {
-    pub(crate) inside: jianmu_process::Inside,
+    /// The session's network, when it has one here (not for a Docker sandbox).
+    pub(crate) inside: Option<jianmu_process::Inside>,
     audit: Option<(Audit, serde_json::Map<String, serde_json::Value>)>,
     policies: Mutex<HashMap<String, Arc<Held>>>,
     ca: OnceLock<Result<crate::tls::Ca, String>>,
@@ -38,7 +39,7 @@ pub(crate) struct Shared {
 
 impl Shared {
     pub(crate) fn new(
-        inside: jianmu_process::Inside,
+        inside: Option<jianmu_process::Inside>,
         audit: Option<(Audit, serde_json::Map<String, serde_json::Value>)>,
     ) -> Self {
         Self {
@@ -60,7 +61,7 @@ impl Shared {
         });
     }
 
-    fn held(&self, token: &str) -> Option<Arc<Held>> {
+    pub(crate) fn held(&self, token: &str) -> Option<Arc<Held>> {
         self.policies
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
@@ -105,7 +106,7 @@ pub(crate) async fn serve(shared: Arc<Shared>, socket: std::net::TcpListener) {
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(handle(shared.clone(), stream));
+                tokio::spawn(handle(shared.clone(), stream, None));
             }
             // Out of descriptors or a transient error: wait a little, go on.
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -318,7 +319,12 @@ impl Record {
     }
 }
 
-async fn handle(shared: Arc<Shared>, mut client: TcpStream) {
+/// Serves one proxy connection: under `fixed`'s policy when given (a connection that
+/// came through a sandbox's own tunnel), else under the policy its token names.
+pub(crate) async fn handle<S>(shared: Arc<Shared>, mut client: S, fixed: Option<Arc<Held>>)
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send,
+{
     let head = match read_head(&mut client).await {
         Ok(head) => head,
         Err(HeadError::Gone) => return,
@@ -334,7 +340,7 @@ async fn handle(shared: Arc<Shared>, mut client: TcpStream) {
             return;
         }
     };
-    let Some(held) = token_of(&head).and_then(|t| shared.held(&t)) else {
+    let Some(held) = fixed.or_else(|| token_of(&head).and_then(|t| shared.held(&t))) else {
         answer(
             &mut client,
             407,

@@ -152,7 +152,10 @@ pub(crate) async fn expose(shared: Arc<Shared>, listener: std::net::TcpListener,
                 started: Instant::now(),
             };
             let inner = async {
-                let fd = shared.inside.socket(false)?;
+                let inside = shared.inside.as_ref().ok_or_else(|| {
+                    std::io::Error::other("this session has no network of its own")
+                })?;
+                let fd = inside.socket(false)?;
                 let socket = TcpSocket::from_std_stream(std::net::TcpStream::from(fd));
                 socket
                     .connect(SocketAddr::from(([127, 0, 0, 1], port)))

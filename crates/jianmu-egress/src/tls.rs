@@ -108,16 +108,19 @@ fn verifier() -> Result<tokio_rustls::TlsConnector, String> {
 /// Ends the client's TLS here, opens the upstream's, and forwards one request with
 /// the credential set.
 #[allow(clippy::too_many_arguments)]
-pub(crate) async fn intercept(
+pub(crate) async fn intercept<S>(
     shared: &Shared,
     held: &Held,
-    mut client: TcpStream,
+    mut client: S,
     upstream: TcpStream,
     host: &str,
     credential: &Ready,
     early: Vec<u8>,
     record: &mut Record,
-) -> Option<&'static str> {
+) -> Option<&'static str>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send,
+{
     if !early.is_empty() {
         // A client that sent its hello before the answer: rare; refuse plainly.
         answer(

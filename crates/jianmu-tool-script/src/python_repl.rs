@@ -44,6 +44,9 @@ pub struct PythonSettings {
     pub cwd: Option<PathBuf>,
     /// How the interpreter is isolated (`[tools.python_repl.isolation]`).
     pub isolation: IsolationSettings,
+    /// Environment variables set for the interpreter (nothing else of jianmu's own
+    /// environment but `PATH` is passed).
+    pub env: std::collections::BTreeMap<String, String>,
     /// The outside hosts the code reaches through the session's proxy, and the
     /// credentials it sets (`[tools.python_repl.egress]`, under `[egress]`).
     pub egress: jianmu_egress::EgressSettings,
@@ -79,6 +82,7 @@ impl Default for PythonSettings {
             globals: Map::new(),
             cwd: None,
             isolation: IsolationSettings::default(),
+            env: std::collections::BTreeMap::new(),
             egress: jianmu_egress::EgressSettings::default(),
             max_sessions: 8,
             session_idle_secs: 3600,
@@ -351,6 +355,9 @@ impl PythonRepl {
             .stdout(Stream::Piped);
         if let Some(tmp) = self.jail.tmp() {
             spec.env("TMPDIR", tmp);
+        }
+        for (k, v) in &self.settings.env {
+            spec.env(k, v);
         }
         let mut process = self.jail.spawn(&spec).map_err(|e| {
             ToolError::failed(format!(

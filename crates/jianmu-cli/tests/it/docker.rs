@@ -1297,3 +1297,85 @@ async fn a_swiftide_executor_over_a_docker_session_runs_commands_in_its_containe
     runtime.shutdown(Duration::from_secs(10)).await;
     f.sandbox.shutdown().await;
 }
+
+/// An HTTP server on 127.0.0.2 (on the host: outside as the container sees it)
+/// answering every request with `body`, keeping the heads it got.
+fn upstream(body: &'static str) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind(("127.0.0.2", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            seen.lock()
+                .unwrap()
+                .push(String::from_utf8_lossy(&buf).into_owned());
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, heads)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_egress_policy_holds_in_the_container_whose_only_way_out_is_the_host() {
+    let f = fixture(settings());
+    let (allowed, heads) = upstream("reached through the host");
+    let (other, other_heads) = upstream("not for you");
+    let secret = format!("s3cret-{}", std::process::id());
+    let egress = json!({
+        "allow": [format!("127.0.0.2:{allowed}")],
+        "credentials": {
+            format!("127.0.0.2:{allowed}"): {"header": "Authorization", "value": format!("Bearer {secret}")}
+        }
+    });
+    let tools = ToolConfig::new(&f.ws).with_setting("bash", "egress", egress);
+    let mut session_settings = jianmu_runtime::SessionSettings::new(tools);
+    session_settings.backend = jianmu_runtime::Backend::Docker(Box::new(settings()));
+    let runtime = jianmu_runtime::Runtime::new(session_settings).unwrap();
+    let session = runtime.open().unwrap();
+    let sh = async |command: &str| {
+        session
+            .call("bash", json!({ "command": command }))
+            .await
+            .map(|o| o.text)
+            .unwrap_or_else(|e| jianmu_tool_core::error_chain(&e))
+    };
+    // The container has loopback only: the proxy inside is the server's, its far end
+    // the host's.
+    assert_eq!(
+        sh("tail -n +3 /proc/net/dev | cut -d: -f1 | tr -d ' '").await,
+        "lo\n"
+    );
+    let got = sh(&format!(
+        "wget -q -O - --header 'Authorization: placeholder' http://127.0.0.2:{allowed}/x"
+    ))
+    .await;
+    assert_eq!(got, "reached through the host");
+    let head = heads.lock().unwrap().pop().unwrap();
+    assert!(head.contains(&format!("Authorization: Bearer {secret}\r\n")), "{head}");
+    assert!(!head.contains("placeholder"), "{head}");
+    let refused = sh(&format!("wget -q -O - http://127.0.0.2:{other}/ 2>&1; true")).await;
+    assert!(refused.contains("403"), "{refused}");
+    assert!(other_heads.lock().unwrap().is_empty());
+    // The secret never entered the container.
+    let env = sh("env; cat /proc/self/environ; echo").await;
+    assert!(!env.contains(&secret), "{env}");
+    assert!(env.contains("http_proxy=http://127.0.0.1:"), "{env}");
+    session.close().await;
+    runtime.shutdown(Duration::from_secs(10)).await;
+    f.sandbox.shutdown().await;
+}

@@ -63,6 +63,7 @@ async fn calls_run_concurrently_cancel_drops_the_work_and_unknown_tools_are_name
     host.send(Request::Init {
         config: ToolConfig::new("/w").with_settings("echo", json!({"loud": true})),
         warm: false,
+        egress: None,
     })
     .await;
     let Reply::Ready { version } = host.reply().await else {
@@ -184,6 +185,7 @@ async fn calls_keep_the_host_call_id_and_are_not_validated_again() {
     host.send(Request::Init {
         config: ToolConfig::new("/w"),
         warm: false,
+        egress: None,
     })
     .await;
     assert!(matches!(host.reply().await, Reply::Ready { .. }));
@@ -274,6 +276,7 @@ async fn a_cancel_is_confirmed_only_once_the_work_is_gone() {
     host.send(Request::Init {
         config: ToolConfig::new("/w"),
         warm: false,
+        egress: None,
     })
     .await;
     assert!(matches!(host.reply().await, Reply::Ready { .. }));
@@ -313,6 +316,7 @@ async fn tools_that_cannot_be_built_are_reported_and_end_the_runner() {
     host.send(Request::Init {
         config: ToolConfig::new("/w"),
         warm: false,
+        egress: None,
     })
     .await;
     assert_eq!(

@@ -1,0 +1,234 @@
+//! The egress proxy against the host's loopback without it, in the same run: a 100 MB
+//! download, a new connection (to the first byte), and 1,000 connections held at
+//! once (with jianmu's RSS). Clients run inside a real private network, as a
+//! session's commands do; the reference clients run on the host. Prints one line per
+//! row; `cargo xtask bench` runs it.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use jianmu_process::NetworkEnv as _;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpSocket, TcpStream};
+
+const DOWNLOAD: usize = 100 << 20;
+const ROUNDS: usize = 7;
+const CONNECTS: usize = 300;
+const HELD: usize = 1000;
+
+fn main() {
+    let kernel = jianmu_process::Isolation::probe();
+    if !(kernel.namespaces && kernel.private_network) {
+        println!("egress: no private networks on this host; nothing measured");
+        return;
+    }
+    let _ = jianmu_process::raise_open_files_limit();
+    let rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    rt.block_on(run());
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    v[v.len() / 2]
+}
+
+fn rss_kib() -> u64 {
+    std::fs::read_to_string("/proc/self/status")
+        .unwrap_or_default()
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        .unwrap_or(0)
+}
+
+/// Upstreams on the host: one sends 100 MB, one sends a byte, one echoes.
+async fn upstreams() -> (u16, u16, u16) {
+    let bulk = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let one = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let echo = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let ports = (
+        bulk.local_addr().unwrap().port(),
+        one.local_addr().unwrap().port(),
+        echo.local_addr().unwrap().port(),
+    );
+    tokio::spawn(async move {
+        let chunk = vec![7u8; 1 << 20];
+        loop {
+            let (mut s, _) = bulk.accept().await.unwrap();
+            let chunk = chunk.clone();
+            tokio::spawn(async move {
+                for _ in 0..DOWNLOAD >> 20 {
+                    if s.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = one.accept().await.unwrap();
+            let _ = s.set_nodelay(true);
+            tokio::spawn(async move {
+                let _ = s.write_all(b"x").await;
+            });
+        }
+    });
+    tokio::spawn(async move {
+        loop {
+            let (mut s, _) = echo.accept().await.unwrap();
+            tokio::spawn(async move {
+                let mut b = [0u8; 64];
+                while let Ok(n) = s.read(&mut b).await {
+                    if n == 0 || s.write_all(&b[..n]).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    ports
+}
+
+/// A socket inside the session's network, connected to the proxy, with a tunnel to
+/// `127.0.0.1:port` open.
+async fn tunnel(socket: TcpSocket, proxy: SocketAddr, auth: &str, port: u16) -> TcpStream {
+    let mut s = socket.connect(proxy).await.unwrap();
+    let _ = s.set_nodelay(true);
+    let req = format!(
+        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
+    );
+    s.write_all(req.as_bytes()).await.unwrap();
+    let mut head = Vec::new();
+    let mut b = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        assert_eq!(s.read(&mut b).await.unwrap(), 1, "the proxy closed");
+        head.push(b[0]);
+    }
+    assert!(
+        head.starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&head)
+    );
+    s
+}
+
+fn inside_socket(inside: &jianmu_process::Inside) -> TcpSocket {
+    TcpSocket::from_std_stream(std::net::TcpStream::from(inside.socket(false).unwrap()))
+}
+
+async fn drain(mut s: TcpStream) -> usize {
+    let mut buf = vec![0u8; 256 << 10];
+    let mut total = 0;
+    loop {
+        let n = s.read(&mut buf).await.unwrap();
+        if n == 0 {
+            return total;
+        }
+        total += n;
+    }
+}
+
+async fn run() {
+    let (bulk, one, echo) = upstreams().await;
+    let network = Arc::new(jianmu_process::Network::new());
+    let inside = network.inside().unwrap();
+    let door = Arc::new(jianmu_egress::Door::default());
+    let settings = jianmu_egress::EgressSettings {
+        allow: vec!["127.0.0.1".into()],
+        max_connections: Some(HELD + 16),
+        ..Default::default()
+    };
+    let egress = jianmu_egress::Egress::new(door, &settings, &[])
+        .unwrap()
+        .unwrap();
+    let vars = egress.env(&inside, None).unwrap();
+    let url = vars
+        .iter()
+        .find(|(k, _)| k == "HTTP_PROXY")
+        .map(|(_, v)| v.to_string_lossy().into_owned())
+        .unwrap();
+    // http://jianmu:TOKEN@127.0.0.1:PORT
+    let (cred, at) = url.trim_start_matches("http://").split_once('@').unwrap();
+    let proxy: SocketAddr = at.parse().unwrap();
+    let auth = base64_encode(cred.as_bytes());
+
+    // 100 MB: direct on the host, then through the proxy from inside.
+    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+    for _ in 0..ROUNDS {
+        let t = Instant::now();
+        let s = TcpStream::connect(("127.0.0.1", bulk)).await.unwrap();
+        assert_eq!(drain(s).await, DOWNLOAD);
+        direct.push(t.elapsed().as_secs_f64());
+        let socket = inside_socket(&inside);
+        let t = Instant::now();
+        let s = tunnel(socket, proxy, &auth, bulk).await;
+        assert_eq!(drain(s).await, DOWNLOAD);
+        proxied.push(t.elapsed().as_secs_f64());
+    }
+    let (d, p) = (median(direct), median(proxied));
+    println!(
+        "egress 100 MB download: proxy {:.1} ms, host loopback {:.1} ms, ratio {:.2}x (goal <= 1.1x)",
+        p * 1e3,
+        d * 1e3,
+        p / d
+    );
+
+    // A new connection to its first byte (the inside sockets are made beforehand:
+    // that is the client's cost, not the proxy's).
+    let sockets: Vec<TcpSocket> = (0..CONNECTS).map(|_| inside_socket(&inside)).collect();
+    let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+    for socket in sockets {
+        let t = Instant::now();
+        let mut s = TcpStream::connect(("127.0.0.1", one)).await.unwrap();
+        let mut b = [0u8; 1];
+        s.read_exact(&mut b).await.unwrap();
+        direct.push(t.elapsed().as_secs_f64());
+        let t = Instant::now();
+        let mut s = tunnel(socket, proxy, &auth, one).await;
+        s.read_exact(&mut b).await.unwrap();
+        proxied.push(t.elapsed().as_secs_f64());
+    }
+    let (d, p) = (median(direct), median(proxied));
+    println!(
+        "egress new connection to first byte: proxy {:.3} ms, host loopback {:.3} ms, overhead {:.3} ms (goal <= 0.3 ms)",
+        p * 1e3,
+        d * 1e3,
+        (p - d) * 1e3
+    );
+
+    // 1,000 at once, each then used.
+    let before = rss_kib();
+    let sockets: Vec<TcpSocket> = (0..HELD).map(|_| inside_socket(&inside)).collect();
+    let mut held = Vec::with_capacity(HELD);
+    for socket in sockets {
+        held.push(tunnel(socket, proxy, &auth, echo).await);
+    }
+    let mut ok = 0;
+    for s in &mut held {
+        s.write_all(b"ping").await.unwrap();
+        let mut b = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(10), s.read_exact(&mut b))
+            .await
+            .unwrap()
+            .unwrap();
+        ok += usize::from(&b == b"ping");
+    }
+    let after = rss_kib();
+    println!(
+        "egress {HELD} connections at once: {ok} answered, RSS {} MiB (+{} KiB while held, clients included)",
+        after / 1024,
+        after.saturating_sub(before)
+    );
+    assert_eq!(ok, HELD);
+}
+
+fn base64_encode(bytes: &[u8]) -> String {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.encode(bytes)
+}
