@@ -63,7 +63,9 @@ fn in_container(mut config: ToolConfig) -> ToolConfig {
         }
         config = config.with_settings(tool, settings);
     }
-    config
+    // Its commands' servers live on the container's loopback, which the host does not
+    // reach.
+    config.with_settings("expose_port", serde_json::json!({"in_container": true}))
 }
 
 /// Listens on the container's loopback as the session's proxy, sends each connection

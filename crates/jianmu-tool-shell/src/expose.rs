@@ -41,6 +41,9 @@ pub struct ExposePort {
     /// Whether `bash` runs in a private network here (else its servers are on the
     /// host's already).
     private: bool,
+    /// Running inside a Docker sandbox's container, whose loopback the host does not
+    /// reach.
+    in_container: bool,
 }
 
 impl Tool for ExposePort {
@@ -66,6 +69,13 @@ impl Tool for ExposePort {
         let port = args.port;
         if port == 0 {
             return Err(ToolError::failed("port must be from 1 to 65535"));
+        }
+        if self.in_container {
+            return Err(ToolError::failed(
+                "expose_port is not available in the Docker sandbox: the container's servers \
+                 are on its own loopback, which the host does not reach; use the local sandbox \
+                 for servers the user opens",
+            ));
         }
         if !self.private {
             let url = format!("http://127.0.0.1:{port}/");
@@ -127,6 +137,11 @@ fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
         network: config.scope().get::<jianmu_process::Network>(),
         door: config.scope().get::<jianmu_egress::Door>(),
         private,
+        in_container: config
+            .raw_settings(ExposePort::NAME)
+            .and_then(|s| s.get("in_container"))
+            .and_then(serde_json::Value::as_bool)
+            == Some(true),
     })
 }
 

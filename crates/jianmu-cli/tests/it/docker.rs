@@ -1375,6 +1375,16 @@ async fn the_egress_policy_holds_in_the_container_whose_only_way_out_is_the_host
     let env = sh("env; cat /proc/self/environ; echo").await;
     assert!(!env.contains(&secret), "{env}");
     assert!(env.contains("http_proxy=http://127.0.0.1:"), "{env}");
+    // A container's servers stay inside it.
+    let exposed = session
+        .call("expose_port", json!({"port": 8000}))
+        .await
+        .unwrap_err();
+    assert!(
+        jianmu_tool_core::error_chain(&exposed)
+            .contains("expose_port is not available in the Docker sandbox"),
+        "{exposed}"
+    );
     session.close().await;
     runtime.shutdown(Duration::from_secs(10)).await;
     f.sandbox.shutdown().await;
