@@ -237,13 +237,10 @@ impl Egress {
     ///
     /// # Errors
     /// The doors cannot start.
-    pub fn serve<S>(
+    pub fn serve(
         &self,
-        stream: S,
-    ) -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static>
-    where
-        S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
-    {
+        stream: tokio::io::DuplexStream,
+    ) -> std::io::Result<impl std::future::Future<Output = ()> + Send + 'static> {
         let shared = {
             let mut guard = self.door.lock();
             let started = self.door.start(&mut guard, None)?;

@@ -114,6 +114,9 @@ impl Rule {
                     .ok_or_else(|| bad("the port is not a number from 1 to 65535"))?,
             ),
         };
+        if host.trim_end_matches('.').ends_with('*') && host.ends_with('.') {
+            return Err(bad("a wildcard is `*.DOMAIN`"));
+        }
         let host = normal_host(host);
         if host.is_empty() {
             return Err(bad("no host"));

@@ -323,7 +323,7 @@ impl Record {
 /// came through a sandbox's own tunnel), else under the policy its token names.
 pub(crate) async fn handle<S>(shared: Arc<Shared>, mut client: S, fixed: Option<Arc<Held>>)
 where
-    S: AsyncRead + AsyncWrite + Unpin + Send,
+    S: AsyncRead + AsyncWrite + Unpin + Send + relay::MaybeTcp,
 {
     let head = match read_head(&mut client).await {
         Ok(head) => head,
@@ -454,7 +454,14 @@ where
                 return;
             }
             record.sent += head.rest.len() as u64;
-            relay::pipe(client, upstream, &held, &mut record).await
+            let spliced = match client.as_tcp() {
+                Some(tcp) => relay::splice_both(tcp, &upstream, &held, &mut record).await,
+                None => None,
+            };
+            match spliced {
+                Some(end) => end,
+                None => relay::pipe(client, upstream, &held, &mut record).await,
+            }
         }
         (Some(path), credential) => {
             let mut upstream = upstream;

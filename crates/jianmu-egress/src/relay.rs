@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
@@ -172,5 +172,137 @@ pub(crate) async fn expose(shared: Arc<Shared>, listener: std::net::TcpListener,
             line["kind"] = "expose_port".into();
             shared.audit_line(line);
         });
+    }
+}
+
+/// What a proxy client's stream may be: a socket (relayed with `splice`, the bytes
+/// never copied into jianmu's memory) or anything else (copied).
+pub(crate) trait MaybeTcp {
+    /// The socket, when it is one.
+    fn as_tcp(&self) -> Option<&TcpStream>;
+}
+
+impl MaybeTcp for TcpStream {
+    fn as_tcp(&self) -> Option<&TcpStream> {
+        Some(self)
+    }
+}
+
+impl MaybeTcp for tokio::io::DuplexStream {
+    fn as_tcp(&self) -> Option<&TcpStream> {
+        None
+    }
+}
+
+/// The most bytes one `splice` moves, and the size asked of each pipe.
+const PIPE: usize = 1 << 20;
+
+/// Both ways between two sockets through pipes with `splice`, as [`pipe`] does (the
+/// same limits and counts). `None` where pipes cannot be made: then copy.
+pub(crate) async fn splice_both(
+    a: &TcpStream,
+    b: &TcpStream,
+    held: &Held,
+    record: &mut Record,
+) -> Option<Option<&'static str>> {
+    let up_pipe = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
+    let down_pipe = rustix::pipe::pipe_with(rustix::pipe::PipeFlags::CLOEXEC).ok()?;
+    for p in [&up_pipe.1, &down_pipe.1] {
+        let _ = rustix::pipe::fcntl_setpipe_size(p, PIPE);
+    }
+    let limit = held.policy.max_bytes;
+    let over = |n: usize| {
+        let total = held.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
+        limit.is_some_and(|l| total > l)
+    };
+    let last = std::sync::Mutex::new(Instant::now());
+    let (sent, received) = (AtomicU64::new(0), AtomicU64::new(0));
+    let idle = held.policy.idle;
+    let up = one_way(a, b, &up_pipe, &sent, &last, &over);
+    let down = one_way(b, a, &down_pipe, &received, &last, &over);
+    tokio::pin!(up, down);
+    let (mut up_done, mut down_done) = (false, false);
+    // A direction that ends leaves the other running (a half-close); a cut ends both.
+    let end = loop {
+        if up_done && down_done {
+            break None;
+        }
+        let deadline = *last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            + idle;
+        tokio::select! {
+            cut = &mut up, if !up_done => {
+                up_done = true;
+                if cut.is_some() { break cut; }
+            }
+            cut = &mut down, if !down_done => {
+                down_done = true;
+                if cut.is_some() { break cut; }
+            }
+            () = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
+                let quiet = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner).elapsed();
+                if quiet >= idle {
+                    break Some("idle past the limit ([egress] idle_secs)");
+                }
+            }
+        }
+    };
+    record.sent += sent.load(Ordering::Relaxed);
+    record.received += received.load(Ordering::Relaxed);
+    Some(end)
+}
+
+/// One direction: `from` into the pipe, the pipe into `to`, until `from` ends (then
+/// `to`'s writing half is shut) or either fails. Returns why it was cut, if it was.
+async fn one_way(
+    from: &TcpStream,
+    to: &TcpStream,
+    pipe: &(std::os::fd::OwnedFd, std::os::fd::OwnedFd),
+    moved: &AtomicU64,
+    last: &std::sync::Mutex<Instant>,
+    over: &(dyn Fn(usize) -> bool + Sync),
+) -> Option<&'static str> {
+    use rustix::pipe::{SpliceFlags, splice};
+    use tokio::io::Interest;
+    let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
+    loop {
+        if from.readable().await.is_err() {
+            return None;
+        }
+        let n = match from.try_io(Interest::READABLE, || {
+            splice(from, None, &pipe.1, None, PIPE, flags).map_err(std::io::Error::from)
+        }) {
+            Ok(0) => {
+                let _ = rustix::net::shutdown(to, rustix::net::Shutdown::Write);
+                return None;
+            }
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+            Err(_) => {
+                let _ = rustix::net::shutdown(to, rustix::net::Shutdown::Write);
+                return None;
+            }
+        };
+        let mut left = n;
+        while left > 0 {
+            if to.writable().await.is_err() {
+                return None;
+            }
+            match to.try_io(Interest::WRITABLE, || {
+                splice(&pipe.0, None, to, None, left, flags).map_err(std::io::Error::from)
+            }) {
+                Ok(m) => left -= m,
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => return None,
+            }
+        }
+        moved.fetch_add(n as u64, Ordering::Relaxed);
+        *last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
+        if over(n) {
+            return Some("the egress byte limit ([egress] max_bytes) was reached");
+        }
     }
 }

@@ -1366,9 +1366,15 @@ async fn the_egress_policy_holds_in_the_container_whose_only_way_out_is_the_host
     .await;
     assert_eq!(got, "reached through the host");
     let head = heads.lock().unwrap().pop().unwrap();
-    assert!(head.contains(&format!("Authorization: Bearer {secret}\r\n")), "{head}");
+    assert!(
+        head.contains(&format!("Authorization: Bearer {secret}\r\n")),
+        "{head}"
+    );
     assert!(!head.contains("placeholder"), "{head}");
-    let refused = sh(&format!("wget -q -O - http://127.0.0.2:{other}/ 2>&1; true")).await;
+    let refused = sh(&format!(
+        "wget -q -O - http://127.0.0.2:{other}/ 2>&1; true"
+    ))
+    .await;
     assert!(refused.contains("403"), "{refused}");
     assert!(other_heads.lock().unwrap().is_empty());
     // The secret never entered the container.
