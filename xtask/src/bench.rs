@@ -18,6 +18,22 @@ struct Row {
     goal: &'static str,
 }
 
+/// The session's egress proxy against the host's loopback without it (its own
+/// harness: a 100 MB download, a new connection, 1,000 held at once).
+fn egress() -> anyhow::Result<()> {
+    println!("\nEgress proxy (clients inside a private network; reference: host loopback)");
+    let mut c = cargo();
+    c.args([
+        "bench",
+        "--locked",
+        "-p",
+        "jianmu-egress",
+        "--bench",
+        "egress",
+    ]);
+    run_cmd(c)
+}
+
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     let quick = args.iter().any(|a| a == "--quick");
     if args.iter().any(|a| a == "--edit-only") {
@@ -31,6 +47,9 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     }
     if args.iter().any(|a| a == "--python-only") {
         return crate::python_bench::run_bench(false);
+    }
+    if args.iter().any(|a| a == "--egress-only") {
+        return egress();
     }
     if args.iter().any(|a| a == "--docker-only") {
         let mut c = cargo();
@@ -342,6 +361,7 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
         println!("(python3 not found: reference columns left empty)");
     }
     crate::edit_bench::run(quick)?;
+    egress()?;
     crate::mcp_bench::run()?;
     crate::docker_bench::run()?;
     crate::python_bench::run_bench(true)?;
