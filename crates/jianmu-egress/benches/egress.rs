@@ -95,6 +95,64 @@ async fn upstreams() -> (u16, u16, u16) {
     ports
 }
 
+/// An HTTP server on 127.0.0.2 (outside, as the session sees it) answering every
+/// request with 100 MB.
+async fn http_upstream() -> u16 {
+    let listener = TcpListener::bind("127.0.0.2:0").await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    tokio::spawn(async move {
+        let chunk = vec![7u8; 1 << 20];
+        loop {
+            let (mut s, _) = listener.accept().await.unwrap();
+            let chunk = chunk.clone();
+            tokio::spawn(async move {
+                let mut head = Vec::new();
+                let mut b = [0u8; 1024];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut b).await {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&b[..n]),
+                    }
+                }
+                let answer = format!(
+                    "HTTP/1.1 200 OK\r\nContent-Length: {DOWNLOAD}\r\nConnection: close\r\n\r\n"
+                );
+                if s.write_all(answer.as_bytes()).await.is_err() {
+                    return;
+                }
+                for _ in 0..DOWNLOAD >> 20 {
+                    if s.write_all(&chunk).await.is_err() {
+                        return;
+                    }
+                }
+            });
+        }
+    });
+    port
+}
+
+/// `curl` fetching `url` in `jail` (to /dev/null); its wall time, checked whole.
+async fn curl(jail: &jianmu_process::Jail, url: &str) -> f64 {
+    let mut spec = jianmu_process::Spec::new("curl");
+    spec.arg("-sS")
+        .arg("-o")
+        .arg("/dev/null")
+        .arg("-w")
+        .arg("%{size_download}")
+        .arg(url)
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .stdout(jianmu_process::Stream::Piped);
+    let t = Instant::now();
+    let mut child = jail.spawn(&spec).unwrap();
+    let mut out = String::new();
+    let mut stdout = child.stdout.take().unwrap();
+    stdout.read_to_string(&mut out).await.unwrap();
+    assert!(child.wait().await.unwrap().success());
+    let took = t.elapsed().as_secs_f64();
+    assert_eq!(out, DOWNLOAD.to_string(), "{url}");
+    took
+}
+
 /// A socket inside the session's network, connected to the proxy, with a tunnel to
 /// `127.0.0.1:port` open.
 async fn tunnel(socket: TcpSocket, proxy: SocketAddr, auth: &str, port: u16) -> TcpStream {
@@ -178,6 +236,51 @@ async fn run() {
         d * 1e3,
         p / d
     );
+
+    // The same with curl as a session's command, through the proxy, against curl
+    // with the host's network (the same jail otherwise).
+    if jianmu_process::std_command("curl")
+        .arg("--version")
+        .output()
+        .is_ok()
+    {
+        let ws = tempfile::tempdir().unwrap();
+        let http = http_upstream().await;
+        let settings = jianmu_egress::EgressSettings {
+            allow: vec!["127.0.0.2".into()],
+            ..Default::default()
+        };
+        let door = Arc::new(jianmu_egress::Door::default());
+        let env = jianmu_egress::Egress::new(door, &settings, &[])
+            .unwrap()
+            .unwrap();
+        let private =
+            jianmu_process::Jail::new(&jianmu_process::IsolationSettings::default(), ws.path())
+                .unwrap()
+                .sharing_network(Arc::clone(&network))
+                .with_network_env(env);
+        let host = jianmu_process::Jail::new(
+            &jianmu_process::IsolationSettings {
+                network: true,
+                ..Default::default()
+            },
+            ws.path(),
+        )
+        .unwrap();
+        let url = format!("http://127.0.0.2:{http}/");
+        let (mut direct, mut proxied) = (Vec::new(), Vec::new());
+        for _ in 0..ROUNDS {
+            direct.push(curl(&host, &url).await);
+            proxied.push(curl(&private, &url).await);
+        }
+        let (d, p) = (median(direct), median(proxied));
+        println!(
+            "egress 100 MB download with curl in the session: proxy {:.1} ms, host network {:.1} ms, ratio {:.2}x (goal <= 1.1x)",
+            p * 1e3,
+            d * 1e3,
+            p / d
+        );
+    }
 
     // A new connection to its first byte (the inside sockets are made beforehand:
     // that is the client's cost, not the proxy's).

@@ -454,14 +454,7 @@ where
                 return;
             }
             record.sent += head.rest.len() as u64;
-            let spliced = match client.as_tcp() {
-                Some(tcp) => relay::splice_both(tcp, &upstream, &held, &mut record).await,
-                None => None,
-            };
-            match spliced {
-                Some(end) => end,
-                None => relay::pipe(client, upstream, &held, &mut record).await,
-            }
+            relay_any(client, upstream, &held, &mut record).await
         }
         (Some(path), credential) => {
             let mut upstream = upstream;
@@ -470,10 +463,30 @@ where
                 return;
             }
             record.sent += rewritten.len() as u64;
-            relay::pipe(client, upstream, &held, &mut record).await
+            relay_any(client, upstream, &held, &mut record).await
         }
     };
     shared.audit_line(record.line("allowed", end));
+}
+
+/// Relays both ways: with `splice` between two sockets, else by copying.
+async fn relay_any<S>(
+    client: S,
+    upstream: TcpStream,
+    held: &Held,
+    record: &mut Record,
+) -> Option<&'static str>
+where
+    S: AsyncRead + AsyncWrite + Unpin + Send + relay::MaybeTcp,
+{
+    let spliced = match client.as_tcp() {
+        Some(tcp) => relay::splice_both(tcp, &upstream, held, record).await,
+        None => None,
+    };
+    match spliced {
+        Some(end) => end,
+        None => relay::pipe(client, upstream, held, record).await,
+    }
 }
 
 /// A plain HTTP request for the upstream: the path alone on its first line, no proxy

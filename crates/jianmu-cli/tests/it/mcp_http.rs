@@ -237,7 +237,7 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
     );
     let legacy = client.step();
     assert_eq!(legacy["version"], "2025-11-25");
-    assert_eq!(legacy["tools"].as_array().unwrap().len(), 35, "{legacy}");
+    assert_eq!(legacy["tools"].as_array().unwrap().len(), 36, "{legacy}");
     assert_eq!(
         legacy["ok"],
         json!([false, "1267650600228229401496703205376", null])
@@ -250,7 +250,7 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
     let modern = client.step();
     assert_eq!(
         modern,
-        json!({"step": "modern", "version": "2026-07-28", "tools": 35, "ok": [false, "42"]})
+        json!({"step": "modern", "version": "2026-07-28", "tools": 36, "ok": [false, "42"]})
     );
     let observed = client.step();
     assert_eq!(observed["health"], json!([200, "ok\n"]));
@@ -1206,4 +1206,69 @@ fn each_principal_gets_a_container_and_a_folder_of_its_own_in_the_docker_sandbox
     }
     assert!(homes.join("alice/note.txt").is_file(), "the folder is kept");
     assert_eq!(server.terminate(), Some(0));
+}
+
+/// `[mcp.http.principals.NAME.egress]`: alice's allow list opens a host for her
+/// commands and not for bob's, and each connection's audit line names its principal.
+#[test]
+fn one_principals_egress_opens_nothing_for_another() {
+    let kernel = jianmu_process::Isolation::probe();
+    if !(kernel.namespaces && kernel.private_network) {
+        return;
+    }
+    let (dir, ws) = scratch();
+    let tokens = two_principals(dir.path());
+    let audit = dir.path().join("audit.jsonl");
+    let listener = std::net::TcpListener::bind(("127.0.0.2", 0)).unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        use std::io::{Read as _, Write as _};
+        for stream in listener.incoming() {
+            let Ok(mut s) = stream else { continue };
+            let mut b = [0u8; 4096];
+            let _ = s.read(&mut b);
+            let _ = s.write_all(
+                b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nalice's api",
+            );
+        }
+    });
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        format!("[mcp.http.principals.alice.egress]\nallow = [\"127.0.0.2:{port}\"]\n"),
+    )
+    .unwrap();
+    let server = Served::start(
+        &ws,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--audit-log",
+            audit.to_str().unwrap(),
+        ],
+    );
+    let fetch = json!({"command": format!("curl -sS http://127.0.0.2:{port}/ 2>&1; echo; echo ${{HTTP_PROXY:-no-proxy}} | cut -c1-12")});
+    let (status, text) = stateless_tool(&server.url, ALICE, "bash", &fetch);
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("alice's api"), "{text}");
+    let (status, text) = stateless_tool(&server.url, BOB, "bash", &fetch);
+    assert_eq!(status, 200, "{text}");
+    assert!(
+        !text.contains("alice's api"),
+        "bob reached alice's host: {text}"
+    );
+    assert!(text.contains("no-proxy"), "{text}");
+    assert_eq!(server.terminate(), Some(0));
+    let lines: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l["kind"] == "egress")
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(lines[0]["principal"], "alice");
+    assert_eq!(lines[0]["outcome"], "allowed");
+    assert_eq!(lines[0]["port"], port);
 }

@@ -323,3 +323,55 @@ fn get(url: &str) -> Option<String> {
     stream.read_to_string(&mut text).ok()?;
     (!text.is_empty()).then_some(text)
 }
+
+#[test]
+fn the_descriptions_name_the_hosts_commands_reach() {
+    if !private_network_here() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let egress = json!({"allow": ["pypi.org:443", "*.example.org:443"]});
+    let tools = ToolConfig::new(dir.path())
+        .with_setting("bash", "egress", egress.clone())
+        .with_setting("python_repl", "egress", egress)
+        .with_setting(
+            "python_repl",
+            "isolation",
+            json!({"host_services": ["127.0.0.1:5432"]}),
+        );
+    let specs = jianmu_runtime::tool_specs(&tools).unwrap();
+    let description = |name: &str| {
+        specs
+            .iter()
+            .find(|s| s.name == name)
+            .map(|s| s.description.clone())
+            .unwrap()
+    };
+    for tool in ["bash", "python_repl"] {
+        let text = description(tool);
+        assert!(
+            text.contains(
+                "Outside, only these hosts can be reached, through the session's HTTP proxy"
+            ) && text.contains("pypi.org:443, *.example.org:443"),
+            "{tool}: {text}"
+        );
+        assert!(
+            !text.contains("outside hosts cannot be reached"),
+            "{tool}: {text}"
+        );
+    }
+    assert!(
+        description("python_repl")
+            .contains("These host services are reachable at the same address: 127.0.0.1:5432."),
+        "{}",
+        description("python_repl")
+    );
+    // Without egress, the sentence says the outside is closed.
+    let plain = jianmu_runtime::tool_specs(&ToolConfig::new(dir.path())).unwrap();
+    let bash = plain.iter().find(|s| s.name == "bash").unwrap();
+    assert!(
+        bash.description.contains("outside hosts cannot be reached"),
+        "{}",
+        bash.description
+    );
+}
