@@ -4,11 +4,12 @@
 //! session's commands do; the reference clients run on the host. Prints one line per
 //! row; `cargo xtask bench` runs it.
 
-use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use jianmu_process::NetworkEnv as _;
+#[path = "../tests/support/mod.rs"]
+mod support;
+
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
 
@@ -153,31 +154,11 @@ async fn curl(jail: &jianmu_process::Jail, url: &str) -> f64 {
     took
 }
 
-/// A socket inside the session's network, connected to the proxy, with a tunnel to
-/// `127.0.0.1:port` open.
-async fn tunnel(socket: TcpSocket, proxy: SocketAddr, auth: &str, port: u16) -> TcpStream {
-    let mut s = socket.connect(proxy).await.unwrap();
-    let _ = s.set_nodelay(true);
-    let req = format!(
-        "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nProxy-Authorization: Basic {auth}\r\n\r\n"
-    );
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut head = Vec::new();
-    let mut b = [0u8; 1];
-    while !head.ends_with(b"\r\n\r\n") {
-        assert_eq!(s.read(&mut b).await.unwrap(), 1, "the proxy closed");
-        head.push(b[0]);
-    }
-    assert!(
-        head.starts_with(b"HTTP/1.1 200"),
-        "{}",
-        String::from_utf8_lossy(&head)
-    );
+/// A tunnel to `127.0.0.1:port` through the proxy from `socket` (inside).
+async fn tunnel(session: &support::Session, socket: TcpSocket, port: u16) -> TcpStream {
+    let (head, s) = session.connect_from(socket, port).await;
+    assert!(head.starts_with("HTTP/1.1 200"), "{head}");
     s
-}
-
-fn inside_socket(inside: &jianmu_process::Inside) -> TcpSocket {
-    TcpSocket::from_std_stream(std::net::TcpStream::from(inside.socket(false).unwrap()))
 }
 
 async fn drain(mut s: TcpStream) -> usize {
@@ -194,27 +175,13 @@ async fn drain(mut s: TcpStream) -> usize {
 
 async fn run() {
     let (bulk, one, echo) = upstreams().await;
-    let network = Arc::new(jianmu_process::Network::new());
-    let inside = network.inside().unwrap();
-    let door = Arc::new(jianmu_egress::Door::default());
-    let settings = jianmu_egress::EgressSettings {
+    let session = support::session(jianmu_egress::EgressSettings {
         allow: vec!["127.0.0.1".into()],
         max_connections: Some(HELD + 16),
         ..Default::default()
-    };
-    let egress = jianmu_egress::Egress::new(door, &settings, &[])
-        .unwrap()
-        .unwrap();
-    let vars = egress.env(&inside, None).unwrap();
-    let url = vars
-        .iter()
-        .find(|(k, _)| k == "HTTP_PROXY")
-        .map(|(_, v)| v.to_string_lossy().into_owned())
-        .unwrap();
-    // http://jianmu:TOKEN@127.0.0.1:PORT
-    let (cred, at) = url.trim_start_matches("http://").split_once('@').unwrap();
-    let proxy: SocketAddr = at.parse().unwrap();
-    let auth = base64_encode(cred.as_bytes());
+    })
+    .expect("private networks were probed above");
+    let network = Arc::clone(&session.network);
 
     // 100 MB: direct on the host, then through the proxy from inside.
     let (mut direct, mut proxied) = (Vec::new(), Vec::new());
@@ -223,9 +190,9 @@ async fn run() {
         let s = TcpStream::connect(("127.0.0.1", bulk)).await.unwrap();
         assert_eq!(drain(s).await, DOWNLOAD);
         direct.push(t.elapsed().as_secs_f64());
-        let socket = inside_socket(&inside);
+        let socket = session.socket();
         let t = Instant::now();
-        let s = tunnel(socket, proxy, &auth, bulk).await;
+        let s = tunnel(&session, socket, bulk).await;
         assert_eq!(drain(s).await, DOWNLOAD);
         proxied.push(t.elapsed().as_secs_f64());
     }
@@ -284,7 +251,7 @@ async fn run() {
 
     // A new connection to its first byte (the inside sockets are made beforehand:
     // that is the client's cost, not the proxy's).
-    let sockets: Vec<TcpSocket> = (0..CONNECTS).map(|_| inside_socket(&inside)).collect();
+    let sockets: Vec<TcpSocket> = (0..CONNECTS).map(|_| session.socket()).collect();
     let (mut direct, mut proxied) = (Vec::new(), Vec::new());
     for socket in sockets {
         let t = Instant::now();
@@ -293,7 +260,7 @@ async fn run() {
         s.read_exact(&mut b).await.unwrap();
         direct.push(t.elapsed().as_secs_f64());
         let t = Instant::now();
-        let mut s = tunnel(socket, proxy, &auth, one).await;
+        let mut s = tunnel(&session, socket, one).await;
         s.read_exact(&mut b).await.unwrap();
         proxied.push(t.elapsed().as_secs_f64());
     }
@@ -307,10 +274,10 @@ async fn run() {
 
     // 1,000 at once, each then used.
     let before = rss_kib();
-    let sockets: Vec<TcpSocket> = (0..HELD).map(|_| inside_socket(&inside)).collect();
+    let sockets: Vec<TcpSocket> = (0..HELD).map(|_| session.socket()).collect();
     let mut held = Vec::with_capacity(HELD);
     for socket in sockets {
-        held.push(tunnel(socket, proxy, &auth, echo).await);
+        held.push(tunnel(&session, socket, echo).await);
     }
     let mut ok = 0;
     for s in &mut held {
@@ -329,9 +296,4 @@ async fn run() {
         after.saturating_sub(before)
     );
     assert_eq!(ok, HELD);
-}
-
-fn base64_encode(bytes: &[u8]) -> String {
-    use base64::Engine as _;
-    base64::engine::general_purpose::STANDARD.encode(bytes)
 }

@@ -272,6 +272,30 @@ impl Egress {
     }
 }
 
+/// `jail` with the doors `egress` and `services` (`isolation.host_services`) open in
+/// the session network whose doors are `door`: what a tool that runs commands does.
+///
+/// # Errors
+/// [`jianmu_tool_core::ToolError::Config`] naming `tool` for settings that cannot be
+/// used.
+pub fn with_doors(
+    jail: jianmu_process::Jail,
+    door: Arc<Door>,
+    egress: &EgressSettings,
+    services: &[String],
+    tool: &str,
+) -> Result<jianmu_process::Jail, jianmu_tool_core::ToolError> {
+    let opened =
+        Egress::new(door, egress, services).map_err(|e| jianmu_tool_core::ToolError::Config {
+            tool: tool.to_owned(),
+            message: e.0,
+        })?;
+    Ok(match opened {
+        Some(egress) => jail.with_network_env(egress),
+        None => jail,
+    })
+}
+
 /// The file, in a command's temporary directory, that holds the session's
 /// certificate authority when HTTPS is intercepted.
 pub const CA_FILE: &str = "jianmu-session-ca.pem";

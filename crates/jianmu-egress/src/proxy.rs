@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use base64::Engine as _;
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 
 use crate::policy::{Policy, normal_host};
@@ -99,19 +99,7 @@ impl Shared {
 
 /// Accepts the session's proxy connections until the doors stop.
 pub(crate) async fn serve(shared: Arc<Shared>, socket: std::net::TcpListener) {
-    let Ok(listener) = TcpListener::from_std(socket) else {
-        return;
-    };
-    loop {
-        match listener.accept().await {
-            Ok((stream, _)) => {
-                let _ = stream.set_nodelay(true);
-                tokio::spawn(handle(shared.clone(), stream, None));
-            }
-            // Out of descriptors or a transient error: wait a little, go on.
-            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
-        }
-    }
+    relay::accept_each(socket, move |stream| handle(shared.clone(), stream, None)).await;
 }
 
 /// A request head, read whole.

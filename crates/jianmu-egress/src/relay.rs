@@ -91,66 +91,70 @@ where
     None
 }
 
-/// Serves a host service inside the session: each connection to `at` inside goes
-/// to `at` on the host.
-pub(crate) async fn service(shared: Arc<Shared>, socket: std::net::TcpListener, at: SocketAddr) {
-    let Ok(listener) = TcpListener::from_std(socket) else {
+/// Accepts on `listener` until the doors stop, serving each connection on a task of
+/// its own with `serve`.
+pub(crate) async fn accept_each<F, Fut>(listener: std::net::TcpListener, serve: F)
+where
+    F: Fn(TcpStream) -> Fut,
+    Fut: std::future::Future<Output = ()> + Send + 'static,
+{
+    let Ok(listener) = TcpListener::from_std(listener) else {
         return;
     };
     loop {
-        let Ok((inner, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+        match listener.accept().await {
+            Ok((stream, _)) => {
+                let _ = stream.set_nodelay(true);
+                tokio::spawn(serve(stream));
+            }
+            // Out of descriptors or a transient error: wait a little, go on.
+            Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
+        }
+    }
+}
+
+/// A record of a relay of ports both ways, to `host:port` under `rule`.
+fn port_record(host: String, port: u16, rule: &str) -> Record {
+    Record {
+        host,
+        port,
+        rule: Some(rule.to_owned()),
+        sent: 0,
+        received: 0,
+        started: Instant::now(),
+    }
+}
+
+/// Serves a host service inside the session: each connection to `at` inside goes
+/// to `at` on the host.
+pub(crate) async fn service(shared: Arc<Shared>, socket: std::net::TcpListener, at: SocketAddr) {
+    accept_each(socket, move |inner| {
         let shared = shared.clone();
-        tokio::spawn(async move {
-            let mut record = Record {
-                host: at.ip().to_string(),
-                port: at.port(),
-                rule: Some("[isolation] host_services".to_owned()),
-                sent: 0,
-                received: 0,
-                started: Instant::now(),
-            };
-            match TcpStream::connect(at).await {
+        async move {
+            let mut record =
+                port_record(at.ip().to_string(), at.port(), "[isolation] host_services");
+            let mut line = match TcpStream::connect(at).await {
                 Ok(outer) => {
                     let _ = outer.set_nodelay(true);
                     let end = copy_both(inner, outer, PORT_IDLE, &mut record, &|_| false).await;
-                    let mut line = record.line("allowed", end);
-                    line["kind"] = "host_service".into();
-                    shared.audit_line(line);
+                    record.line("allowed", end)
                 }
-                Err(e) => {
-                    let mut line = record.line("refused", Some(&format!("the host refused: {e}")));
-                    line["kind"] = "host_service".into();
-                    shared.audit_line(line);
-                }
-            }
-        });
-    }
+                Err(e) => record.line("refused", Some(&format!("the host refused: {e}"))),
+            };
+            line["kind"] = "host_service".into();
+            shared.audit_line(line);
+        }
+    })
+    .await;
 }
 
 /// Serves an exposed port: each connection to `listener` on the host goes to
 /// `127.0.0.1:port` inside the session.
 pub(crate) async fn expose(shared: Arc<Shared>, listener: std::net::TcpListener, port: u16) {
-    let Ok(listener) = TcpListener::from_std(listener) else {
-        return;
-    };
-    loop {
-        let Ok((outer, _)) = listener.accept().await else {
-            tokio::time::sleep(Duration::from_millis(50)).await;
-            continue;
-        };
+    accept_each(listener, move |outer| {
         let shared = shared.clone();
-        tokio::spawn(async move {
-            let mut record = Record {
-                host: "127.0.0.1".into(),
-                port,
-                rule: Some("expose_port".to_owned()),
-                sent: 0,
-                received: 0,
-                started: Instant::now(),
-            };
+        async move {
+            let mut record = port_record("127.0.0.1".into(), port, "expose_port");
             let inner = async {
                 let inside = shared.inside.as_ref().ok_or_else(|| {
                     std::io::Error::other("this session has no network of its own")
@@ -171,8 +175,9 @@ pub(crate) async fn expose(shared: Arc<Shared>, listener: std::net::TcpListener,
             };
             line["kind"] = "expose_port".into();
             shared.audit_line(line);
-        });
-    }
+        }
+    })
+    .await;
 }
 
 /// What a proxy client's stream may be: a socket (relayed with `splice`, the bytes

@@ -2,100 +2,13 @@
 //! tunnel and refuse the next, a connection past `max_connections` gets 503, and a
 //! silent one is closed after `idle_secs`; each is an audit line saying why.
 
-use std::net::SocketAddr;
-use std::sync::{Arc, Mutex};
+mod support;
+
 use std::time::Duration;
 
-use jianmu_process::NetworkEnv as _;
+use support::session;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpSocket, TcpStream};
-
-struct Session {
-    inside: jianmu_process::Inside,
-    proxy: SocketAddr,
-    auth: String,
-    lines: Arc<Mutex<Vec<serde_json::Value>>>,
-    _egress: Arc<jianmu_egress::Egress>,
-    _network: Arc<jianmu_process::Network>,
-}
-
-fn session(settings: jianmu_egress::EgressSettings) -> Option<Session> {
-    let kernel = jianmu_process::Isolation::probe();
-    if !(kernel.namespaces && kernel.private_network) {
-        return None;
-    }
-    let network = Arc::new(jianmu_process::Network::new());
-    let inside = network.inside().unwrap();
-    let door = Arc::new(jianmu_egress::Door::default());
-    let lines = Arc::new(Mutex::new(Vec::new()));
-    let sink = lines.clone();
-    door.set_audit(
-        Arc::new(move |line| sink.lock().unwrap().push(line)),
-        serde_json::Map::new(),
-    );
-    let egress = jianmu_egress::Egress::new(door, &settings, &[])
-        .unwrap()
-        .unwrap();
-    let vars = egress.env(&inside, None).unwrap();
-    let url = vars
-        .iter()
-        .find(|(k, _)| k == "HTTP_PROXY")
-        .map(|(_, v)| v.to_string_lossy().into_owned())
-        .unwrap();
-    let (cred, at) = url.trim_start_matches("http://").split_once('@').unwrap();
-    use base64::Engine as _;
-    Some(Session {
-        inside,
-        proxy: at.parse().unwrap(),
-        auth: base64::engine::general_purpose::STANDARD.encode(cred),
-        lines,
-        _egress: egress,
-        _network: network,
-    })
-}
-
-impl Session {
-    /// Opens a tunnel to `127.0.0.1:port` from inside; the proxy's answer head.
-    async fn connect(&self, port: u16) -> (String, TcpStream) {
-        let socket = TcpSocket::from_std_stream(std::net::TcpStream::from(
-            self.inside.socket(false).unwrap(),
-        ));
-        let mut s = socket.connect(self.proxy).await.unwrap();
-        let req = format!(
-            "CONNECT 127.0.0.1:{port} HTTP/1.1\r\nProxy-Authorization: Basic {}\r\n\r\n",
-            self.auth
-        );
-        s.write_all(req.as_bytes()).await.unwrap();
-        let mut head = Vec::new();
-        let mut b = [0u8; 1];
-        while !head.ends_with(b"\r\n\r\n") {
-            if s.read(&mut b).await.unwrap() == 0 {
-                break;
-            }
-            head.push(b[0]);
-        }
-        (String::from_utf8_lossy(&head).into_owned(), s)
-    }
-
-    async fn line_with(&self, why: &str) -> serde_json::Value {
-        for _ in 0..500 {
-            if let Some(l) = self
-                .lines
-                .lock()
-                .unwrap()
-                .iter()
-                .find(|l| l["why"].as_str().is_some_and(|w| w.contains(why)))
-            {
-                return l.clone();
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        panic!(
-            "no audit line says {why:?}: {:?}",
-            self.lines.lock().unwrap()
-        );
-    }
-}
+use tokio::net::TcpListener;
 
 /// A host server sending `size` bytes on each connection, then holding it open.
 async fn sender(size: usize) -> u16 {

@@ -230,3 +230,50 @@ pub fn nbformat() -> (std::path::PathBuf, std::path::PathBuf) {
         venv.join(format!("sdist/nbformat-{NBFORMAT_VERSION}/tests")),
     )
 }
+
+/// The request heads an [`http_upstream`] got, in order.
+pub type Heads = std::sync::Arc<std::sync::Mutex<Vec<String>>>;
+
+/// An HTTP server on its own thread at `ip` (a port of its own) answering every
+/// request with `200` and `body`, keeping each request head: the outside, as a
+/// session sees a host on `127.0.0.2`.
+pub fn http_upstream(ip: &str, body: &'static str) -> (u16, Heads) {
+    use std::io::{Read as _, Write as _};
+    let listener = std::net::TcpListener::bind((ip, 0)).expect("a port to listen on");
+    let port = listener.local_addr().map_or(0, |a| a.port());
+    let heads = Heads::default();
+    let seen = heads.clone();
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let Ok(mut stream) = stream else { continue };
+            let mut buf = Vec::new();
+            let mut chunk = [0u8; 4096];
+            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
+                match stream.read(&mut chunk) {
+                    Ok(0) | Err(_) => break,
+                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
+                }
+            }
+            seen.lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .push(String::from_utf8_lossy(&buf).into_owned());
+            let _ = write!(
+                stream,
+                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+                body.len()
+            );
+        }
+    });
+    (port, heads)
+}
+
+/// The lines of the audit log at `path` whose `kind` is `kind` (`egress`,
+/// `expose_port`, ...).
+pub fn audit_lines(path: &std::path::Path, kind: &str) -> Vec<serde_json::Value> {
+    std::fs::read_to_string(path)
+        .unwrap_or_default()
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|l| l["kind"] == kind)
+        .collect()
+}

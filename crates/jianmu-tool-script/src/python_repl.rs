@@ -304,18 +304,13 @@ impl PythonRepl {
     /// # Errors
     /// Egress settings that cannot be used (why, in the message).
     pub fn with_egress(mut self, door: Arc<jianmu_egress::Door>) -> Result<Self, ToolError> {
-        let egress = jianmu_egress::Egress::new(
+        self.jail = jianmu_egress::with_doors(
+            self.jail,
             door,
             &self.settings.egress,
             &self.settings.isolation.host_services,
-        )
-        .map_err(|e| ToolError::Config {
-            tool: Self::NAME.to_owned(),
-            message: e.0,
-        })?;
-        if let Some(egress) = egress {
-            self.jail = self.jail.with_network_env(egress);
-        }
+            Self::NAME,
+        )?;
         Ok(self)
     }
 

@@ -1298,43 +1298,13 @@ async fn a_swiftide_executor_over_a_docker_session_runs_commands_in_its_containe
     f.sandbox.shutdown().await;
 }
 
-/// An HTTP server on 127.0.0.2 (on the host: outside as the container sees it)
-/// answering every request with `body`, keeping the heads it got.
-fn upstream(body: &'static str) -> (u16, std::sync::Arc<std::sync::Mutex<Vec<String>>>) {
-    use std::io::{Read as _, Write as _};
-    let listener = std::net::TcpListener::bind(("127.0.0.2", 0)).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let heads = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
-    let seen = heads.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-            seen.lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&buf).into_owned());
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (port, heads)
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_egress_policy_holds_in_the_container_whose_only_way_out_is_the_host() {
     let f = fixture(settings());
-    let (allowed, heads) = upstream("reached through the host");
-    let (other, other_heads) = upstream("not for you");
+    // On 127.0.0.2 on the host: outside, as the container sees it.
+    let (allowed, heads) =
+        jianmu_test_support::http_upstream("127.0.0.2", "reached through the host");
+    let (other, other_heads) = jianmu_test_support::http_upstream("127.0.0.2", "not for you");
     let secret = format!("s3cret-{}", std::process::id());
     let egress = json!({
         "allow": [format!("127.0.0.2:{allowed}")],

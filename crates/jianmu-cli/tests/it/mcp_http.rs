@@ -1219,19 +1219,7 @@ fn one_principals_egress_opens_nothing_for_another() {
     let (dir, ws) = scratch();
     let tokens = two_principals(dir.path());
     let audit = dir.path().join("audit.jsonl");
-    let listener = std::net::TcpListener::bind(("127.0.0.2", 0)).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        use std::io::{Read as _, Write as _};
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            let mut b = [0u8; 4096];
-            let _ = s.read(&mut b);
-            let _ = s.write_all(
-                b"HTTP/1.1 200 OK\r\nContent-Length: 11\r\nConnection: close\r\n\r\nalice's api",
-            );
-        }
-    });
+    let (port, _) = jianmu_test_support::http_upstream("127.0.0.2", "alice's api");
     let config = dir.path().join("jianmu.toml");
     std::fs::write(
         &config,
@@ -1261,12 +1249,7 @@ fn one_principals_egress_opens_nothing_for_another() {
     );
     assert!(text.contains("no-proxy"), "{text}");
     assert_eq!(server.terminate(), Some(0));
-    let lines: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &Value| l["kind"] == "egress")
-        .collect();
+    let lines = jianmu_test_support::audit_lines(&audit, "egress");
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert_eq!(lines[0]["principal"], "alice");
     assert_eq!(lines[0]["outcome"], "allowed");

@@ -5,43 +5,14 @@
 //! to the host, and `host_services` lead in.
 
 use std::io::{Read as _, Write as _};
-use std::net::TcpListener;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use jianmu_runtime::{Opening, Runtime, SessionSettings};
 use jianmu_tool_core::ToolConfig;
 use serde_json::{Value, json};
 
-/// An HTTP server on `ip:0` answering every request with `body`, keeping the heads
-/// it got.
-fn upstream(ip: &str, body: &'static str) -> (u16, Arc<Mutex<Vec<String>>>) {
-    let listener = TcpListener::bind((ip, 0)).unwrap();
-    let port = listener.local_addr().unwrap().port();
-    let heads = Arc::new(Mutex::new(Vec::new()));
-    let seen = heads.clone();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut stream) = stream else { continue };
-            let mut buf = Vec::new();
-            let mut chunk = [0u8; 4096];
-            while !buf.windows(4).any(|w| w == b"\r\n\r\n") {
-                match stream.read(&mut chunk) {
-                    Ok(0) | Err(_) => break,
-                    Ok(n) => buf.extend_from_slice(&chunk[..n]),
-                }
-            }
-            seen.lock()
-                .unwrap()
-                .push(String::from_utf8_lossy(&buf).into_owned());
-            let _ = write!(
-                stream,
-                "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-        }
-    });
-    (port, heads)
+fn upstream(ip: &str, body: &'static str) -> (u16, jianmu_test_support::Heads) {
+    jianmu_test_support::http_upstream(ip, body)
 }
 
 fn private_network_here() -> bool {
@@ -167,12 +138,7 @@ async fn the_policy_names_what_is_reached_and_credentials_stay_outside() {
     assert_eq!(stranger, "407");
     session.close().await;
     // One audit line per connection, allowed or refused, with its rule and bytes.
-    let lines: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &Value| l["kind"] == "egress")
-        .collect();
+    let lines = jianmu_test_support::audit_lines(&audit, "egress");
     let ok = lines
         .iter()
         .find(|l| l["outcome"] == "allowed" && l["port"] == allowed)
