@@ -422,7 +422,7 @@ where
                 &held,
                 client,
                 upstream,
-                &target.host,
+                (&target.host, target.port),
                 &c,
                 head.rest,
                 &mut record,
@@ -446,7 +446,8 @@ where
         }
         (Some(path), credential) => {
             let mut upstream = upstream;
-            let rewritten = rewrite(&head, path, credential.as_ref());
+            let authority = authority(&target.host, target.port, 80);
+            let rewritten = rewrite(&head, path, &authority, credential.as_ref());
             if upstream.write_all(&rewritten).await.is_err() {
                 return;
             }
@@ -477,17 +478,36 @@ where
     }
 }
 
-/// A plain HTTP request for the upstream: the path alone on its first line, no proxy
-/// headers, the credential set, and `Connection: close` (one request per
+/// `host` as a `Host` header names it: brackets for IPv6, the port unless it is
+/// the scheme's `default`.
+pub(crate) fn authority(host: &str, port: u16, default: u16) -> String {
+    let host = if host.contains(':') {
+        format!("[{host}]")
+    } else {
+        host.to_owned()
+    };
+    if port == default {
+        host
+    } else {
+        format!("{host}:{port}")
+    }
+}
+
+/// A plain HTTP request for the upstream: the path alone on its first line, the
+/// checked host as `Host`, no proxy headers, the credential set, and `Connection: close` (one request per
 /// connection, so that each one is checked).
 pub(crate) fn rewrite(
     head: &Head,
     path: &str,
+    authority: &str,
     credential: Option<&crate::policy::Ready>,
 ) -> Vec<u8> {
-    let mut out = format!("{} {path} HTTP/1.1\r\n", head.method).into_bytes();
+    // The checked host, not the client's `Host`: a server holding many sites (a CDN)
+    // routes by it, and would take the request (and its credential) elsewhere.
+    let mut out = format!("{} {path} HTTP/1.1\r\nHost: {authority}\r\n", head.method).into_bytes();
     for (name, value) in &head.headers {
         let drop = [
+            "host",
             "proxy-authorization",
             "proxy-connection",
             "connection",

@@ -113,7 +113,7 @@ pub(crate) async fn intercept<S>(
     held: &Held,
     mut client: S,
     upstream: TcpStream,
-    host: &str,
+    (host, port): (&str, u16),
     credential: &Ready,
     early: Vec<u8>,
     record: &mut Record,
@@ -202,8 +202,20 @@ where
             return Some(why);
         }
     };
-    let path = head.target.clone();
-    let rewritten = rewrite(&head, &path, Some(credential));
+    // Origin form only: an absolute URL would be routed by its own host.
+    if !head.target.starts_with('/') {
+        answer(
+            &mut inner,
+            400,
+            "Bad Request",
+            "",
+            "jianmu proxy: inside the tunnel, send the path only (GET /path)\n",
+        )
+        .await;
+        return Some("a request inside the tunnel named another target");
+    }
+    let authority = crate::proxy::authority(host, port, 443);
+    let rewritten = rewrite(&head, &head.target, &authority, Some(credential));
     if outer.write_all(&rewritten).await.is_err() {
         return None;
     }

