@@ -365,7 +365,9 @@ fn dispatch(shared: &Shared, line: &[u8]) {
                     return;
                 }
                 let (ours, theirs) = tokio::io::duplex(64 * 1024);
-                streams.attach(stream, theirs);
+                if !streams.attach(stream, theirs) {
+                    return;
+                }
                 match egress.serve(ours) {
                     Ok(served) => {
                         tokio::spawn(served);

@@ -88,11 +88,16 @@ impl Streams {
     }
 
     /// Carries stream `id` between `io` (the local end) and the other side, until
-    /// both directions have ended. Call it inside a runtime.
-    pub(crate) fn attach<S>(self: &Arc<Self>, id: u64, io: S)
+    /// both directions have ended. Call it inside a runtime. An id already open is
+    /// refused (closed, `io` dropped): `false`.
+    pub(crate) fn attach<S>(self: &Arc<Self>, id: u64, io: S) -> bool
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
+        if lock(&self.open).contains_key(&id) {
+            (self.send)(Msg::Close(id));
+            return false;
+        }
         let (mut reader, mut writer) = tokio::io::split(io);
         let (tx, mut rx) = mpsc::unbounded_channel::<Option<Vec<u8>>>();
         let queued = Arc::new(AtomicUsize::new(0));
@@ -176,33 +181,46 @@ impl Streams {
                 tasks: [read_task, write_task],
             },
         );
+        true
+    }
+
+    /// Drops stream `id` (its tasks stopped) and tells the other side.
+    fn cut(&self, id: u64) {
+        if let Some(entry) = lock(&self.open).remove(&id) {
+            for task in &entry.tasks {
+                task.abort();
+            }
+        }
+        (self.send)(Msg::Close(id));
     }
 
     /// What the other side sent: bytes for stream `id`'s local end. More than the
     /// window closes the stream.
     pub(crate) fn data(&self, id: u64, bytes: Vec<u8>) {
-        let mut open = lock(&self.open);
+        let open = lock(&self.open);
         let Some(entry) = open.get(&id) else { return };
         let after = entry.queued.fetch_add(bytes.len(), Ordering::AcqRel) + bytes.len();
         if after > WINDOW || entry.tx.send(Some(bytes)).is_err() {
-            if let Some(entry) = open.remove(&id) {
-                for task in &entry.tasks {
-                    task.abort();
-                }
-            }
             drop(open);
-            (self.send)(Msg::Close(id));
+            self.cut(id);
         }
     }
 
     /// The other side wrote `n` of our bytes out.
+    /// An ack for more than is in flight closes the stream (the other side would
+    /// otherwise make us send without bound).
     pub(crate) fn ack(&self, id: u64, n: usize) {
         let open = lock(&self.open);
-        if let Some(entry) = open.get(&id) {
-            let mut free = lock(&entry.credit.free);
-            *free = (*free + n).min(WINDOW);
-            entry.credit.more.notify_waiters();
+        let Some(entry) = open.get(&id) else { return };
+        let mut free = lock(&entry.credit.free);
+        if n > WINDOW - *free {
+            drop(free);
+            drop(open);
+            self.cut(id);
+            return;
         }
+        *free += n;
+        entry.credit.more.notify_waiters();
     }
 
     /// Closes stream `id` before it is carried (too many are open).
@@ -284,6 +302,25 @@ mod tests {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert_eq!((a.len(), b.len()), (0, 0));
+    }
+
+    /// An ack for bytes never sent, and a second stream with an id already open, are
+    /// refused: the stream is closed, and the first stays as it was.
+    #[tokio::test]
+    async fn false_acks_and_reused_ids_are_refused() {
+        let (sent_tx, mut sent) = mpsc::unbounded_channel::<Msg>();
+        let s = Streams::new(move |m| {
+            let _ = sent_tx.send(m);
+        });
+        let (_keep, far) = tokio::io::duplex(16);
+        assert!(s.attach(3, far));
+        let (_other, again) = tokio::io::duplex(16);
+        assert!(!s.attach(3, again));
+        assert_eq!(s.len(), 1);
+        assert!(matches!(sent.try_recv(), Ok(Msg::Close(3))));
+        s.ack(3, 1);
+        assert_eq!(s.len(), 0, "an ack for nothing sent kept the stream");
+        assert!(matches!(sent.try_recv(), Ok(Msg::Close(3))));
     }
 
     /// A side that ignores the window gets the stream closed, not its bytes queued.
