@@ -186,7 +186,7 @@ pub struct Egress {
     services: Vec<SocketAddr>,
 }
 
-/// Parses `host_services` entries (`IP:PORT`).
+/// Parses `host_services` entries (`IP:PORT`, loopback addresses).
 ///
 /// # Errors
 /// An entry that is not an IP address with a port.
@@ -194,11 +194,18 @@ pub fn parse_services(entries: &[String]) -> Result<Vec<SocketAddr>, BadSettings
     entries
         .iter()
         .map(|e| {
-            e.trim().parse::<SocketAddr>().map_err(|_| {
+            let at = e.trim().parse::<SocketAddr>().map_err(|_| {
                 BadSettings(format!(
                     "host_services entry `{e}`: expected an IP address and a port, such as 127.0.0.1:5432"
                 ))
-            })
+            })?;
+            // The session's network has loopback only: that is where it listens.
+            if !at.ip().is_loopback() {
+                return Err(BadSettings(format!(
+                    "host_services entry `{e}`: only loopback addresses (127.0.0.1, ::1) can be given to a session"
+                )));
+            }
+            Ok(at)
         })
         .collect()
 }

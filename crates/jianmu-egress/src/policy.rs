@@ -258,8 +258,14 @@ impl Policy {
                     "egress credential for `{key}`: its value holds a line break"
                 )));
             }
+            let rule = Rule::parse(key)?;
+            if rule.host == Host::Any {
+                return Err(BadSettings(format!(
+                    "egress credential for `{key}`: a credential goes to named hosts only, not `*`"
+                )));
+            }
             credentials.push(Ready {
-                rule: Rule::parse(key)?,
+                rule,
                 header: header.to_owned(),
                 value,
                 intercept: c.intercept,
@@ -370,5 +376,33 @@ mod tests {
             Policy::with_env(&settings, &env).unwrap_err().0,
             "egress credential for `api.test` reads ${NOPE}, which jianmu's environment does not set"
         );
+        let any = Credential {
+            header: "Authorization".into(),
+            value: "x".into(),
+            intercept: false,
+        };
+        let settings = EgressSettings {
+            credentials: [("*:443".to_owned(), any)].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            Policy::with_env(&settings, &env).unwrap_err().0,
+            "egress credential for `*:443`: a credential goes to named hosts only, not `*`"
+        );
+    }
+}
+
+#[cfg(test)]
+mod services {
+    #[test]
+    fn host_services_are_loopback_addresses() {
+        let parse = |e: &str| crate::parse_services(&[e.to_owned()]);
+        assert!(parse("127.0.0.1:5432").is_ok());
+        assert!(parse("[::1]:5432").is_ok());
+        assert_eq!(
+            parse("10.0.0.5:5432").unwrap_err().0,
+            "host_services entry `10.0.0.5:5432`: only loopback addresses (127.0.0.1, ::1) can be given to a session"
+        );
+        assert!(parse("db:5432").is_err());
     }
 }
