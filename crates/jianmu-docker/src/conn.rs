@@ -84,6 +84,7 @@ impl Conn {
                     },
                     Msg::Ack(stream, bytes) => Request::Ack { stream, bytes },
                     Msg::Close(stream) => Request::Close { stream },
+                    Msg::Reset(stream) => Request::Reset { stream },
                 };
                 if let Some(tx) = weak.upgrade() {
                     let _ = tx.send(to_line(&request));
@@ -389,6 +390,11 @@ fn dispatch(shared: &Shared, line: &[u8]) {
         Reply::Close { stream } => {
             if let Some(streams) = &shared.streams {
                 streams.close(stream);
+            }
+        }
+        Reply::Reset { stream } => {
+            if let Some(streams) = &shared.streams {
+                streams.reset(stream);
             }
         }
         Reply::Done {

@@ -116,6 +116,7 @@ fn egress_inside(
             },
             Msg::Ack(stream, bytes) => Reply::Ack { stream, bytes },
             Msg::Close(stream) => Reply::Close { stream },
+            Msg::Reset(stream) => Reply::Reset { stream },
         };
         let _ = tx.send(to_line(&reply));
     });
@@ -238,6 +239,11 @@ where
             Request::Close { stream } => {
                 if let Some(streams) = &streams {
                     streams.close(stream);
+                }
+            }
+            Request::Reset { stream } => {
+                if let Some(streams) = &streams {
+                    streams.reset(stream);
                 }
             }
             Request::Cancel { id } => {

@@ -1,12 +1,17 @@
 //! Streams carried over the wire, for the sandbox's egress: the server inside the
 //! container listens on its loopback as the session's proxy and sends each
-//! connection to the host as a stream (`open`, `data`, `ack`, `close` lines); the host
+//! connection to the host as a stream (`open`, `data`, `ack`, `close`, `reset`
+//! lines); the host
 //! serves it with the session's egress policy. The container has no route of its own:
 //! its network is `none`, so the host's proxy is its only way out.
 //!
 //! Each direction of a stream has a window: at most [`WINDOW`] bytes sent and not yet
 //! acknowledged (written out by the other side). A side that receives more than that
 //! closes the stream, so neither side buffers more than the window per stream.
+//!
+//! `close` ends one direction (a half-close); `reset` ends the whole stream at once.
+//! A side answers `reset` to bytes for a stream it does not hold, and resets a stream
+//! it gives up on, so the other side never waits for acks that cannot come.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -32,6 +37,8 @@ pub(crate) enum Msg {
     Data(u64, Vec<u8>),
     Ack(u64, usize),
     Close(u64),
+    /// The stream is gone on the sending side: drop it whole.
+    Reset(u64),
 }
 
 /// Encodes bytes for a line.
@@ -95,7 +102,7 @@ impl Streams {
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
         if lock(&self.open).contains_key(&id) {
-            (self.send)(Msg::Close(id));
+            (self.send)(Msg::Reset(id));
             return false;
         }
         let (mut reader, mut writer) = tokio::io::split(io);
@@ -159,7 +166,12 @@ impl Streams {
             tokio::spawn(async move {
                 while let Some(Some(bytes)) = rx.recv().await {
                     if writer.write_all(&bytes).await.is_err() {
-                        break;
+                        // The local end takes no more: the other side must stop
+                        // sending (it would wait for acks that never come).
+                        if let Some(streams) = weak.upgrade() {
+                            streams.cut(id);
+                        }
+                        return;
                     }
                     queued.fetch_sub(bytes.len(), Ordering::AcqRel);
                     let Some(streams) = weak.upgrade() else {
@@ -184,21 +196,38 @@ impl Streams {
         true
     }
 
-    /// Drops stream `id` (its tasks stopped) and tells the other side.
+    /// Drops stream `id` (its tasks stopped, its local end closed) and tells the
+    /// other side to drop it too.
     fn cut(&self, id: u64) {
-        if let Some(entry) = lock(&self.open).remove(&id) {
+        self.drop_stream(id);
+        (self.send)(Msg::Reset(id));
+    }
+
+    /// Drops stream `id` here: its tasks stop, and its local end is closed.
+    fn drop_stream(&self, id: u64) {
+        let entry = lock(&self.open).remove(&id);
+        if let Some(entry) = entry {
             for task in &entry.tasks {
                 task.abort();
             }
         }
-        (self.send)(Msg::Close(id));
+    }
+
+    /// The other side dropped stream `id`.
+    pub(crate) fn reset(&self, id: u64) {
+        self.drop_stream(id);
     }
 
     /// What the other side sent: bytes for stream `id`'s local end. More than the
-    /// window closes the stream.
+    /// window closes the stream; bytes for a stream not held are answered with a
+    /// reset.
     pub(crate) fn data(&self, id: u64, bytes: Vec<u8>) {
         let open = lock(&self.open);
-        let Some(entry) = open.get(&id) else { return };
+        let Some(entry) = open.get(&id) else {
+            drop(open);
+            (self.send)(Msg::Reset(id));
+            return;
+        };
         let after = entry.queued.fetch_add(bytes.len(), Ordering::AcqRel) + bytes.len();
         if after > WINDOW || entry.tx.send(Some(bytes)).is_err() {
             drop(open);
@@ -211,6 +240,7 @@ impl Streams {
     /// otherwise make us send without bound).
     pub(crate) fn ack(&self, id: u64, n: usize) {
         let open = lock(&self.open);
+        // A late ack for a stream that ended: nothing waits on it.
         let Some(entry) = open.get(&id) else { return };
         let mut free = lock(&entry.credit.free);
         if n > WINDOW - *free {
@@ -223,9 +253,9 @@ impl Streams {
         entry.credit.more.notify_waiters();
     }
 
-    /// Closes stream `id` before it is carried (too many are open).
+    /// Drops stream `id` before it is carried (too many are open).
     pub(crate) fn refuse(&self, id: u64) {
-        (self.send)(Msg::Close(id));
+        (self.send)(Msg::Reset(id));
     }
 
     /// The other side will send no more on stream `id`.
@@ -256,6 +286,7 @@ mod tests {
                 }
                 Msg::Ack(id, n) => into.ack(id, n),
                 Msg::Close(id) => into.close(id),
+                Msg::Reset(id) => into.reset(id),
             }
         }
     }
@@ -317,10 +348,58 @@ mod tests {
         let (_other, again) = tokio::io::duplex(16);
         assert!(!s.attach(3, again));
         assert_eq!(s.len(), 1);
-        assert!(matches!(sent.try_recv(), Ok(Msg::Close(3))));
+        assert!(matches!(sent.try_recv(), Ok(Msg::Reset(3))));
         s.ack(3, 1);
         assert_eq!(s.len(), 0, "an ack for nothing sent kept the stream");
-        assert!(matches!(sent.try_recv(), Ok(Msg::Close(3))));
+        assert!(matches!(sent.try_recv(), Ok(Msg::Reset(3))));
+    }
+
+    /// Bytes for a stream this side no longer holds are answered with a reset, and a
+    /// reset closes the local end: a sender never waits for acks that cannot come.
+    #[tokio::test]
+    async fn a_stream_gone_on_one_side_is_reset_on_the_other() {
+        let (sent_tx, mut sent) = mpsc::unbounded_channel::<Msg>();
+        let s = Streams::new(move |m| {
+            let _ = sent_tx.send(m);
+        });
+        s.data(9, b"late".to_vec());
+        assert!(matches!(sent.try_recv(), Ok(Msg::Reset(9))));
+        let (mut local, far) = tokio::io::duplex(16);
+        assert!(s.attach(4, far));
+        s.reset(4);
+        assert_eq!(s.len(), 0);
+        let mut buf = [0u8; 4];
+        let n = tokio::time::timeout(std::time::Duration::from_secs(5), local.read(&mut buf))
+            .await
+            .expect("the local end was left open")
+            .unwrap_or(0);
+        assert_eq!(n, 0);
+    }
+
+    /// A local end that stops taking bytes resets the stream, so the other side
+    /// stops sending instead of waiting for acks.
+    #[tokio::test]
+    async fn a_local_end_that_fails_resets_the_stream() {
+        let (sent_tx, mut sent) = mpsc::unbounded_channel::<Msg>();
+        let s = Streams::new(move |m| {
+            let _ = sent_tx.send(m);
+        });
+        let (local, far) = tokio::io::duplex(16);
+        drop(local);
+        assert!(s.attach(5, far));
+        s.data(5, b"for nobody".to_vec());
+        let mut reset = false;
+        for _ in 0..500 {
+            while let Ok(m) = sent.try_recv() {
+                reset |= matches!(m, Msg::Reset(5));
+            }
+            if reset {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(reset, "the other side was not told");
+        assert_eq!(s.len(), 0);
     }
 
     /// A side that ignores the window gets the stream closed, not its bytes queued.
@@ -338,7 +417,7 @@ mod tests {
         assert_eq!(s.len(), 0);
         let mut closed = false;
         while let Ok(m) = sent.try_recv() {
-            closed |= matches!(m, Msg::Close(7));
+            closed |= matches!(m, Msg::Reset(7));
         }
         assert!(closed);
     }

@@ -72,6 +72,11 @@ pub(crate) enum Request {
         /// The stream.
         stream: u64,
     },
+    /// The host dropped the stream: drop it whole.
+    Reset {
+        /// The stream.
+        stream: u64,
+    },
 }
 
 /// What the server needs to be the session's proxy inside the container.
@@ -136,6 +141,11 @@ pub(crate) enum Reply {
     },
     /// The end inside sends no more.
     Close {
+        /// The stream.
+        stream: u64,
+    },
+    /// The server dropped the stream: drop it whole.
+    Reset {
         /// The stream.
         stream: u64,
     },
