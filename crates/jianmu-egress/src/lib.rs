@@ -27,7 +27,8 @@ mod relay;
 mod tls;
 
 pub use policy::{
-    BadSettings, Credential, DEFAULT_IDLE_SECS, DEFAULT_MAX_CONNECTIONS, EgressSettings, Policy,
+    BadSettings, Credential, DEFAULT_IDLE_SECS, DEFAULT_MAX_CONNECTIONS, EgressSettings,
+    MAX_CONNECTIONS, Policy,
 };
 
 /// Where audit lines go: one JSON object per connection or opening.

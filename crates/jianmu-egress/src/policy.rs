@@ -8,6 +8,8 @@ use serde::{Deserialize, Serialize};
 
 /// The most connections one policy holds at once, unless `max_connections` says.
 pub const DEFAULT_MAX_CONNECTIONS: usize = 1024;
+/// The most `max_connections` can raise it to.
+pub const MAX_CONNECTIONS: usize = 65_536;
 /// How long a connection may stay silent both ways, unless `idle_secs` says.
 pub const DEFAULT_IDLE_SECS: u64 = 300;
 
@@ -24,7 +26,7 @@ pub struct EgressSettings {
     /// Headers set on requests to a host (the key is matched as an `allow` entry):
     /// the code sends a placeholder, the proxy sets the real value.
     pub credentials: BTreeMap<String, Credential>,
-    /// Most connections at once (more are refused with 503).
+    /// Most connections at once (more are refused with 503); at most 65,536.
     pub max_connections: Option<usize>,
     /// Most bytes both ways over all connections; past it, connections are closed
     /// and new ones refused.
@@ -277,7 +279,7 @@ impl Policy {
             max_connections: settings
                 .max_connections
                 .unwrap_or(DEFAULT_MAX_CONNECTIONS)
-                .max(1),
+                .clamp(1, MAX_CONNECTIONS),
             max_bytes: settings.max_bytes,
             idle: std::time::Duration::from_secs(
                 settings.idle_secs.unwrap_or(DEFAULT_IDLE_SECS).max(1),
@@ -286,18 +288,37 @@ impl Policy {
         })
     }
 
-    /// The rule that lets `host:port` through, if any. A credential's host counts as
-    /// allowed.
+    /// The rule that lets `host:port` through, if any: one that names the host
+    /// exactly before a wildcard (only such a rule reaches a private address). A
+    /// credential's host counts as allowed.
     pub(crate) fn rule_for(&self, host: &str, port: u16) -> Option<&Rule> {
-        self.allow
+        let mut all = self
+            .allow
             .iter()
             .chain(self.credentials.iter().map(|c| &c.rule))
-            .find(|r| r.matches(host, port))
+            .filter(|r| r.matches(host, port));
+        let first = all.next()?;
+        if first.names(host) {
+            return Some(first);
+        }
+        Some(all.find(|r| r.names(host)).unwrap_or(first))
     }
 
-    /// The credential for `host:port`, if any.
-    pub(crate) fn credential_for(&self, host: &str, port: u16) -> Option<&Ready> {
-        self.credentials.iter().find(|c| c.rule.matches(host, port))
+    /// The credential for a request to `host:port`, over TLS (`tls`) or plain HTTP,
+    /// if any: one whose key names the host exactly before a wildcard. A key without
+    /// a port is set on the scheme's own port only (443, or 80), so a credential
+    /// never goes in clear text to a port that expects TLS.
+    pub(crate) fn credential_for(&self, host: &str, port: u16, tls: bool) -> Option<&Ready> {
+        let default = if tls { 443 } else { 80 };
+        let mut all = self
+            .credentials
+            .iter()
+            .filter(|c| c.rule.matches(host, port) && (c.rule.port.is_some() || port == default));
+        let first = all.next()?;
+        if first.rule.names(host) {
+            return Some(first);
+        }
+        Some(all.find(|c| c.rule.names(host)).unwrap_or(first))
     }
 
     /// Whether any HTTPS is intercepted (a certificate authority is needed).
@@ -366,9 +387,14 @@ mod tests {
         let env = |n: &str| (n == "TOKEN").then(|| "s3cret".to_owned());
         let p = Policy::with_env(&settings, &env).unwrap();
         assert_eq!(
-            p.credential_for("api.test", 80).unwrap().value,
+            p.credential_for("api.test", 80, false).unwrap().value,
             "Bearer s3cret"
         );
+        // Without a port in the key, only the scheme's own port gets it: never in
+        // clear text to 443, nor to any other port.
+        assert!(p.credential_for("api.test", 443, false).is_none());
+        assert!(p.credential_for("api.test", 8080, false).is_none());
+        assert!(p.credential_for("api.test", 443, true).is_some());
         assert_eq!(p.rule_for("api.test", 443).unwrap().text, "api.test");
         assert!(!format!("{p:?}").contains("s3cret"));
         settings.credentials.get_mut("api.test").unwrap().value = "${NOPE}".into();
@@ -388,6 +414,45 @@ mod tests {
         assert_eq!(
             Policy::with_env(&settings, &env).unwrap_err().0,
             "egress credential for `*:443`: a credential goes to named hosts only, not `*`"
+        );
+    }
+}
+
+#[cfg(test)]
+mod specific {
+    use super::*;
+
+    /// An entry naming the host wins over a wildcard listed first, so a host named
+    /// exactly reaches its private address, and gets its own credential.
+    #[test]
+    fn the_entry_naming_the_host_wins_over_a_wildcard() {
+        let c = |v: &str| Credential {
+            header: "X-Key".into(),
+            value: v.into(),
+            intercept: false,
+        };
+        let settings = EgressSettings {
+            allow: vec!["*.corp.test".into(), "db.corp.test".into()],
+            credentials: [
+                ("*.api.test:8080".to_owned(), c("wild")),
+                ("one.api.test:8080".to_owned(), c("named")),
+            ]
+            .into(),
+            ..Default::default()
+        };
+        let p = Policy::with_env(&settings, &|_| None).unwrap();
+        let rule = p.rule_for("db.corp.test", 5432).unwrap();
+        assert_eq!(rule.text, "db.corp.test");
+        let private = "10.0.0.5".parse().unwrap();
+        assert!(Policy::refused_address(rule, "db.corp.test", private).is_none());
+        assert_eq!(p.rule_for("x.corp.test", 1).unwrap().text, "*.corp.test");
+        assert_eq!(
+            p.credential_for("one.api.test", 8080, false).unwrap().value,
+            "named"
+        );
+        assert_eq!(
+            p.credential_for("two.api.test", 8080, false).unwrap().value,
+            "wild"
         );
     }
 }

@@ -16,8 +16,13 @@ use crate::{Audit, relay};
 
 /// The largest request head read (request line and headers).
 pub(crate) const MAX_HEAD: usize = 64 * 1024;
-/// How long a client may take to send its request head.
-const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// How long a client may take to send its request head, and a TLS handshake.
+pub(crate) const HEAD_TIMEOUT: Duration = Duration::from_secs(30);
+/// Proxy connections held while their request head is read, beyond those the
+/// policies' `max_connections` allow.
+const HEAD_SLOTS: usize = 256;
+/// Connections held at once by the relays of ports both ways, over all ports.
+pub(crate) const PORT_SLOTS: usize = 1024;
 /// How long connecting upstream may take.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
@@ -35,6 +40,12 @@ pub(crate) struct Shared {
     audit: Option<(Audit, serde_json::Map<String, serde_json::Value>)>,
     policies: Mutex<HashMap<String, Arc<Held>>>,
     ca: OnceLock<Result<crate::tls::Ca, String>>,
+    /// Connections the proxy's listener holds at once: [`HEAD_SLOTS`] plus each
+    /// policy's `max_connections`, so descriptors stay bounded before a request
+    /// names its policy.
+    pub(crate) proxy_slots: Arc<Semaphore>,
+    /// Connections the relays of ports both ways hold at once.
+    pub(crate) port_slots: Arc<Semaphore>,
 }
 
 impl Shared {
@@ -47,12 +58,15 @@ impl Shared {
             audit,
             policies: Mutex::new(HashMap::new()),
             ca: OnceLock::new(),
+            proxy_slots: Arc::new(Semaphore::new(HEAD_SLOTS)),
+            port_slots: Arc::new(Semaphore::new(PORT_SLOTS)),
         }
     }
 
     pub(crate) fn register(&self, token: String, policy: Arc<Policy>) {
         let mut all = self.policies.lock().unwrap_or_else(PoisonError::into_inner);
         all.entry(token).or_insert_with(|| {
+            self.proxy_slots.add_permits(policy.max_connections);
             Arc::new(Held {
                 slots: Arc::new(Semaphore::new(policy.max_connections)),
                 policy,
@@ -99,7 +113,11 @@ impl Shared {
 
 /// Accepts the session's proxy connections until the doors stop.
 pub(crate) async fn serve(shared: Arc<Shared>, socket: std::net::TcpListener) {
-    relay::accept_each(socket, move |stream| handle(shared.clone(), stream, None)).await;
+    let slots = shared.proxy_slots.clone();
+    relay::accept_each(socket, slots, move |stream| {
+        handle(shared.clone(), stream, None)
+    })
+    .await;
 }
 
 /// A request head, read whole.
@@ -187,16 +205,24 @@ pub(crate) async fn answer<S: AsyncWrite + Unpin>(
     let _ = stream.shutdown().await;
 }
 
-fn reason(status: u16) -> &'static str {
+pub(crate) fn reason(status: u16) -> &'static str {
     match status {
         400 => "Bad Request",
         403 => "Forbidden",
+        405 => "Method Not Allowed",
         407 => "Proxy Authentication Required",
         431 => "Request Header Fields Too Large",
         502 => "Bad Gateway",
         503 => "Service Unavailable",
         _ => "Error",
     }
+}
+
+/// Why a request's method is refused: TRACE and TRACK echo the request back, the
+/// credential set on it too.
+pub(crate) fn refused_method(method: &str) -> Option<&'static str> {
+    (method.eq_ignore_ascii_case("TRACE") || method.eq_ignore_ascii_case("TRACK"))
+        .then_some("TRACE and TRACK are refused (the answer would echo the request's headers)")
 }
 
 /// The token in a `Proxy-Authorization: Basic …` header.
@@ -353,6 +379,10 @@ where
             return;
         }
     };
+    if let Some(why) = refused_method(&head.method) {
+        answer(&mut client, 405, reason(405), "", &format!("jianmu proxy: {why}\n")).await;
+        return;
+    }
     let mut record = Record {
         host: target.host.clone(),
         port: target.port,
@@ -413,7 +443,7 @@ where
     };
     let credential = held
         .policy
-        .credential_for(&target.host, target.port)
+        .credential_for(&target.host, target.port, target.path.is_none())
         .cloned();
     let end = match (&target.path, credential) {
         (None, Some(c)) if c.intercept => {

@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 
 use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpSocket, TcpStream};
+use tokio::sync::Semaphore;
 
 use crate::proxy::{Held, Record, Shared};
 
@@ -28,6 +29,53 @@ pub(crate) fn listen_inside(
     listener.into_std()
 }
 
+/// Why a relay is cut at the byte limit.
+const OVER_BYTES: &str = "the egress byte limit ([egress] max_bytes) was reached";
+/// Why a relay is cut for silence.
+const IDLE: &str = "idle past the limit ([egress] idle_secs)";
+
+/// What a relay may still move: the policy's byte limit less what its connections
+/// moved so far (no limit for the port relays).
+#[derive(Clone, Copy)]
+pub(crate) struct Budget<'a> {
+    used: Option<&'a AtomicU64>,
+    limit: Option<u64>,
+}
+
+impl<'a> Budget<'a> {
+    /// No limit.
+    const NONE: Budget<'static> = Budget {
+        used: None,
+        limit: None,
+    };
+
+    /// `held`'s limit and count.
+    pub(crate) fn of(held: &'a Held) -> Self {
+        Self {
+            used: Some(&held.bytes),
+            limit: held.policy.max_bytes,
+        }
+    }
+
+    /// How many bytes may still move.
+    fn room(&self) -> usize {
+        match (self.used, self.limit) {
+            (Some(used), Some(limit)) => {
+                let left = limit.saturating_sub(used.load(Ordering::Relaxed));
+                usize::try_from(left).unwrap_or(usize::MAX)
+            }
+            _ => usize::MAX,
+        }
+    }
+
+    /// `n` bytes moved.
+    fn take(&self, n: usize) {
+        if let Some(used) = self.used {
+            used.fetch_add(n as u64, Ordering::Relaxed);
+        }
+    }
+}
+
 /// Copies both ways until both ends close, the connection stays silent for the
 /// policy's idle time, or the policy's byte limit is used up; counts into
 /// `record`. Returns why it was cut, if it was.
@@ -36,21 +84,32 @@ where
     A: AsyncRead + AsyncWrite + Unpin,
     B: AsyncRead + AsyncWrite + Unpin,
 {
-    let limit = held.policy.max_bytes;
-    let count = |n: usize| {
-        let total = held.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        limit.is_some_and(|l| total > l)
-    };
-    copy_both(a, b, held.policy.idle, record, &count).await
+    copy_both(a, b, held.policy.idle, record, Budget::of(held)).await
 }
 
-/// The loop under [`pipe`] and the port relays.
+/// Writes `bytes` to `to`, within `idle`: `Err(Some(why))` when it took longer,
+/// `Err(None)` when `to` failed.
+async fn write_within<W: AsyncWrite + Unpin>(
+    to: &mut W,
+    bytes: &[u8],
+    idle: Duration,
+) -> Result<(), Option<&'static str>> {
+    match tokio::time::timeout(idle, to.write_all(bytes)).await {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(_)) => Err(None),
+        Err(_) => Err(Some(IDLE)),
+    }
+}
+
+/// The loop under [`pipe`] and the port relays. A read takes at most what the
+/// budget has room for, so the limit is never passed; a write that makes no
+/// progress for the idle time is cut too.
 async fn copy_both<A, B>(
     a: A,
     b: B,
     idle: Duration,
     record: &mut Record,
-    over: &(dyn Fn(usize) -> bool + Sync),
+    budget: Budget<'_>,
 ) -> Option<&'static str>
 where
     A: AsyncRead + AsyncWrite + Unpin,
@@ -63,49 +122,65 @@ where
     let (mut a_open, mut b_open) = (true, true);
     let mut last = Instant::now();
     while a_open || b_open {
+        let room = budget.room().min(CHUNK);
+        if room == 0 {
+            return Some(OVER_BYTES);
+        }
         let deadline = tokio::time::Instant::from_std(last + idle);
         tokio::select! {
-            r = ar.read(&mut up), if a_open => match r {
+            r = ar.read(&mut up[..room]), if a_open => match r {
                 Ok(0) | Err(_) => { a_open = false; let _ = bw.shutdown().await; }
                 Ok(n) => {
-                    if bw.write_all(&up[..n]).await.is_err() { return None; }
+                    budget.take(n);
+                    if let Err(why) = write_within(&mut bw, &up[..n], idle).await { return why; }
                     record.sent += n as u64;
                     last = Instant::now();
-                    if over(n) { return Some("the egress byte limit ([egress] max_bytes) was reached"); }
                 }
             },
-            r = br.read(&mut down), if b_open => match r {
+            r = br.read(&mut down[..room]), if b_open => match r {
                 Ok(0) | Err(_) => { b_open = false; let _ = aw.shutdown().await; }
                 Ok(n) => {
-                    if aw.write_all(&down[..n]).await.is_err() { return None; }
+                    budget.take(n);
+                    if let Err(why) = write_within(&mut aw, &down[..n], idle).await { return why; }
                     record.received += n as u64;
                     last = Instant::now();
-                    if over(n) { return Some("the egress byte limit ([egress] max_bytes) was reached"); }
                 }
             },
-            () = tokio::time::sleep_until(deadline) => {
-                return Some("idle past the limit ([egress] idle_secs)");
-            }
+            () = tokio::time::sleep_until(deadline) => return Some(IDLE),
         }
     }
     None
 }
 
 /// Accepts on `listener` until the doors stop, serving each connection on a task of
-/// its own with `serve`.
-pub(crate) async fn accept_each<F, Fut>(listener: std::net::TcpListener, serve: F)
-where
+/// its own with `serve`. At most as many connections are held at once as `slots`
+/// has permits; the others wait in the listener's backlog. Aborting this task ends
+/// every connection it serves.
+pub(crate) async fn accept_each<F, Fut>(
+    listener: std::net::TcpListener,
+    slots: Arc<Semaphore>,
+    serve: F,
+) where
     F: Fn(TcpStream) -> Fut,
     Fut: std::future::Future<Output = ()> + Send + 'static,
 {
     let Ok(listener) = TcpListener::from_std(listener) else {
         return;
     };
+    let mut tasks = tokio::task::JoinSet::new();
     loop {
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        while tasks.try_join_next().is_some() {}
         match listener.accept().await {
             Ok((stream, _)) => {
                 let _ = stream.set_nodelay(true);
-                tokio::spawn(serve(stream));
+                let served = serve(stream);
+                tasks.spawn(async move {
+                    served.await;
+                    drop(permit);
+                });
             }
             // Out of descriptors or a transient error: wait a little, go on.
             Err(_) => tokio::time::sleep(Duration::from_millis(50)).await,
@@ -128,7 +203,8 @@ fn port_record(host: String, port: u16, rule: &str) -> Record {
 /// Serves a host service inside the session: each connection to `at` inside goes
 /// to `at` on the host.
 pub(crate) async fn service(shared: Arc<Shared>, socket: std::net::TcpListener, at: SocketAddr) {
-    accept_each(socket, move |inner| {
+    let slots = shared.port_slots.clone();
+    accept_each(socket, slots, move |inner| {
         let shared = shared.clone();
         async move {
             let mut record =
@@ -136,7 +212,7 @@ pub(crate) async fn service(shared: Arc<Shared>, socket: std::net::TcpListener, 
             let mut line = match TcpStream::connect(at).await {
                 Ok(outer) => {
                     let _ = outer.set_nodelay(true);
-                    let end = copy_both(inner, outer, PORT_IDLE, &mut record, &|_| false).await;
+                    let end = copy_both(inner, outer, PORT_IDLE, &mut record, Budget::NONE).await;
                     record.line("allowed", end)
                 }
                 Err(e) => record.line("refused", Some(&format!("the host refused: {e}"))),
@@ -151,7 +227,8 @@ pub(crate) async fn service(shared: Arc<Shared>, socket: std::net::TcpListener, 
 /// Serves an exposed port: each connection to `listener` on the host goes to
 /// `127.0.0.1:port` inside the session.
 pub(crate) async fn expose(shared: Arc<Shared>, listener: std::net::TcpListener, port: u16) {
-    accept_each(listener, move |outer| {
+    let slots = shared.port_slots.clone();
+    accept_each(listener, slots, move |outer| {
         let shared = shared.clone();
         async move {
             let mut record = port_record("127.0.0.1".into(), port, "expose_port");
@@ -168,7 +245,7 @@ pub(crate) async fn expose(shared: Arc<Shared>, listener: std::net::TcpListener,
             let mut line = match inner.await {
                 Ok(inner) => {
                     let _ = inner.set_nodelay(true);
-                    let end = copy_both(outer, inner, PORT_IDLE, &mut record, &|_| false).await;
+                    let end = copy_both(outer, inner, PORT_IDLE, &mut record, Budget::NONE).await;
                     record.line("allowed", end)
                 }
                 Err(e) => record.line("refused", Some(&format!("nothing answers inside: {e}"))),
@@ -215,16 +292,12 @@ pub(crate) async fn splice_both(
     for p in [&up_pipe.1, &down_pipe.1] {
         let _ = rustix::pipe::fcntl_setpipe_size(p, PIPE);
     }
-    let limit = held.policy.max_bytes;
-    let over = |n: usize| {
-        let total = held.bytes.fetch_add(n as u64, Ordering::Relaxed) + n as u64;
-        limit.is_some_and(|l| total > l)
-    };
+    let budget = Budget::of(held);
     let last = std::sync::Mutex::new(Instant::now());
     let (sent, received) = (AtomicU64::new(0), AtomicU64::new(0));
     let idle = held.policy.idle;
-    let up = one_way(a, b, &up_pipe, &sent, &last, &over);
-    let down = one_way(b, a, &down_pipe, &received, &last, &over);
+    let up = one_way(a, b, &up_pipe, &sent, &last, budget);
+    let down = one_way(b, a, &down_pipe, &received, &last, budget);
     tokio::pin!(up, down);
     let (mut up_done, mut down_done) = (false, false);
     // A direction that ends leaves the other running (a half-close); a cut ends both.
@@ -248,7 +321,7 @@ pub(crate) async fn splice_both(
             () = tokio::time::sleep_until(tokio::time::Instant::from_std(deadline)) => {
                 let quiet = last.lock().unwrap_or_else(std::sync::PoisonError::into_inner).elapsed();
                 if quiet >= idle {
-                    break Some("idle past the limit ([egress] idle_secs)");
+                    break Some(IDLE);
                 }
             }
         }
@@ -266,23 +339,31 @@ async fn one_way(
     pipe: &(std::os::fd::OwnedFd, std::os::fd::OwnedFd),
     moved: &AtomicU64,
     last: &std::sync::Mutex<Instant>,
-    over: &(dyn Fn(usize) -> bool + Sync),
+    budget: Budget<'_>,
 ) -> Option<&'static str> {
     use rustix::pipe::{SpliceFlags, splice};
     use tokio::io::Interest;
     let flags = SpliceFlags::MOVE | SpliceFlags::NONBLOCK;
     loop {
+        // At most what the byte limit has room for: it is never passed.
+        let room = budget.room().min(PIPE);
+        if room == 0 {
+            return Some(OVER_BYTES);
+        }
         if from.readable().await.is_err() {
             return None;
         }
         let n = match from.try_io(Interest::READABLE, || {
-            splice(from, None, &pipe.1, None, PIPE, flags).map_err(std::io::Error::from)
+            splice(from, None, &pipe.1, None, room, flags).map_err(std::io::Error::from)
         }) {
             Ok(0) => {
                 let _ = rustix::net::shutdown(to, rustix::net::Shutdown::Write);
                 return None;
             }
-            Ok(n) => n,
+            Ok(n) => {
+                budget.take(n);
+                n
+            }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
             Err(_) => {
                 let _ = rustix::net::shutdown(to, rustix::net::Shutdown::Write);
@@ -306,8 +387,5 @@ async fn one_way(
         *last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner) = Instant::now();
-        if over(n) {
-            return Some("the egress byte limit ([egress] max_bytes) was reached");
-        }
     }
 }

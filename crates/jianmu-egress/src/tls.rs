@@ -9,7 +9,10 @@ use tokio::io::AsyncWriteExt;
 use tokio::net::TcpStream;
 
 use crate::policy::Ready;
-use crate::proxy::{HeadError, Held, Record, Shared, answer, read_head, rewrite};
+use crate::proxy::{
+    HEAD_TIMEOUT, HeadError, Held, Record, Shared, answer, read_head, reason, refused_method,
+    rewrite,
+};
 
 /// A session's certificate authority: made at its first intercepted connection's
 /// setup, its key never leaves jianmu's memory.
@@ -168,14 +171,27 @@ where
     {
         return None;
     }
-    let Ok(mut inner) = tokio_rustls::TlsAcceptor::from(server).accept(client).await else {
+    let accept = tokio_rustls::TlsAcceptor::from(server).accept(client);
+    let Ok(Ok(mut inner)) = tokio::time::timeout(HEAD_TIMEOUT, accept).await else {
         return Some(
-            "the client's TLS handshake failed (does it trust the session's certificate authority?)",
+            "the client's TLS handshake failed or took over 30 s (does it trust the session's certificate authority?)",
         );
     };
-    let mut outer = match connector.connect(name, upstream).await {
-        Ok(outer) => outer,
+    let connect = tokio::time::timeout(HEAD_TIMEOUT, connector.connect(name, upstream));
+    let mut outer = match connect.await {
+        Ok(Ok(outer)) => outer,
         Err(_) => {
+            answer(
+                &mut inner,
+                504,
+                "Gateway Timeout",
+                "",
+                &format!("jianmu proxy: the TLS handshake with {host} took over 30 s\n"),
+            )
+            .await;
+            return Some("the upstream's TLS handshake took over 30 s");
+        }
+        Ok(Err(_)) => {
             answer(
                 &mut inner,
                 502,
@@ -202,6 +218,10 @@ where
             return Some(why);
         }
     };
+    if let Some(why) = refused_method(&head.method) {
+        answer(&mut inner, 405, reason(405), "", &format!("jianmu proxy: {why}\n")).await;
+        return Some(why);
+    }
     // Origin form only: an absolute URL would be routed by its own host.
     if !head.target.starts_with('/') {
         answer(

@@ -18,6 +18,7 @@ pub(crate) struct Session {
     pub(crate) lines: Arc<Mutex<Vec<serde_json::Value>>>,
     pub(crate) network: Arc<jianmu_process::Network>,
     pub(crate) egress: Arc<jianmu_egress::Egress>,
+    pub(crate) door: Arc<jianmu_egress::Door>,
 }
 
 /// A session with `settings` and its proxy started, or `None` without private
@@ -36,7 +37,7 @@ pub(crate) fn session(settings: jianmu_egress::EgressSettings) -> Option<Session
         Arc::new(move |line| sink.lock().unwrap().push(line)),
         serde_json::Map::new(),
     );
-    let egress = jianmu_egress::Egress::new(door, &settings, &[])
+    let egress = jianmu_egress::Egress::new(door.clone(), &settings, &[])
         .unwrap()
         .unwrap();
     let vars = egress.env(&inside, None).unwrap();
@@ -55,6 +56,7 @@ pub(crate) fn session(settings: jianmu_egress::EgressSettings) -> Option<Session
         lines,
         network,
         egress,
+        door,
     })
 }
 
