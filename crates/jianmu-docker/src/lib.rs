@@ -77,6 +77,9 @@ pub struct DockerSandbox {
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
     /// What was not copied into this session's container (a copied workspace).
     left_out: Arc<std::sync::Mutex<copy::Named>>,
+    /// This session's egress: its own doors, limits and audit lines, served for
+    /// the proxy inside its container.
+    egress: Option<Arc<jianmu_egress::Egress>>,
 }
 
 struct Inner {
@@ -140,7 +143,7 @@ impl DockerSandbox {
         let egress = if settings.network {
             None
         } else {
-            egress_of(&tools)
+            egress_of(&tools, None)
         };
         Self {
             inner: Arc::new(Inner {
@@ -149,13 +152,14 @@ impl DockerSandbox {
                 user,
                 engines,
                 tools,
-                egress,
+                egress: egress.clone(),
                 owner: container::owner_label(),
                 spares: std::sync::Mutex::new(Vec::new()),
                 filling: AtomicUsize::new(0),
             }),
             conn: Arc::default(),
             left_out: Arc::default(),
+            egress,
         }
     }
 
@@ -168,6 +172,24 @@ impl DockerSandbox {
             inner: Arc::clone(&self.inner),
             conn: Arc::default(),
             left_out: Arc::default(),
+            egress: self.inner.egress.clone(),
+        }
+    }
+
+    /// [`DockerSandbox::sibling`] whose egress is served through the doors in
+    /// `tools`' scope (a session's: its own connection limits, byte budget and
+    /// audit lines), with the policy the pool's containers were started for.
+    #[must_use]
+    pub fn sibling_for(&self, tools: &ToolConfig) -> Self {
+        let egress = self.inner.egress.as_ref().and_then(|pool| {
+            // The pool's containers trust the pool's certificate authority.
+            let door = tools.scope().get::<jianmu_egress::Door>();
+            door.share_ca(pool.door());
+            egress_of(&self.inner.tools, Some(door))
+        });
+        Self {
+            egress,
+            ..self.sibling()
         }
     }
 
@@ -303,6 +325,9 @@ impl DockerSandbox {
             Some(conn) => conn,
             None => self.inner.place(warm).await?,
         };
+        if let Some(egress) = &self.egress {
+            conn.set_egress(Arc::clone(egress));
+        }
         if self.inner.engines[conn.engine()].copy {
             let copied = copy::upload(
                 conn.backend(),
@@ -519,7 +544,10 @@ impl Inner {
 /// The egress `bash`'s settings name (`[tools.bash.egress]`), if any: what the
 /// session's container reaches through the host. A setting that cannot be used is
 /// reported, and the container gets no egress.
-fn egress_of(tools: &ToolConfig) -> Option<Arc<jianmu_egress::Egress>> {
+fn egress_of(
+    tools: &ToolConfig,
+    door: Option<Arc<jianmu_egress::Door>>,
+) -> Option<Arc<jianmu_egress::Egress>> {
     let settings = tools
         .raw_settings("bash")
         .and_then(|s| s.get("egress"))
@@ -531,7 +559,7 @@ fn egress_of(tools: &ToolConfig) -> Option<Arc<jianmu_egress::Egress>> {
             return None;
         }
     };
-    let door = tools.scope().get::<jianmu_egress::Door>();
+    let door = door.unwrap_or_else(|| tools.scope().get::<jianmu_egress::Door>());
     match jianmu_egress::Egress::new(door, &settings, &[]) {
         Ok(egress) => egress,
         Err(e) => {

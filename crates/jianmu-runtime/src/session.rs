@@ -545,7 +545,7 @@ impl Session {
                         .docker
                         .as_ref()
                         .expect("a Docker runtime has its shared sandbox")
-                        .sibling(),
+                        .sibling_for(&tools),
                 };
                 docker = Some(sandbox.clone());
                 stack(ToolRunner::dynamic(sandbox), settings, &shared.events)
