@@ -92,7 +92,11 @@ impl Door {
     /// of a sandbox pool trust, made at the pool's start), so that sessions keep
     /// their own doors, limits and audit lines. Call it before the door starts.
     pub fn share_ca(&self, other: &Door) {
-        let theirs = other.ca.lock().unwrap_or_else(PoisonError::into_inner).clone();
+        let theirs = other
+            .ca
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone();
         *self.ca.lock().unwrap_or_else(PoisonError::into_inner) = theirs;
     }
 
@@ -127,7 +131,10 @@ impl Door {
                 shared: Arc::new(proxy::Shared::new(
                     inside.cloned(),
                     audit,
-                    self.ca.lock().unwrap_or_else(PoisonError::into_inner).clone(),
+                    self.ca
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner)
+                        .clone(),
                 )),
                 proxy_port: None,
                 services: Vec::new(),

@@ -381,7 +381,14 @@ where
         }
     };
     if let Some(why) = refused_method(&head.method) {
-        answer(&mut client, 405, reason(405), "", &format!("jianmu proxy: {why}\n")).await;
+        answer(
+            &mut client,
+            405,
+            reason(405),
+            "",
+            &format!("jianmu proxy: {why}\n"),
+        )
+        .await;
         return;
     }
     let mut record = Record {

@@ -219,7 +219,14 @@ where
         }
     };
     if let Some(why) = refused_method(&head.method) {
-        answer(&mut inner, 405, reason(405), "", &format!("jianmu proxy: {why}\n")).await;
+        answer(
+            &mut inner,
+            405,
+            reason(405),
+            "",
+            &format!("jianmu proxy: {why}\n"),
+        )
+        .await;
         return Some(why);
     }
     // Origin form only: an absolute URL would be routed by its own host.

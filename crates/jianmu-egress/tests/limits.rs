@@ -111,7 +111,10 @@ async fn silent_clients_hold_a_bounded_number_of_descriptors() {
     // Let the doors accept what they will.
     tokio::time::sleep(Duration::from_millis(500)).await;
     let taken = fds() - before - held.len();
-    assert!(taken <= 300, "the proxy holds {taken} descriptors for 600 silent clients");
+    assert!(
+        taken <= 300,
+        "the proxy holds {taken} descriptors for 600 silent clients"
+    );
 }
 
 /// Closing an exposed port ends the connections open through it too.
@@ -144,9 +147,13 @@ async fn closing_an_exposed_port_ends_its_open_connections() {
 async fn plain(s: &support::Session, request: &str) -> String {
     let mut c = s.socket().connect(s.proxy).await.unwrap();
     let auth = format!("Proxy-Authorization: Basic {}\r\n\r\n", s.auth);
-    c.write_all(request.replace("\r\n\r\n", &format!("\r\n{auth}")).as_bytes())
-        .await
-        .unwrap();
+    c.write_all(
+        request
+            .replace("\r\n\r\n", &format!("\r\n{auth}"))
+            .as_bytes(),
+    )
+    .await
+    .unwrap();
     let mut answer = String::new();
     let _ = tokio::time::timeout(Duration::from_secs(10), c.read_to_string(&mut answer)).await;
     answer
@@ -169,12 +176,23 @@ async fn credentials_go_to_their_port_only_and_trace_is_refused() {
     let Some(s) = session(settings) else {
         return;
     };
-    let answer = plain(&s, &format!("GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n")).await;
+    let answer = plain(
+        &s,
+        &format!("GET http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n"),
+    )
+    .await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     let seen = heads.lock().unwrap().join("\n");
     assert!(seen.contains("GET / HTTP/1.1"), "{seen}");
-    assert!(!seen.contains("s3cret"), "the credential went to port {port}: {seen}");
-    let answer = plain(&s, &format!("TRACE http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n")).await;
+    assert!(
+        !seen.contains("s3cret"),
+        "the credential went to port {port}: {seen}"
+    );
+    let answer = plain(
+        &s,
+        &format!("TRACE http://127.0.0.1:{port}/ HTTP/1.1\r\n\r\n"),
+    )
+    .await;
     assert!(answer.starts_with("HTTP/1.1 405"), "{answer}");
     assert!(answer.contains("TRACE"), "{answer}");
     assert_eq!(heads.lock().unwrap().len(), 1, "TRACE reached the server");
