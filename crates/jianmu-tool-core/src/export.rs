@@ -116,8 +116,8 @@ impl ToolSpec {
                         "openWorldHint": a.open_world,
                     },
                 });
-                if let Some(schema) = self.structured_output_schema() {
-                    tool["outputSchema"] = schema.clone();
+                if let Some(schema) = self.whole_output_schema() {
+                    tool["outputSchema"] = schema;
                 }
                 tool
             }

@@ -69,7 +69,7 @@ pub use registry::{
 };
 pub use runner::{BoxFuture, DynRunner, InProcess, PreparedCall, Runner};
 pub use set::{ToolCall, ToolProvider, ToolSet};
-pub use spec::{ToolSpec, schema_for};
+pub use spec::{ToolSpec, WHOLE_TEXT, schema_for};
 pub use text::{ECHO_CHARS, echo, escape_controls, random_hex, rfc3339, shorten};
 pub use tool::{CallContext, DynTool, ExecuteOptions, Tool, ToolHandle, spec_of};
 

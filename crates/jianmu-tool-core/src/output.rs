@@ -54,6 +54,23 @@ impl ToolOutput {
         self
     }
 
+    /// The answer's text and its structured form whole, for clients that read only
+    /// the structured form (MCP's `structuredContent`): the tool's value with the
+    /// text set as its `text` field, so that both say the same, as
+    /// [`ToolSpec::whole_output_schema`] describes. `None` when the tool has no
+    /// structured form.
+    ///
+    /// [`ToolSpec::whole_output_schema`]: crate::ToolSpec::whole_output_schema
+    pub fn into_whole(self) -> (String, Option<Value>, Vec<Image>) {
+        let structured = self.structured.map(|mut value| {
+            if let Value::Object(map) = &mut value {
+                map.insert(crate::WHOLE_TEXT.to_owned(), Value::String(self.text.clone()));
+            }
+            value
+        });
+        (self.text, structured, self.images)
+    }
+
     /// Adds `data` as the structured form of the result. A tool that does this derives
     /// its output schema from the same type (`schema_for::<T>()`), so the two cannot
     /// drift apart. A value that cannot be encoded (a map with non-string keys) is

@@ -3,6 +3,10 @@
 use serde::{Deserialize, Serialize};
 use serde_json::{Value, json};
 
+/// The field of a whole structured result that holds the answer's text
+/// ([`ToolSpec::whole_output_schema`]).
+pub const WHOLE_TEXT: &str = "text";
+
 /// The static description of a tool: the attributes of the Python tools'
 /// (docs/python-compat.md).
 ///
@@ -90,6 +94,36 @@ impl ToolSpec {
     pub fn structured_output_schema(&self) -> Option<&Value> {
         (self.output_schema.get("type").and_then(Value::as_str) == Some("object"))
             .then_some(&self.output_schema)
+    }
+
+    /// The output schema a front end announces with whole structured results
+    /// ([`ToolOutput::into_whole`]): the tool's own object schema with `text`, the
+    /// whole answer, added and required; `None` for a tool that answers with text
+    /// only.
+    pub fn whole_output_schema(&self) -> Option<Value> {
+        let mut schema = self.structured_output_schema()?.clone();
+        let object = schema.as_object_mut()?;
+        let properties = object
+            .entry("properties")
+            .or_insert_with(|| Value::Object(serde_json::Map::new()));
+        properties.as_object_mut()?.insert(
+            WHOLE_TEXT.to_owned(),
+            json!({
+                "type": "string",
+                "description": "The whole answer, as the text content gives it: the file's \
+                    text, the response's body, the page, the command's output. The other \
+                    fields describe it.",
+            }),
+        );
+        let required = object
+            .entry("required")
+            .or_insert_with(|| Value::Array(Vec::new()));
+        if let Some(required) = required.as_array_mut()
+            && !required.iter().any(|r| r == WHOLE_TEXT)
+        {
+            required.push(WHOLE_TEXT.into());
+        }
+        Some(schema)
     }
 
     /// True when the input schema is a bare string (`{"type": "string"}`).

@@ -175,25 +175,27 @@ fn describe(spec: &ToolSpec) -> Tool {
         Arc::new(schema),
     )
     .annotate(annotations);
-    // Tools with structured output say its shape; their `structuredContent` matches it.
-    match spec.structured_output_schema().and_then(Value::as_object) {
-        Some(output) => tool.with_raw_output_schema(Arc::new(output.clone())),
-        None => tool,
+    // Tools with structured output say its shape; their `structuredContent` matches it
+    // and holds the whole answer (`text`), for clients that read only that.
+    match spec.whole_output_schema() {
+        Some(Value::Object(output)) => tool.with_raw_output_schema(Arc::new(output)),
+        _ => tool,
     }
 }
 
 fn result(outcome: Result<ToolOutput, ToolError>) -> Result<CallToolResult, ErrorData> {
     match outcome {
         Ok(out) => {
-            let mut content = Vec::with_capacity(1 + out.images.len());
-            content.push(ContentBlock::text(out.text));
+            let (text, structured, images) = out.into_whole();
+            let mut content = Vec::with_capacity(1 + images.len());
+            content.push(ContentBlock::text(text));
             content.extend(
-                out.images
+                images
                     .into_iter()
                     .map(|i| ContentBlock::image(i.base64, i.mime_type)),
             );
             let mut r = CallToolResult::success(content);
-            r.structured_content = out.structured;
+            r.structured_content = structured;
             Ok(r)
         }
         // As the specification says: a tool that does not exist is a protocol error

@@ -134,8 +134,9 @@ pub(crate) async fn get(session: &Session, id: &str) -> Result<GetTaskResult, Er
             None,
         ));
     };
-    let mut result = CallToolResult::success(vec![ContentBlock::text(out.text)]);
-    result.structured_content = out.structured;
+    let (text, structured, _) = out.into_whole();
+    let mut result = CallToolResult::success(vec![ContentBlock::text(text)]);
+    result.structured_content = structured;
     result.is_error = Some(code != Some(0));
     let result = match serde_json::to_value(&result) {
         Ok(Value::Object(map)) => map,

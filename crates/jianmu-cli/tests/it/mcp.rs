@@ -133,8 +133,9 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
     ] {
         assert_eq!(tools[name]["output_schema"], true, "{name}");
     }
+    // ... and its structured content holds the whole answer the text block gives.
     for (name, outcome) in seen["checked"].as_object().unwrap() {
-        assert_eq!(outcome, &json!([false, true]), "{name}");
+        assert_eq!(outcome, &json!([false, true, true]), "{name}");
     }
     assert_eq!(seen["checked"].as_object().unwrap().len(), 10);
     // A 3 s command sent with a progress token: progress notifications while it ran,

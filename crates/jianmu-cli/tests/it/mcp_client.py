@@ -89,7 +89,9 @@ async def main(jianmu, workspace, audit_log, *flags):
                 ("bash_jobs", {}),
             ]:
                 result = await session.call_tool(name, args)
-                checked[name] = [result.is_error, result.structured_content is not None]
+                # A client that reads only structuredContent reads the whole answer.
+                whole = (result.structured_content or {}).get("text")
+                checked[name] = [result.is_error, result.structured_content is not None, whole == text(result) and bool(whole)]
             seen["checked"] = checked
             # A call that sends a progress token hears how it is going.
             updates = []
