@@ -199,7 +199,6 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 rt.shutdown_timeout(std::time::Duration::from_millis(200));
                 return Ok(served?);
             }
-            let specs = jianmu_runtime::tool_specs(&settings.tools).map_err(lookup)?;
             let rt = runtime()?;
             let served = rt.block_on(async {
                 let session = std::sync::Arc::new(settings.open()?);
@@ -215,7 +214,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                         }
                     });
                 }
-                let server = mcp::Server::new(&specs, std::sync::Arc::clone(&session));
+                let server = mcp::Server::new(std::sync::Arc::clone(&session));
                 // A signal drops the server: its calls are cancelled, which stops them.
                 let served = tokio::select! {
                     served = server.serve_stdio() => served,

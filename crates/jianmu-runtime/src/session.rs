@@ -603,6 +603,16 @@ impl Session {
         Ok(())
     }
 
+    /// The session's tools, described as its own settings make them (a principal's
+    /// isolation, network or egress change what `bash` says): what a front end lists
+    /// for this session. Builds the tools not built yet; empty once closed.
+    pub fn specs(&self) -> Vec<ToolSpec> {
+        let Some(parts) = self.lock().clone() else {
+            return Vec::new();
+        };
+        parts.tools.specs().into_iter().cloned().collect()
+    }
+
     /// Whether the session has been closed.
     pub fn is_closed(&self) -> bool {
         self.lock().is_none()

@@ -64,7 +64,10 @@ impl ToolOutput {
     pub fn into_whole(self) -> (String, Option<Value>, Vec<Image>) {
         let structured = self.structured.map(|mut value| {
             if let Value::Object(map) = &mut value {
-                map.insert(crate::WHOLE_TEXT.to_owned(), Value::String(self.text.clone()));
+                map.insert(
+                    crate::WHOLE_TEXT.to_owned(),
+                    Value::String(self.text.clone()),
+                );
             }
             value
         });

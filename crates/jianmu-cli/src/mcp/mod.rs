@@ -14,7 +14,7 @@
 //! `tools/call` parameters, reused ids).
 
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Instant;
 
 use jianmu_runtime::{Policy, Session};
@@ -42,11 +42,12 @@ const LIST_TTL_MS: u64 = 5 * 60 * 1000;
 /// How long calls still running may take to answer once the client closed its input.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What every session of one server shares: the tools offered, and the metrics.
+/// What every session of one server shares: the tool names, the policy, and the
+/// metrics.
 #[derive(Debug, Clone)]
 pub(crate) struct Catalog {
-    /// The tools the policy allows, as `tools/list` describes them.
-    listed: Arc<Vec<Tool>>,
+    /// The policy: tools it denies are not listed.
+    policy: Policy,
     /// Every compiled-in tool's name (metrics label only these).
     known: Arc<HashSet<String>>,
     metrics: Arc<metrics::Metrics>,
@@ -57,20 +58,29 @@ pub(crate) struct Catalog {
 
 impl Catalog {
     fn new(specs: &[ToolSpec], policy: &Policy) -> Self {
-        // Tools the policy denies are not offered at all.
-        let listed = specs
-            .iter()
-            .filter(|spec| policy.check(spec).is_ok())
-            .map(describe)
-            .collect();
         Self {
-            listed: Arc::new(listed),
+            policy: policy.clone(),
             known: Arc::new(specs.iter().map(|spec| spec.name.clone()).collect()),
             metrics: Arc::new(metrics::Metrics::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
         }
     }
+
+    /// The tools `session` offers as `tools/list` describes them: its own specs
+    /// (built from its settings, a principal's included), those the policy allows.
+    fn listing(&self, session: &Session) -> Arc<Vec<Tool>> {
+        let listed = session
+            .specs()
+            .iter()
+            .filter(|spec| self.policy.check(spec).is_ok())
+            .map(describe)
+            .collect();
+        Arc::new(listed)
+    }
 }
+
+/// A session's `tools/list`, made at the first listing and kept with the session.
+pub(crate) type Listing = Arc<OnceLock<Arc<Vec<Tool>>>>;
 
 /// The MCP server of one client session: its session (tools and their state, the
 /// runner stack).
@@ -78,26 +88,38 @@ impl Catalog {
 pub(crate) struct Server {
     catalog: Catalog,
     session: Arc<Session>,
+    listing: Listing,
+    /// Whether the listing may be kept by a cache shared between users (stdio: one
+    /// client; over HTTP principals may see different tools).
+    public: bool,
     /// What an HTTP session holds beyond its session (its place in the metrics);
     /// released when the last clone is dropped.
     _held: Option<Arc<dyn Send + Sync>>,
 }
 
 impl Server {
-    /// The server of a stdio client, offering `specs` as the policy allows.
-    pub(crate) fn new(specs: &[ToolSpec], session: Arc<Session>) -> Self {
-        let catalog = Catalog::new(specs, session.runtime().policy());
-        Self::session(catalog, session, None)
+    /// The server of a stdio client, offering its session's tools as the policy
+    /// allows.
+    pub(crate) fn new(session: Arc<Session>) -> Self {
+        let catalog = Catalog::new(&session.specs(), session.runtime().policy());
+        let mut server = Self::session(catalog, session, None, Listing::default());
+        server.public = true;
+        server
     }
 
+    /// The server of an HTTP client's `session`; `listing` is kept with the session
+    /// (a stateless scope's is shared by its requests).
     fn session(
         catalog: Catalog,
         session: Arc<Session>,
         held: Option<Arc<dyn Send + Sync>>,
+        listing: Listing,
     ) -> Self {
         Self {
             catalog,
             session,
+            listing,
+            public: false,
             _held: held,
         }
     }
@@ -246,13 +268,19 @@ impl ServerHandler for Server {
         _request: Option<PaginatedRequestParams>,
         _context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
-        // The list is the server's, the same for every client while it runs: any
-        // cache may keep it for a while.
-        Ok(
-            ListToolsResult::with_all_items(self.catalog.listed.as_ref().clone())
-                .with_ttl_ms(LIST_TTL_MS)
-                .with_cache_scope(rmcp::model::CacheScope::Public),
-        )
+        // The session's own list, the same while it lives: a client may keep it for
+        // a while; over HTTP, not in a cache shared with other principals.
+        let listed = self
+            .listing
+            .get_or_init(|| self.catalog.listing(&self.session));
+        let scope = if self.public {
+            rmcp::model::CacheScope::Public
+        } else {
+            rmcp::model::CacheScope::Private
+        };
+        Ok(ListToolsResult::with_all_items(listed.as_ref().clone())
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(scope))
     }
 
     async fn call_tool(

@@ -30,7 +30,7 @@ use jianmu_runtime::{Opening, Runtime, Session};
 use serde_json::Value;
 
 use super::principals::Principal;
-use super::{Catalog, Server};
+use super::{Catalog, Listing, Server};
 use crate::config::PrincipalSettings;
 
 tokio::task_local! {
@@ -76,8 +76,9 @@ pub(crate) struct Scopes {
 
 #[derive(Default)]
 struct State {
-    /// Each principal's stateless scope, and when a request last used it.
-    stateless: HashMap<Arc<str>, (Arc<Session>, Instant)>,
+    /// Each principal's stateless scope, its `tools/list`, and when a request last
+    /// used it.
+    stateless: HashMap<Arc<str>, (Arc<Session>, Listing, Instant)>,
     /// Protocol sessions open per principal.
     open: HashMap<Arc<str>, usize>,
     /// Each protocol session's principal, by session id.
@@ -280,6 +281,7 @@ impl Scopes {
             self.catalog.clone(),
             Arc::new(session),
             Some(held),
+            Listing::default(),
         ))
     }
 
@@ -287,7 +289,7 @@ impl Scopes {
     fn stateless(&self, arrival: &Arrival) -> std::io::Result<Server> {
         let name = &arrival.principal.0;
         let mut state = self.lock();
-        if let Some((session, used)) = state.stateless.get_mut(name)
+        if let Some((session, listing, used)) = state.stateless.get_mut(name)
             && !session.is_closed()
         {
             *used = Instant::now();
@@ -295,6 +297,7 @@ impl Scopes {
                 self.catalog.clone(),
                 Arc::clone(session),
                 None,
+                Arc::clone(listing),
             ));
         }
         let session = Arc::new(
@@ -302,10 +305,17 @@ impl Scopes {
                 .open_with(self.opening(name, true))
                 .map_err(|e| Self::refuse(arrival, e.to_string()))?,
         );
-        state
-            .stateless
-            .insert(Arc::clone(name), (Arc::clone(&session), Instant::now()));
-        Ok(Server::session(self.catalog.clone(), session, None))
+        let listing = Listing::default();
+        state.stateless.insert(
+            Arc::clone(name),
+            (Arc::clone(&session), Arc::clone(&listing), Instant::now()),
+        );
+        Ok(Server::session(
+            self.catalog.clone(),
+            session,
+            None,
+            listing,
+        ))
     }
 
     /// Whether `principal` may use the protocol session `id`: not when another
@@ -328,10 +338,10 @@ impl Scopes {
             let expired: Vec<Arc<Session>> = scopes
                 .lock()
                 .stateless
-                .extract_if(|_, (session, used)| {
+                .extract_if(|_, (session, _, used)| {
                     used.elapsed() >= idle && Arc::strong_count(session) == 1
                 })
-                .map(|(_, (session, _))| session)
+                .map(|(_, (session, _, _))| session)
                 .collect();
             // Dropped outside the lock.
             drop(expired);
@@ -344,7 +354,7 @@ impl Scopes {
             .lock()
             .stateless
             .drain()
-            .map(|(_, (session, _))| session)
+            .map(|(_, (session, _, _))| session)
             .collect();
         for session in all {
             session.close().await;

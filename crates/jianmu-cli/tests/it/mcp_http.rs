@@ -244,7 +244,8 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
     );
     assert_eq!(
         legacy["written"],
-        json!({"appended": false, "bytes_written": 2, "file_size": 2, "path": "a.txt"})
+        json!({"appended": false, "bytes_written": 2, "file_size": 2, "path": "a.txt",
+               "text": "Wrote a.txt (2 bytes)"})
     );
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "hi");
     let modern = client.step();
@@ -732,6 +733,29 @@ fn stateless_tool(url: &str, token: &str, tool: &str, args: &Value) -> (u16, Str
         body.len()
     );
     exchange(url, request.as_bytes())
+}
+
+/// One stateless `tools/list` as `token`: bash's description.
+fn bash_description_for(url: &str, token: &str) -> String {
+    let addr = url.trim_start_matches("http://").split('/').next().unwrap();
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {
+        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                  "io.modelcontextprotocol/clientCapabilities": {}}}})
+    .to_string();
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let (status, text) = exchange(url, request.as_bytes());
+    assert_eq!(status, 200, "{text}");
+    let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+    let listed: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{text}"));
+    let tools = listed["result"]["tools"].as_array().unwrap();
+    let bash = tools.iter().find(|t| t["name"] == "bash").unwrap();
+    bash["description"].as_str().unwrap().to_owned()
 }
 
 /// With a token file and a folder per principal both inside a home the commands see
@@ -1237,6 +1261,12 @@ fn one_principals_egress_opens_nothing_for_another() {
             audit.to_str().unwrap(),
         ],
     );
+    // Each principal is told what its own bash reaches.
+    let host = format!("127.0.0.2:{port}");
+    let alices = bash_description_for(&server.url, ALICE);
+    assert!(alices.contains(&host), "{alices}");
+    let bobs = bash_description_for(&server.url, BOB);
+    assert!(!bobs.contains(&host), "{bobs}");
     let fetch = json!({"command": format!("curl -sS http://127.0.0.2:{port}/ 2>&1; echo; echo ${{HTTP_PROXY:-no-proxy}} | cut -c1-12")});
     let (status, text) = stateless_tool(&server.url, ALICE, "bash", &fetch);
     assert_eq!(status, 200, "{text}");
