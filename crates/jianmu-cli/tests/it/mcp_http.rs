@@ -719,16 +719,33 @@ fn stateless_call(url: &str, token: &str, input: &str) -> (u16, String) {
 
 /// A stateless (2026-07-28) `tools/call` of `tool` with `token`.
 fn stateless_tool(url: &str, token: &str, tool: &str, args: &Value) -> (u16, String) {
+    stateless(
+        url,
+        token,
+        "tools/call",
+        Some(tool),
+        json!({"name": tool, "arguments": args}),
+    )
+}
+
+/// A stateless (2026-07-28) request `method` with `token` and `params` (`name`: the
+/// `Mcp-Name` header).
+fn stateless(
+    url: &str,
+    token: &str,
+    method: &str,
+    name: Option<&str>,
+    mut params: Value,
+) -> (u16, String) {
     let addr = url.trim_start_matches("http://").split('/').next().unwrap();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/call", "params": {
-        "name": tool, "arguments": args,
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {}}}})
-    .to_string();
+    params["_meta"] = json!({"io.modelcontextprotocol/protocolVersion": "2026-07-28",
+                             "io.modelcontextprotocol/clientCapabilities": {}});
+    let body = json!({"jsonrpc": "2.0", "id": 1, "method": method, "params": params}).to_string();
+    let name = name.map_or(String::new(), |n| format!("Mcp-Name: {n}\r\n"));
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
          Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/call\r\nMcp-Name: {tool}\r\n\
+         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: {method}\r\n{name}\
          Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
@@ -737,19 +754,7 @@ fn stateless_tool(url: &str, token: &str, tool: &str, args: &Value) -> (u16, Str
 
 /// One stateless `tools/list` as `token`: bash's description.
 fn bash_description_for(url: &str, token: &str) -> String {
-    let addr = url.trim_start_matches("http://").split('/').next().unwrap();
-    let body = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list", "params": {
-        "_meta": {"io.modelcontextprotocol/protocolVersion": "2026-07-28",
-                  "io.modelcontextprotocol/clientCapabilities": {}}}})
-    .to_string();
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nAuthorization: Bearer {token}\r\n\
-         Content-Type: application/json\r\nAccept: application/json, text/event-stream\r\n\
-         MCP-Protocol-Version: 2026-07-28\r\nMcp-Method: tools/list\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    let (status, text) = exchange(url, request.as_bytes());
+    let (status, text) = stateless(url, token, "tools/list", None, json!({}));
     assert_eq!(status, 200, "{text}");
     let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
     let listed: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{text}"));
