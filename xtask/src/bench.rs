@@ -35,6 +35,9 @@ fn egress() -> anyhow::Result<()> {
 }
 
 pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
+    // What the benches need (groff for the PDF rows, the Docker engine, Python), as
+    // `test-all` sets it up.
+    crate::setup::preflight()?;
     let quick = args.iter().any(|a| a == "--quick");
     if args.iter().any(|a| a == "--edit-only") {
         return crate::edit_bench::run(quick);

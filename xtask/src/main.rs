@@ -27,7 +27,7 @@ const USAGE: &str =
   test-all  installs what is missing (cargo-nextest, cargo-deny, Debian packages as
             root, a Docker engine), then the MSRV check, fmt, clippy, the feature
             matrix, tests, docs, packaging, cargo deny
-  bench     benchmarks, printed as ratios against reference implementations
+  bench     benchmarks, printed as ratios against reference implementations (preflight first)
             [--quick] shorter runs; [--no-search] skip grep/glob on the Linux tree;
             [--edit-only] only edit_file and apply_patch against git apply;
             [--mcp-only] only the MCP round trips (stdio) and the HTTP load test;

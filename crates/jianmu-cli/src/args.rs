@@ -230,29 +230,17 @@ pub(crate) enum SandboxCommand {
     },
 }
 
-/// `--version`'s long form: the version and the Cargo features this build has.
+/// `--version`'s long form: the version and the Cargo features this build has (named
+/// by the build script from Cargo's own list).
 pub(crate) fn long_version() -> String {
-    let features: Vec<&str> = [
-        ("calculator", cfg!(feature = "calculator")),
-        ("code", cfg!(feature = "code")),
-        ("fs", cfg!(feature = "fs")),
-        ("http", cfg!(feature = "http")),
-        ("script", cfg!(feature = "script")),
-        ("search", cfg!(feature = "search")),
-        ("shell", cfg!(feature = "shell")),
-        ("mcp", cfg!(feature = "mcp")),
-        ("docker", cfg!(feature = "docker")),
-    ]
-    .into_iter()
-    .filter_map(|(name, on)| on.then_some(name))
-    .collect();
+    let features = env!("JIANMU_FEATURES");
     format!(
         "{} (features: {})",
         env!("CARGO_PKG_VERSION"),
         if features.is_empty() {
-            "none".to_owned()
+            "none"
         } else {
-            features.join(", ")
+            features
         }
     )
 }

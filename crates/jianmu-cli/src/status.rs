@@ -44,7 +44,7 @@ pub(crate) fn run(settings: &Settings, as_json: bool) -> anyhow::Result<String> 
                     Err(e) => format!("{} (but {e}: reads are not narrowed)", jail.describe()),
                 }
             }
-            Err(e) => format!("cannot run: {e}"),
+            Err(e) => format!("cannot run: {}", jianmu_tool_core::error_chain(&e)),
         };
         local.insert(tool.to_owned(), Value::String(line));
     }

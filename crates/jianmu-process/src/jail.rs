@@ -207,7 +207,7 @@ pub enum JailError {
     )]
     Unavailable(&'static str),
     /// A system call failed while preparing it.
-    #[error("cannot prepare the isolation ({what}): {source}")]
+    #[error("cannot prepare the isolation ({what})")]
     Setup {
         /// What was being done.
         what: String,

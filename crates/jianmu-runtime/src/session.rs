@@ -131,7 +131,7 @@ impl Opening {
 #[non_exhaustive]
 pub enum SessionError {
     /// The audit log cannot be opened.
-    #[error("cannot open the audit log {}: {source}", path.display())]
+    #[error("cannot open the audit log {}", path.display())]
     AuditLog {
         /// The log's path.
         path: PathBuf,
@@ -147,7 +147,7 @@ pub enum SessionError {
     #[error("the limit of {0} open sessions is reached; close one or retry later")]
     Full(usize),
     /// The session's own folder cannot be made.
-    #[error("cannot make the session's folder in {}: {source}", root.display())]
+    #[error("cannot make the session's folder in {}", root.display())]
     Folder {
         /// Where it was to be made.
         root: PathBuf,

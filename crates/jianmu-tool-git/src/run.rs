@@ -159,7 +159,7 @@ impl Git {
         let jail = Jail::new(&settings.isolation, ws.root())
             .map_err(|e| ToolError::Config {
                 tool: "git".into(),
-                message: e.to_string(),
+                message: jianmu_tool_core::error_chain(&e),
             })?
             .showing_programs([&settings.git]);
         Ok(Self {

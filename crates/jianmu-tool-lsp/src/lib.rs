@@ -68,7 +68,7 @@ fn servers(config: &ToolConfig) -> Result<Arc<Servers>, ToolError> {
     let jail = Jail::new(&settings.isolation, ws.root())
         .map_err(|e| ToolError::Config {
             tool: SETTINGS.into(),
-            message: e.to_string(),
+            message: jianmu_tool_core::error_chain(&e),
         })?
         .sharing_network(config.scope().get::<jianmu_process::Network>());
     let all = settings.all_servers();

@@ -273,7 +273,12 @@ impl PythonRepl {
     pub fn new(settings: PythonSettings, cwd: PathBuf) -> Result<Self, ToolError> {
         let cwd = settings.cwd.clone().unwrap_or(cwd);
         let jail = Jail::new(&settings.isolation, &cwd)
-            .map_err(|e| ToolError::failed(format!("python_repl: {e}")))?
+            .map_err(|e| {
+                ToolError::failed(format!(
+                    "python_repl: {}",
+                    jianmu_tool_core::error_chain(&e)
+                ))
+            })?
             .showing_programs([&settings.python]);
         Ok(Self {
             settings: Arc::new(settings),

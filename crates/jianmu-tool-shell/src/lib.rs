@@ -175,7 +175,7 @@ impl Bash {
     /// The isolation the settings require is not available.
     pub fn new(settings: BashSettings, cwd: PathBuf) -> Result<Self, ToolError> {
         let jail = Jail::new(&settings.isolation, &cwd)
-            .map_err(|e| ToolError::failed(format!("bash: {e}")))?
+            .map_err(|e| ToolError::failed(format!("bash: {}", jianmu_tool_core::error_chain(&e))))?
             .showing_programs([&settings.shell]);
         Ok(Self {
             settings,

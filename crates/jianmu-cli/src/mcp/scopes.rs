@@ -268,7 +268,7 @@ impl Scopes {
         let session = match self.runtime.open_with(self.opening(principal, false)) {
             Ok(session) => session,
             Err(e) => {
-                let why = e.to_string();
+                let why = jianmu_tool_core::error_chain(&e);
                 drop(held);
                 return Err(Self::refuse(arrival, why));
             }
@@ -303,7 +303,7 @@ impl Scopes {
         let session = Arc::new(
             self.runtime
                 .open_with(self.opening(name, true))
-                .map_err(|e| Self::refuse(arrival, e.to_string()))?,
+                .map_err(|e| Self::refuse(arrival, jianmu_tool_core::error_chain(&e)))?,
         );
         let listing = Listing::default();
         state.stateless.insert(

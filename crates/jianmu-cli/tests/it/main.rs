@@ -468,6 +468,8 @@ fn expected_features() -> Vec<&'static str> {
     [
         ("calculator", cfg!(feature = "calculator")),
         ("fs", cfg!(feature = "fs")),
+        ("git", cfg!(feature = "git")),
+        ("lsp", cfg!(feature = "lsp")),
         ("shell", cfg!(feature = "shell")),
         ("mcp", cfg!(feature = "mcp")),
         ("docker", cfg!(feature = "docker")),
@@ -761,4 +763,28 @@ fn a_call_ends_at_sigterm_whatever_runs() {
         std::thread::sleep(Duration::from_millis(20));
     };
     assert_eq!(status.code(), Some(143), "128 + SIGTERM");
+}
+
+/// An error names its cause once: the chain printed, not the cause repeated.
+#[test]
+fn an_error_names_its_cause_once() {
+    let dir = tempfile::tempdir().unwrap();
+    let log = dir.path().join("no/such/folder/audit.jsonl");
+    let out = jianmu(
+        &[
+            "call",
+            "calculator",
+            "\"1+1\"",
+            "--audit-log",
+            log.to_str().unwrap(),
+        ],
+        dir.path(),
+    );
+    let text = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("cannot open the audit log"), "{text}");
+    assert_eq!(
+        text.matches("No such file or directory").count(),
+        1,
+        "{text}"
+    );
 }
