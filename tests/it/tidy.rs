@@ -271,3 +271,122 @@ fn protected_workspace_paths_agree() {
         .collect();
     assert_eq!(tools, jianmu_process::PROTECTED_IN_WORKSPACE);
 }
+
+/// The source files under `crates/*/src`.
+fn library_files() -> Vec<PathBuf> {
+    rust_files()
+        .into_iter()
+        .filter(|p| {
+            let r = rel(p);
+            r.starts_with("crates/") && r.contains("/src/")
+        })
+        .collect()
+}
+
+#[test]
+fn every_unsafe_fn_says_why_it_is_unsafe() {
+    let mut missing = Vec::new();
+    for path in library_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        for (i, line) in lines.iter().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("//") || !code.contains(concat!("unsafe", " fn ")) {
+                continue;
+            }
+            let doc = lines[..i]
+                .iter()
+                .rev()
+                .take_while(|l| {
+                    let l = l.trim_start();
+                    l.starts_with("///") || l.starts_with("#[")
+                })
+                .any(|l| l.contains("# Safety"));
+            if !doc {
+                missing.push(format!("{}:{}", rel(&path), i + 1));
+            }
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "unsafe fns without a `# Safety` section: {missing:?}"
+    );
+}
+
+#[test]
+fn no_public_function_fails_with_a_bare_string() {
+    let pattern = concat!(", ", "String>");
+    let mut found = Vec::new();
+    for path in library_files() {
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            let code = line.trim_start();
+            if code.starts_with("pub fn ") && code.contains("Result<") && code.contains(pattern) {
+                found.push(format!("{}:{}", rel(&path), i + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "public functions returning Result<_, String> (give them an error type): {found:?}"
+    );
+}
+
+#[test]
+fn the_commands_main_stays_a_dispatcher() {
+    let main = std::fs::read_to_string(root().join("crates/jianmu-cli/src/main.rs")).unwrap();
+    let lines = main.lines().count();
+    assert!(
+        lines <= 250,
+        "crates/jianmu-cli/src/main.rs has {lines} lines; move work into its modules"
+    );
+}
+
+/// `jianmu-process`'s modules, lowest first: each imports only from modules before it.
+const PROCESS_LAYERS: &[&[&str]] = &[
+    &["sys", "spec", "pty", "tree", "seccomp", "clone"],
+    &["view", "landlock", "child", "userns"],
+    &["plan", "netns", "mount"],
+    &["isolate"],
+    &["spawn"],
+    &["supervisor"],
+    &["jail"],
+    &["lib", "tests", "view_tests"],
+];
+
+#[test]
+fn jianmu_process_imports_in_one_direction() {
+    let layer_of = |module: &str| PROCESS_LAYERS.iter().position(|l| l.contains(&module));
+    let dir = root().join("crates/jianmu-process/src");
+    let mut wrong = Vec::new();
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        let Some(module) = path.file_stem().map(|s| s.to_string_lossy().into_owned()) else {
+            continue;
+        };
+        let Some(own) = layer_of(&module) else {
+            wrong.push(format!(
+                "{module}: not in PROCESS_LAYERS (tests/it/tidy.rs)"
+            ));
+            continue;
+        };
+        let text = std::fs::read_to_string(&path).unwrap();
+        for used in text.split("crate::").skip(1) {
+            let name: String = used
+                .chars()
+                .take_while(|c| c.is_ascii_lowercase() || *c == '_')
+                .collect();
+            match layer_of(&name) {
+                Some(layer) if layer < own || name == module => {}
+                Some(_) => wrong.push(format!("{module} imports {name}")),
+                None => {}
+            }
+        }
+    }
+    wrong.sort();
+    wrong.dedup();
+    assert!(
+        wrong.is_empty(),
+        "jianmu-process imports against its layers: {wrong:?}"
+    );
+}

@@ -17,8 +17,30 @@ pub(crate) struct Request {
     pub(crate) verbose: bool,
 }
 
-/// Builds the image and says what was built.
-pub(crate) fn run(settings: &Settings, request: Request) -> anyhow::Result<String> {
+/// Builds the image `command` (a `build-image`) asks for and says what was built.
+pub(crate) fn run(
+    settings: &Settings,
+    command: &crate::args::SandboxCommand,
+) -> anyhow::Result<String> {
+    let crate::args::SandboxCommand::BuildImage {
+        tag,
+        busybox,
+        runner,
+        python,
+        no_python,
+        verbose,
+    } = command
+    else {
+        anyhow::bail!("not a build-image command");
+    };
+    let request = Request {
+        tag: tag.clone(),
+        busybox: busybox.clone(),
+        runner: runner.clone(),
+        python: python.clone(),
+        no_python: *no_python,
+        verbose: *verbose,
+    };
     let tag = request.tag.unwrap_or_else(|| settings.docker.image.clone());
     let runner = match request.runner {
         Some(path) => path,

@@ -231,27 +231,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         #[cfg(feature = "docker")]
         Command::Sandbox {
-            command:
-                args::SandboxCommand::BuildImage {
-                    tag,
-                    busybox,
-                    runner,
-                    python,
-                    no_python,
-                    verbose,
-                },
-        } => {
-            let request = build_image::Request {
-                tag: tag.clone(),
-                busybox: busybox.clone(),
-                runner: runner.clone(),
-                python: python.clone(),
-                no_python: *no_python,
-                verbose: *verbose,
-            };
-            let settings = load()?;
-            print(&build_image::run(&settings, request)?)
-        }
+            command: build @ args::SandboxCommand::BuildImage { .. },
+        } => print(&build_image::run(&load()?, build)?),
         Command::Sandbox {
             command: args::SandboxCommand::Status { json },
         } => {

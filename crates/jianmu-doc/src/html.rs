@@ -120,7 +120,16 @@ pub fn decode(bytes: &[u8], content_type: Option<&str>) -> (String, &'static str
 /// # Errors
 /// When the converter did not finish within `timeout`, crashed on the page, or
 /// could not be started.
-pub fn to_markdown(html: &str, url: Option<&str>, timeout: Duration) -> Result<Page, String> {
+pub fn to_markdown(
+    html: &str,
+    url: Option<&str>,
+    timeout: Duration,
+) -> Result<Page, crate::DocError> {
+    to_markdown_text(html, url, timeout).map_err(crate::DocError)
+}
+
+/// [`to_markdown`], its error as text.
+fn to_markdown_text(html: &str, url: Option<&str>, timeout: Duration) -> Result<Page, String> {
     use jianmu_process::{ChildEnd, ChildLimits, run_in_child};
     let html = limit_nesting(html, MAX_NESTING);
     let limits = ChildLimits {
@@ -309,7 +318,7 @@ mod bounds {
         let page = "<article><p>word word word <a href='/x'>link</a></p></article>".repeat(40_000);
         let err = to_markdown(&page, None, Duration::from_millis(1)).unwrap_err();
         assert!(
-            err.contains("took longer than") && err.contains("raw: true"),
+            err.0.contains("took longer than") && err.0.contains("raw: true"),
             "{err}"
         );
         assert!(to_markdown(&page, None, Duration::from_secs(600)).is_ok());

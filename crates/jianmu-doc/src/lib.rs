@@ -10,6 +10,30 @@
 //! that crashes, loops or runs away ends one call, never the caller.
 #![deny(missing_docs)]
 
+/// Why a document could not be read or changed: a short sentence for the model.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct DocError(pub String);
+
+impl std::fmt::Display for DocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for DocError {}
+
+impl From<String> for DocError {
+    fn from(text: String) -> Self {
+        Self(text)
+    }
+}
+
+impl From<&str> for DocError {
+    fn from(text: &str) -> Self {
+        Self(text.to_owned())
+    }
+}
+
 #[cfg(feature = "html")]
 pub mod html;
 pub mod notebook;

@@ -97,7 +97,12 @@ fn bounded(text: &str, max: usize) -> String {
 ///
 /// # Errors
 /// What is wrong, in words.
-pub fn check(nb: &Value) -> Result<(), String> {
+pub fn check(nb: &Value) -> Result<(), crate::DocError> {
+    check_text(nb).map_err(crate::DocError)
+}
+
+/// [`check`], its error as text.
+fn check_text(nb: &Value) -> Result<(), String> {
     let major = nb.get("nbformat").and_then(Value::as_u64);
     if major != Some(4) {
         return Err(match major {
@@ -128,8 +133,13 @@ fn language(nb: &Value) -> String {
 ///
 /// # Errors
 /// Not an nbformat 4 notebook.
-pub fn render(nb: &Value, limits: Limits) -> Result<Rendered, String> {
-    check(nb)?;
+pub fn render(nb: &Value, limits: Limits) -> Result<Rendered, crate::DocError> {
+    render_text(nb, limits).map_err(crate::DocError)
+}
+
+/// [`render`], its error as text.
+fn render_text(nb: &Value, limits: Limits) -> Result<Rendered, String> {
+    check_text(nb)?;
     let cells = nb["cells"].as_array().map_or(&[][..], Vec::as_slice);
     let lang = language(nb);
     let mut text = format!(
@@ -466,7 +476,7 @@ pub fn edit(
     cell_type: Option<&str>,
     mode: EditMode,
 ) -> Result<String, String> {
-    check(nb)?;
+    check_text(nb)?;
     if let Some(t) = cell_type
         && !matches!(t, "code" | "markdown" | "raw")
     {
@@ -833,6 +843,7 @@ mod tests {
         assert!(
             check(&json!({"nbformat": 3, "worksheets": []}))
                 .unwrap_err()
+                .0
                 .contains("nbformat 3")
         );
         let bytes = String::from_utf8(to_bytes(&old, &Kept::default())).unwrap();

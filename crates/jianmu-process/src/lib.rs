@@ -24,6 +24,7 @@ use std::ffi::OsStr;
 use std::process::Stdio;
 
 mod child;
+mod clone;
 mod isolate;
 mod jail;
 mod landlock;

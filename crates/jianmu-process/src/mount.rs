@@ -20,7 +20,7 @@ use std::path::{Path, PathBuf};
 
 use std::os::unix::ffi::OsStringExt;
 
-use crate::plan::c;
+use crate::sys::c;
 use crate::userns::Maps;
 use crate::view::Step;
 
@@ -289,7 +289,7 @@ struct Fixed {
 /// A step the view cannot do without failed (what and why in the message).
 pub(crate) fn make(steps: &[Step], join_user: Option<RawFd>) -> io::Result<MadeView> {
     let ops = ops(steps);
-    let proc_stack = crate::spawn::Stack::new(16 * 1024)?;
+    let proc_stack = crate::clone::Stack::new(16 * 1024)?;
     let mut make = Make {
         ops,
         join_user: join_user.unwrap_or(-1),
@@ -319,7 +319,7 @@ pub(crate) fn make(steps: &[Step], join_user: Option<RawFd>) -> io::Result<MadeV
             errno: 0,
         },
     };
-    let stack = crate::spawn::Stack::new(128 * 1024)?;
+    let stack = crate::clone::Stack::new(128 * 1024)?;
     let mut flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD;
     if join_user.is_none() {
         flags |= libc::CLONE_NEWUSER;
@@ -327,7 +327,7 @@ pub(crate) fn make(steps: &[Step], join_user: Option<RawFd>) -> io::Result<MadeV
     // SAFETY: the child runs `make_main` on its own stack with `make`, which outlives
     // it (CLONE_VFORK), and makes system calls on prepared data only.
     unsafe {
-        crate::spawn::run_child(make_main, stack.top(), flags, (&raw mut make).cast())?;
+        crate::clone::run_child(make_main, stack.top(), flags, (&raw mut make).cast())?;
     }
     // SAFETY: the child opened these in our table and nothing else owns them.
     let take = |fd: RawFd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
@@ -445,6 +445,9 @@ extern "C" fn make_main(arg: *mut libc::c_void) -> libc::c_int {
 
 /// The flags of the mount at `path` a read-only remount must keep (the kernel refuses
 /// to drop `nosuid`, `nodev`, `noexec` or the access-time mode a namespace inherited).
+///
+/// # Safety
+/// System calls only: callable in a child that shares this memory.
 unsafe fn kept_flags(path: &CString) -> libc::c_ulong {
     // SAFETY: a valid out buffer and C string.
     unsafe {
@@ -468,6 +471,11 @@ unsafe fn kept_flags(path: &CString) -> libc::c_ulong {
     }
 }
 
+/// Remounts the bind mount at `path` read-only, keeping the flags it must keep.
+///
+/// # Safety
+/// System calls only: callable in a child that shares this memory, inside the
+/// mount namespace being made.
 unsafe fn read_only(path: &CString) -> libc::c_int {
     // SAFETY: system calls on a prepared C string.
     unsafe {
@@ -484,6 +492,10 @@ unsafe fn read_only(path: &CString) -> libc::c_int {
 
 /// Mounts a new, private, in-memory file system at `at` (no set-id programs, no
 /// devices, and `extra`) with `opts` (a C string). System calls only.
+///
+/// # Safety
+/// `opts` must point to a NUL-terminated string; inside the mount namespace being
+/// made only.
 unsafe fn tmpfs(
     p: &Fixed,
     at: &CString,
@@ -503,6 +515,10 @@ unsafe fn tmpfs(
 }
 
 /// Carries out one step; negative on failure (`errno` set).
+///
+/// # Safety
+/// Only in the child making the view (its own mount namespace), with `proc_stack`
+/// the top of a stack a nested child may use.
 unsafe fn run(op: &Op, p: &Fixed, proc_stack: *mut libc::c_void) -> libc::c_int {
     let null = std::ptr::null::<libc::c_char>();
     // SAFETY: system calls on prepared C strings.
@@ -585,7 +601,7 @@ unsafe fn run(op: &Op, p: &Fixed, proc_stack: *mut libc::c_void) -> libc::c_int 
                     errno: 0,
                 };
                 let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_NEWPID | libc::SIGCHLD;
-                if crate::spawn::run_child(proc_main, proc_stack, flags, (&raw mut at).cast())
+                if crate::clone::run_child(proc_main, proc_stack, flags, (&raw mut at).cast())
                     .is_err()
                 {
                     return -1;

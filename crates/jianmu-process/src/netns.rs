@@ -14,7 +14,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use crate::plan::c;
+use crate::sys::c;
 use crate::userns::Maps;
 
 /// A network namespace with loopback up, and the user namespace that owns it.
@@ -46,7 +46,7 @@ impl PrivateNet {
             net: -1,
             errno: 0,
         };
-        let stack = crate::spawn::Stack::new(64 * 1024)?;
+        let stack = crate::clone::Stack::new(64 * 1024)?;
         // The child shares this memory and descriptor table, so what it opens is ours.
         let flags = libc::CLONE_VM
             | libc::CLONE_VFORK
@@ -57,7 +57,7 @@ impl PrivateNet {
         // SAFETY: the child runs `make_main` on its own stack with `make`, which
         // outlives it (CLONE_VFORK), and makes system calls only.
         unsafe {
-            crate::spawn::run_child(make_main, stack.top(), flags, (&raw mut make).cast())?;
+            crate::clone::run_child(make_main, stack.top(), flags, (&raw mut make).cast())?;
         }
         // SAFETY: the child opened these in our table and nothing else owns them.
         let take = |fd: RawFd| (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd) });
@@ -97,7 +97,7 @@ extern "C" fn make_main(arg: *mut libc::c_void) -> libc::c_int {
             make.errno = e.raw_os_error().unwrap_or(libc::EPERM);
             libc::_exit(1);
         }
-        if let Err(e) = loopback_up() {
+        if let Err(e) = crate::sys::loopback_up() {
             make.errno = e.raw_os_error().unwrap_or(libc::EPERM);
             libc::_exit(1);
         }
@@ -111,32 +111,6 @@ extern "C" fn make_main(arg: *mut libc::c_void) -> libc::c_int {
             make.errno = errno();
         }
         libc::_exit(0)
-    }
-}
-
-/// Brings the calling process's `lo` up. System calls only.
-pub(crate) fn loopback_up() -> io::Result<()> {
-    // SAFETY: an ioctl pair on a socket made here, with a zeroed request naming `lo`.
-    unsafe {
-        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
-        if sock < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        let mut req: libc::ifreq = std::mem::zeroed();
-        req.ifr_name[0] = b'l' as libc::c_char;
-        req.ifr_name[1] = b'o' as libc::c_char;
-        let mut r = libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req);
-        if r == 0 {
-            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
-            r = libc::ioctl(sock, libc::SIOCSIFFLAGS, &req);
-        }
-        let result = if r == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        };
-        libc::close(sock);
-        result
     }
 }
 
@@ -225,12 +199,12 @@ impl Inside {
             fd: -1,
             errno: 0,
         };
-        let stack = crate::spawn::Stack::new(64 * 1024)?;
+        let stack = crate::clone::Stack::new(64 * 1024)?;
         let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_FILES | libc::SIGCHLD;
         // SAFETY: the child runs `socket_main` on its own stack with `make`, which
         // outlives it (CLONE_VFORK), and makes system calls only.
         unsafe {
-            crate::spawn::run_child(socket_main, stack.top(), flags, (&raw mut make).cast())?;
+            crate::clone::run_child(socket_main, stack.top(), flags, (&raw mut make).cast())?;
         }
         if make.fd < 0 {
             return Err(io::Error::from_raw_os_error(if make.errno == 0 {

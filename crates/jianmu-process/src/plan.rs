@@ -1,6 +1,5 @@
 //! What a jailed command's setup needs after `fork` or `clone`, prepared before it.
 
-use std::ffi::CString;
 use std::os::fd::OwnedFd;
 
 use crate::userns::{Maps, Paths};
@@ -27,9 +26,4 @@ pub(crate) struct Plan {
     pub(crate) memory: Option<u64>,
     /// `/proc/thread-self/children`, `/proc`, `proc`, `/`.
     pub(crate) paths: Paths,
-}
-
-/// A private path to a C string, for `Plan`.
-pub(crate) fn c(path: &str) -> CString {
-    CString::new(path).unwrap_or_default()
 }

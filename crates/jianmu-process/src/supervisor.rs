@@ -76,6 +76,10 @@ pub(crate) fn enter(
 }
 
 /// The worker's setup before `exec`.
+///
+/// # Safety
+/// Only in the forked worker, before `exec`: it changes this process's signal
+/// state and isolation for good.
 unsafe fn setup_worker(plan: &Plan) -> io::Result<()> {
     // SAFETY: system calls on data prepared before the fork.
     unsafe {
@@ -90,6 +94,10 @@ unsafe fn setup_worker(plan: &Plan) -> io::Result<()> {
 
 /// The supervisor: waits for the worker, then kills and reaps everything left below
 /// it, and exits as the worker did. Never returns.
+///
+/// # Safety
+/// Only in the forked supervisor process, with `worker` its child: it exits the
+/// process.
 unsafe fn supervise(worker: libc::pid_t, paths: &Paths, subreaper: bool) -> ! {
     // SAFETY: system calls only; the process exits at the end.
     unsafe {
@@ -154,6 +162,9 @@ unsafe fn supervise(worker: libc::pid_t, paths: &Paths, subreaper: bool) -> ! {
 
 /// Kills every process below the supervisor until none is left. Orphans of killed
 /// processes are reparented to the supervisor (a subreaper), so each pass finds them.
+///
+/// # Safety
+/// Only in the supervisor process (a subreaper): it kills every process below it.
 unsafe fn sweep(paths: &Paths) {
     // SAFETY: system calls on a stack buffer and prepared C strings.
     unsafe {

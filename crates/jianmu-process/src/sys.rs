@@ -2,6 +2,7 @@
 //! and turning a negative return into the OS error.
 #![allow(unsafe_code)]
 
+use std::ffi::CString;
 use std::io;
 
 /// This process's id.
@@ -73,5 +74,36 @@ pub(crate) fn raise_open_files_limit() -> io::Result<u64> {
             check_int(libc::setrlimit(libc::RLIMIT_NOFILE, &limit))?;
         }
         Ok(limit.rlim_cur)
+    }
+}
+
+/// A path as a C string (empty when it holds a NUL).
+pub(crate) fn c(path: &str) -> CString {
+    CString::new(path).unwrap_or_default()
+}
+
+/// Brings the calling process's `lo` up. System calls only.
+pub(crate) fn loopback_up() -> io::Result<()> {
+    // SAFETY: an ioctl pair on a socket made here, with a zeroed request naming `lo`.
+    unsafe {
+        let sock = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if sock < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        req.ifr_name[0] = b'l' as libc::c_char;
+        req.ifr_name[1] = b'o' as libc::c_char;
+        let mut r = libc::ioctl(sock, libc::SIOCGIFFLAGS, &mut req);
+        if r == 0 {
+            req.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            r = libc::ioctl(sock, libc::SIOCSIFFLAGS, &req);
+        }
+        let result = if r == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        };
+        libc::close(sock);
+        result
     }
 }

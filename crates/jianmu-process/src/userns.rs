@@ -6,7 +6,7 @@
 use std::ffi::CString;
 use std::io;
 
-use crate::plan::c;
+use crate::sys::c;
 use crate::sys::check_int;
 
 /// The identity maps of a user namespace that keeps this process's ids, and the paths
@@ -76,6 +76,9 @@ impl Paths {
 }
 
 /// Writes `data` to the file at `path` (after fork: system calls only).
+///
+/// # Safety
+/// System calls only: callable after `fork` or in a child that shares this memory.
 unsafe fn write_file(path: &CString, data: &[u8]) -> io::Result<()> {
     // SAFETY: `path` is a valid C string; `data` is valid for its length.
     unsafe {
@@ -102,6 +105,10 @@ pub(crate) fn write_own_maps(maps: &Maps) -> io::Result<()> {
 }
 
 /// Enters a new user and PID namespace (the caller's next child is its init).
+///
+/// # Safety
+/// Only in a child process of its own (after `fork`): it changes the process's
+/// namespaces for good.
 unsafe fn enter_namespaces(maps: &Maps) -> io::Result<()> {
     // SAFETY: system calls on prepared data.
     unsafe {
@@ -179,7 +186,7 @@ pub(crate) fn probe() -> (bool, bool) {
                 libc::_exit(1);
             }
             let no_network =
-                libc::unshare(libc::CLONE_NEWNET) != 0 || crate::netns::loopback_up().is_err();
+                libc::unshare(libc::CLONE_NEWNET) != 0 || crate::sys::loopback_up().is_err();
             let init = libc::fork();
             if init == 0 {
                 libc::_exit(i32::from(own_proc(&paths).is_err()));

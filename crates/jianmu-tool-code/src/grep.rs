@@ -235,7 +235,7 @@ impl GrepSearch {
                     saved = Some(file.path.clone());
                     file.describe()
                 }
-                Err(why) => why,
+                Err(why) => why.0,
             };
             if total > hits.len() as u64 {
                 // The listing's last line says how many are not shown; it says where.

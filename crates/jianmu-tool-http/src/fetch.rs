@@ -279,7 +279,7 @@ impl WebFetch {
         })
         .await
         .map_err(|_| ToolError::failed("the page could not be converted"))?
-        .map_err(ToolError::failed)?;
+        .map_err(|e| ToolError::failed(e.0))?;
         let mut markdown = String::new();
         if let Some(title) = &page.title {
             markdown.push_str(&format!("# {title}\n\n"));

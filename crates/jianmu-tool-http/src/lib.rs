@@ -291,7 +291,7 @@ impl HttpRequest {
             }
             (Some(saver), _) => {
                 // The head and the tail, and where the whole body is.
-                let saved = saver.save(body.as_bytes()).unwrap_or_else(|why| why);
+                let saved = saver.save(body.as_bytes()).unwrap_or_else(|why| why.0);
                 text.push_str(&jianmu_workspace::head_and_tail(&body, limit, &saved));
             }
         }

@@ -61,7 +61,7 @@ pub(crate) fn bounded(
     if text.chars().count() <= max && dropped == 0 {
         return text.to_owned();
     }
-    let mut saved = saver.save(text.as_bytes()).unwrap_or_else(|why| why);
+    let mut saved = saver.save(text.as_bytes()).unwrap_or_else(|why| why.0);
     if dropped > 0 {
         saved.push_str(&format!(
             " (the {dropped} characters after its first {KEPT_FOR_SAVING} were not kept)"

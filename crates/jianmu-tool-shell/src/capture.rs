@@ -95,7 +95,7 @@ impl Captured {
                 f.write(a);
                 f.write(b);
             }
-            self.spilled = Some(file);
+            self.spilled = Some(file.map_err(|e| e.0));
         }
         if let Some(Ok(file)) = &mut self.spilled {
             file.write(data);

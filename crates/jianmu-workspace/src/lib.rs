@@ -43,8 +43,8 @@ pub(crate) const O_NONBLOCK: i32 = rustix::fs::OFlags::NONBLOCK.bits() as i32;
 
 pub use lock::FileLock;
 pub use spill::{
-    KEPT_FOR, MAX_BYTES, MAX_FILE_BYTES, MAX_FILES, OUTPUTS, Place, Saver, SpillFile, Spills,
-    check_folder, head_and_tail, head_and_tail_lines,
+    KEPT_FOR, MAX_BYTES, MAX_FILE_BYTES, MAX_FILES, OUTPUTS, Place, Saver, SpillError, SpillFile,
+    Spills, check_folder, head_and_tail, head_and_tail_lines,
 };
 pub use write::{CommitError, Staged, WriteOptions};
 

@@ -19,6 +19,17 @@ use cap_std::fs::Dir;
 
 use crate::Workspace;
 
+/// Why a long answer could not be saved to a file: a short sentence for the model.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{0}")]
+pub struct SpillError(pub String);
+
+impl From<String> for SpillError {
+    fn from(text: String) -> Self {
+        Self(text)
+    }
+}
+
 /// Where the folders are, relative to the workspace root.
 pub const OUTPUTS: &str = ".jianmu/outputs";
 
@@ -91,15 +102,15 @@ fn prune_kept(outputs: &Dir) {
 ///
 /// # Errors
 /// The folder is absolute, empty, or has `..` or `.` in it.
-pub fn check_folder(folder: &str) -> Result<(), String> {
+pub fn check_folder(folder: &str) -> Result<(), SpillError> {
     let path = Path::new(folder);
     let plain = path
         .components()
         .all(|c| matches!(c, std::path::Component::Normal(_)));
     if folder.is_empty() || !plain {
-        return Err(format!(
+        return Err(SpillError(format!(
             "outputs folder `{folder}` must be a relative path inside the workspace, without `.` or `..`"
-        ));
+        )));
     }
     Ok(())
 }
@@ -221,13 +232,18 @@ impl Spills {
     /// # Errors
     /// The scope's limits are reached, or the folder cannot be made (in words for the
     /// model).
-    pub fn create(&self, ws: &Workspace, place: &Place, tool: &str) -> Result<SpillFile, String> {
+    pub fn create(
+        &self,
+        ws: &Workspace,
+        place: &Place,
+        tool: &str,
+    ) -> Result<SpillFile, SpillError> {
         let folder = self.folder(ws, place)?;
         let n = folder.files.fetch_add(1, Ordering::Relaxed) + 1;
         if n > MAX_FILES || folder.bytes.load(Ordering::Relaxed) >= MAX_BYTES {
-            return Err(format!(
+            return Err(SpillError(format!(
                 "the rest was not saved: this session already saved {MAX_FILES} outputs or {MAX_BYTES} bytes"
-            ));
+            )));
         }
         let file_name = format!("{tool}-{n}.txt");
         let file = folder
@@ -260,7 +276,7 @@ impl Spills {
         place: &Place,
         tool: &str,
         content: &[u8],
-    ) -> Result<String, String> {
+    ) -> Result<String, SpillError> {
         let mut file = self.create(ws, place, tool)?;
         file.write(content);
         Ok(file.describe())
@@ -291,7 +307,7 @@ impl Place {
     ///
     /// # Errors
     /// A configured folder that is not a plain relative path.
-    pub fn of(config: &jianmu_tool_core::ToolConfig) -> Result<Self, String> {
+    pub fn of(config: &jianmu_tool_core::ToolConfig) -> Result<Self, SpillError> {
         let outputs = config.saved_outputs();
         let base = match &outputs.folder {
             Some(folder) => {
@@ -346,9 +362,9 @@ impl Saver {
         config: &jianmu_tool_core::ToolConfig,
         tool: &'static str,
     ) -> Result<Self, jianmu_tool_core::ToolError> {
-        let place = Place::of(config).map_err(|message| jianmu_tool_core::ToolError::Config {
+        let place = Place::of(config).map_err(|e| jianmu_tool_core::ToolError::Config {
             tool: tool.to_owned(),
-            message,
+            message: e.0,
         })?;
         Ok(Self::new(crate::for_tool(config, tool)?, Spills::of(config), tool).at(place))
     }
@@ -357,7 +373,7 @@ impl Saver {
     ///
     /// # Errors
     /// As [`Spills::create`].
-    pub fn create(&self) -> Result<SpillFile, String> {
+    pub fn create(&self) -> Result<SpillFile, SpillError> {
         self.spills.create(&self.ws, &self.place, self.tool)
     }
 
@@ -365,7 +381,7 @@ impl Saver {
     ///
     /// # Errors
     /// As [`Spills::create`].
-    pub fn save(&self, content: &[u8]) -> Result<String, String> {
+    pub fn save(&self, content: &[u8]) -> Result<String, SpillError> {
         self.spills.save(&self.ws, &self.place, self.tool, content)
     }
 }
