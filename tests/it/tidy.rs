@@ -181,6 +181,19 @@ fn tool_and_support_crates_never_depend_on_the_runtime() {
                 && !normal_dependencies(&text).contains("jianmu-docker"),
             "{path} depends on jianmu-runtime or jianmu-docker: spawn through jianmu-process instead"
         );
+        // Nor their tests and benches: a test-only edge upward would turn the crate
+        // graph upside down (and could not be published).
+        for upper in [
+            "jianmu-runtime",
+            "jianmu-provider",
+            "jianmu-docker",
+            "jianmu-cli",
+        ] {
+            assert!(
+                !text.contains(&format!("\n{upper} ")) && !text.contains(&format!("\n{upper}.")),
+                "{path} depends on {upper} (in some table): test it with what it depends on, or move the test up"
+            );
+        }
     }
     assert!(checked >= 10, "only {checked} manifests checked");
 }

@@ -335,7 +335,7 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
         },
         Row {
             what: "calculator tool call via ToolSet + ToolRunner",
-            ours_ns: median_ns("calculator/tool_call_10_ops")?,
+            ours_ns: median_ns("dispatch/calculator_10_ops")?,
             reference: "-",
             reference_ns: None,
             goal: "-",

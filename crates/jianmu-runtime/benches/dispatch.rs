@@ -1,5 +1,5 @@
 //! Dispatch overhead: a no-op tool called through `ToolSet`, with and without
-//! `ToolRunner` and an event subscriber.
+//! `ToolRunner` and an event subscriber, and the calculator called through both.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -38,6 +38,19 @@ fn bench(c: &mut Criterion) {
     group.bench_function("toolset_direct", |b| {
         b.to_async(&rt).iter(|| async {
             set.execute("noop", Value::Object(Default::default()), None)
+                .await
+                .unwrap()
+        })
+    });
+    // The calculator, as the provider builds it, through the runner's stack.
+    let calc = ToolSet::lazy(jianmu_provider::BuiltinToolProvider::new(
+        jianmu_tool_core::ToolConfig::new(std::env::temp_dir()),
+    ))
+    .unwrap();
+    let expr = Value::String("(12+34)*5-67//8+9%4**2/3-1.5*2".to_owned());
+    group.bench_function("calculator_10_ops", |b| {
+        b.to_async(&rt).iter(|| async {
+            calc.execute("calculator", expr.clone(), Some(&runner))
                 .await
                 .unwrap()
         })
