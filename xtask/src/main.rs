@@ -184,6 +184,37 @@ fn test_all() -> anyhow::Result<()> {
         run(c)
     })?;
     step("feature matrix", feature_matrix)?;
+    step(
+        "the runtime over the caller's own tools, no built-in linked",
+        || {
+            let mut c = cargo();
+            c.args([
+                "tree",
+                "-p",
+                "jianmu-runtime",
+                "--no-default-features",
+                "--locked",
+            ]);
+            c.args(["-e", "normal", "--prefix", "none", "--format", "{p}"]);
+            let tree = output(c)?;
+            if let Some(line) = tree.lines().find(|l| {
+                l.starts_with("jianmu-provider ")
+                    || l.starts_with("jianmu-tool-") && !l.starts_with("jianmu-tool-core ")
+            }) {
+                bail!("jianmu-runtime without `builtin` links {line}");
+            }
+            let mut c = cargo();
+            c.args([
+                "nextest",
+                "run",
+                "-p",
+                "jianmu-runtime",
+                "--no-default-features",
+            ]);
+            c.args(["--locked", "--test", "own_tools", "--status-level", "fail"]);
+            run(c)
+        },
+    )?;
     step("tests", || {
         let mut c = cargo();
         c.args([

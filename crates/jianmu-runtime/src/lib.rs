@@ -23,6 +23,13 @@
 //! # }
 //! ```
 //!
+//! The tools are the caller's choice ([`Tools`]): the built-in ones by default
+//! (feature `builtin`, on by default), or any [`ToolSet`] or provider, built per
+//! session from its configuration ([`SessionSettings::with_tools`]). Built without
+//! `builtin`, the runtime links no built-in tool.
+//!
+//! [`ToolSet`]: jianmu_tool_core::ToolSet
+//!
 //! Every sandbox implements the one runner contract, [`Runner`] from
 //! `jianmu-tool-core`:
 //! - [`InProcess`] runs tools in-process;
@@ -55,6 +62,7 @@ mod audit;
 pub mod layer;
 mod runner;
 mod session;
+mod source;
 
 pub use audit::AuditLog;
 pub use jianmu_tool_core::{
@@ -63,6 +71,7 @@ pub use jianmu_tool_core::{
 pub use layer::RunnerExt;
 pub use runner::ToolRunner;
 pub use session::{Backend, Closed, Opening, Runtime, Session, SessionError, SessionSettings};
+pub use source::Tools;
 
 #[cfg(feature = "docker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
@@ -73,6 +82,8 @@ pub use jianmu_docker::{self as docker, DockerSandbox, DockerSettings, SandboxEr
 ///
 /// # Errors
 /// A tool whose spec depends on settings it refuses.
+#[cfg(feature = "builtin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "builtin")))]
 pub fn tool_specs(
     config: &jianmu_tool_core::ToolConfig,
 ) -> Result<Vec<jianmu_tool_core::ToolSpec>, jianmu_tool_core::ToolError> {
@@ -87,6 +98,8 @@ pub fn tool_specs(
 /// # Errors
 /// An unknown tool (listing the known names and aliases), one not compiled in
 /// (naming the feature that adds it).
+#[cfg(feature = "builtin")]
+#[cfg_attr(docsrs, doc(cfg(feature = "builtin")))]
 pub fn tool_spec(
     config: &jianmu_tool_core::ToolConfig,
     name: &str,

@@ -19,7 +19,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
-use jianmu_provider::BuiltinToolProvider;
 use jianmu_tool_core::{
     CallContext, Calls, DynRunner as _, EventBus, ExecuteOptions, InProcess, Policy, ToolConfig,
     ToolError, ToolOutput, ToolSet, ToolSpec, calls_tools,
@@ -49,6 +48,9 @@ pub enum Backend {
 pub struct SessionSettings {
     /// What tools are built from: workspace, allowed hosts, `[tools.NAME]`.
     pub tools: ToolConfig,
+    /// Which tools each session gets, made from its configuration: the built-in
+    /// ones by default (feature `builtin`), or the caller's ([`SessionSettings::with_tools`]).
+    pub source: crate::Tools,
     /// Where calls run.
     pub backend: Backend,
     /// The per-call time limit (`None`: none).
@@ -74,6 +76,7 @@ impl SessionSettings {
     pub fn new(tools: ToolConfig) -> Self {
         Self {
             tools,
+            source: crate::Tools::default(),
             backend: Backend::Local,
             timeout: None,
             policy: Policy::default(),
@@ -82,6 +85,16 @@ impl SessionSettings {
             own_folders: None,
             hidden: Vec::new(),
         }
+    }
+}
+
+impl SessionSettings {
+    /// Sessions get `source`'s tools instead of the built-in ones. With the Docker
+    /// backend, calls run in the container's own (built-in) tools.
+    #[must_use]
+    pub fn with_tools(mut self, source: crate::Tools) -> Self {
+        self.source = source;
+        self
     }
 }
 
@@ -551,7 +564,7 @@ impl Session {
                 stack(ToolRunner::dynamic(sandbox), settings, &shared.events)
             }
         };
-        let tools = ToolSet::lazy(BuiltinToolProvider::new(tools))?;
+        let tools = settings.source.make(tools)?;
         let calls: Arc<dyn Calls> = Arc::new(SessionCalls {
             tools: tools.clone(),
             runner: runner.clone(),
