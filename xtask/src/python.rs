@@ -13,7 +13,13 @@ use crate::{cargo, root, run};
 /// The package's folder.
 const PACKAGE: &str = "crates/jianmu-python";
 /// What the venv holds, pinned.
-const TOOLS: &[&str] = &["maturin==1.16.0", "pytest==8.3.5", "pytest-timeout==2.3.1"];
+const TOOLS: &[&str] = &[
+    "maturin==1.16.0",
+    "pytest==8.3.5",
+    "pytest-timeout==2.3.1",
+    // Builds the compat distribution (`jianmu.tool`) with the venv's setuptools.
+    "wheel==0.45.1",
+];
 /// The image tag the tests use: the one the Docker tests of `jianmu-cli` build too.
 const TEST_IMAGE: &str = "jianmu-sandbox:test";
 
@@ -30,6 +36,7 @@ pub(crate) fn venv(name: &str) -> anyhow::Result<PathBuf> {
             "maturin",
             "pytest",
             "pytest-timeout",
+            "wheel",
         ])
         .output()
         .is_ok_and(|o| o.status.success());
@@ -83,6 +90,12 @@ pub(crate) fn install_wheel(python: &Path, profile: &str, name: &str) -> anyhow:
 pub(crate) fn test() -> anyhow::Result<()> {
     let python = venv("python")?;
     install_wheel(&python, "dev", "python")?;
+    // The framework's module paths, a distribution of their own over the wheel.
+    let mut c = Command::new(&python);
+    c.args(["-m", "pip", "install", "-q", "--disable-pip-version-check"]);
+    c.args(["--force-reinstall", "--no-deps", "--no-build-isolation"]);
+    c.arg(root().join(PACKAGE).join("compat"));
+    run(c)?;
     // The `jianmu` the workspace tests ran (nothing to build after them).
     let mut c = cargo();
     c.args([

@@ -150,7 +150,10 @@ class ToolRunner:
     @classmethod
     def from_config(cls, execution: Mapping[str, Any], *, bus: EventBus | None = None) -> ToolRunner:
         """From settings like `execution:` of the documented configuration:
-        `{"tool_runner": "local" | "docker", "docker": {...Docker settings}}`."""
+        `{"tool_runner": "local" | "docker", "docker": {...Docker settings}}`, or the
+        whole configuration (`jianmu.yaml` read as a mapping) that holds it."""
+        if "execution" in execution and "tool_runner" not in execution:
+            execution = execution.get("execution") or {}
         kind = execution.get("tool_runner", "local")
         if kind == "local":
             return cls(LocalSandbox(), bus=bus)
