@@ -170,6 +170,8 @@ fn tool_and_support_crates_never_depend_on_the_runtime() {
                 "jianmu-workspace",
                 "jianmu-net",
                 "jianmu-egress",
+                // The sandboxes: given their tools, never linking the built-ins.
+                "jianmu-sandbox",
             ]
             .contains(&krate);
         if !path.starts_with("crates/") || !leaf {
@@ -178,15 +180,15 @@ fn tool_and_support_crates_never_depend_on_the_runtime() {
         checked += 1;
         assert!(
             !normal_dependencies(&text).contains("jianmu-runtime")
-                && !normal_dependencies(&text).contains("jianmu-docker"),
-            "{path} depends on jianmu-runtime or jianmu-docker: spawn through jianmu-process instead"
+                && !normal_dependencies(&text).contains("jianmu-sandbox"),
+            "{path} depends on jianmu-runtime or jianmu-sandbox: spawn through jianmu-process instead"
         );
         // Nor their tests and benches: a test-only edge upward would turn the crate
         // graph upside down (and could not be published).
         for upper in [
             "jianmu-runtime",
             "jianmu-provider",
-            "jianmu-docker",
+            "jianmu-sandbox",
             "jianmu-cli",
         ] {
             assert!(

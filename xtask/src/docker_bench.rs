@@ -1,4 +1,4 @@
-//! The Docker sandbox benchmark: runs the `docker` bench of jianmu-docker against the
+//! The Docker sandbox benchmark: runs the `docker` bench of jianmu-sandbox against the
 //! release `jianmu` (built by the MCP benchmark just before) and prints its numbers
 //! with the ratios against raw bollard calls made in the same run.
 
@@ -121,7 +121,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         "bench",
         "--locked",
         "-p",
-        "jianmu-docker",
+        "jianmu-sandbox",
         "--bench",
         "docker",
     ]);

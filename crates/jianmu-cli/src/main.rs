@@ -85,7 +85,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
     match &cli.command {
         #[cfg(feature = "docker")]
         Command::Serve => {
-            jianmu_runtime::docker::serve_stdio().context("the sandbox runner failed")?;
+            jianmu_runtime::docker::serve_stdio(jianmu_runtime::Tools::builtin_set)
+                .context("the sandbox runner failed")?;
             Ok(())
         }
         &Command::Tools {

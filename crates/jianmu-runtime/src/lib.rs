@@ -30,10 +30,12 @@
 //!
 //! [`ToolSet`]: jianmu_tool_core::ToolSet
 //!
-//! Every sandbox implements the one runner contract, [`Runner`] from
+//! Where a call runs implements the one runner contract, [`Runner`] from
 //! `jianmu-tool-core`:
-//! - [`InProcess`] runs tools in-process;
-//! - `DockerSandbox` (feature `docker`) runs any tool in a hardened container.
+//! - [`InProcess`] runs tools in this process (it isolates nothing itself: tools that
+//!   start programs confine them with their own jail);
+//! - `DockerSandbox` (feature `docker`, from `jianmu-sandbox`) runs any tool in a
+//!   hardened container.
 //!
 //! Layers ([`layer`]) wrap any runner with one concern each: policy, events (and so
 //! the [`AuditLog`]), timeout, tracing span. [`ToolRunner`] is the stack every
@@ -75,7 +77,7 @@ pub use source::Tools;
 
 #[cfg(feature = "docker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
-pub use jianmu_docker::{self as docker, DockerSandbox, DockerSettings, SandboxError, TlsFiles};
+pub use jianmu_sandbox::{self as docker, DockerSandbox, DockerSettings, SandboxError, TlsFiles};
 
 /// The spec of every tool linked into this binary, sorted by name, as `config` sets
 /// them up. No tool is built: nothing is opened, made or started.

@@ -66,6 +66,17 @@ impl Tools {
         Self::provider(jianmu_provider::BuiltinToolProvider::new)
     }
 
+    /// The built-in tools for `config`, built lazily: what a sandbox's server
+    /// inside the container serves (feature `builtin`).
+    ///
+    /// # Errors
+    /// As [`ToolSet::lazy`].
+    #[cfg(feature = "builtin")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "builtin")))]
+    pub fn builtin_set(config: ToolConfig) -> Result<ToolSet, ToolError> {
+        ToolSet::lazy(jianmu_provider::BuiltinToolProvider::new(config))
+    }
+
     /// The set for a session configured by `config`.
     pub(crate) fn make(&self, config: ToolConfig) -> Result<ToolSet, ToolError> {
         (self.0)(config)

@@ -18,9 +18,9 @@ use bollard::exec::StartExecResults;
 use bollard::models::ExecConfig;
 use bollard::query_parameters::RemoveContainerOptionsBuilder;
 use futures::StreamExt as _;
-use jianmu_docker::image::{self, ImageSources};
-use jianmu_docker::{DockerSandbox, DockerSettings};
-use jianmu_docker::{EngineAddress, WorkspaceMode};
+use jianmu_sandbox::image::{self, ImageSources};
+use jianmu_sandbox::{DockerSandbox, DockerSettings};
+use jianmu_sandbox::{EngineAddress, WorkspaceMode};
 use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolHandle, ToolSpec};
 use serde_json::json;
 
@@ -353,7 +353,7 @@ async fn many_sessions(
         .await;
     let rate = SESSIONS as f64 / start.elapsed().as_secs_f64();
     let mut memory = Vec::new();
-    let filters = std::collections::HashMap::from([("label", vec![jianmu_docker::LABEL])]);
+    let filters = std::collections::HashMap::from([("label", vec![jianmu_sandbox::LABEL])]);
     for engine in engines {
         let listed = engine
             .list_containers(Some(

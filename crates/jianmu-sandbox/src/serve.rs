@@ -8,7 +8,6 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use jianmu_provider::BuiltinToolProvider;
 use jianmu_tool_core::{CallContext, Progress, ProgressSink, ToolConfig, ToolError, ToolSet};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
@@ -17,22 +16,26 @@ use tokio::task::AbortHandle;
 use super::wire::{Reply, Request, to_line, write_lines};
 use crate::lock;
 
-/// Serves calls on this process's stdin and stdout until stdin ends, with every
-/// built-in tool linked into this binary: what `jianmu serve` runs inside a sandbox
-/// container.
+/// Serves calls on this process's stdin and stdout until stdin ends, with the tools
+/// `tools` makes from the host's settings (as the container sees them): what
+/// `jianmu serve` runs inside a sandbox container, with the built-in tools.
 ///
 /// # Errors
 /// Reading or writing failed, or the host's settings were refused.
-pub fn serve_stdio() -> std::io::Result<()> {
+pub fn serve_stdio(
+    tools: impl Fn(ToolConfig) -> Result<ToolSet, jianmu_tool_core::ToolError> + Send + Sync + 'static,
+) -> std::io::Result<()> {
     // Threads count against the container's pids limit: keep the pools small.
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
         .max_blocking_threads(16)
         .enable_all()
         .build()?;
-    rt.block_on(serve(tokio::io::stdin(), tokio::io::stdout(), |config| {
-        ToolSet::lazy(BuiltinToolProvider::new(in_container(config)))
-    }))
+    rt.block_on(serve(
+        tokio::io::stdin(),
+        tokio::io::stdout(),
+        move |config| tools(in_container(config)),
+    ))
 }
 
 /// Inside the container, the container decides the network (its own switch) and owns

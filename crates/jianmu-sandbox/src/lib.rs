@@ -1,5 +1,11 @@
-//! `DockerSandbox`: runs any tool inside a long-lived, hardened container. Sessions
-//! of `jianmu-runtime` use it as their sandbox with its feature `docker`.
+//! The sandboxes of Jianmu tools. `DockerSandbox` runs any tool inside a long-lived,
+//! hardened container; sessions of `jianmu-runtime` use it with its feature `docker`.
+//! Three parts, each behind a module boundary: the host side (`DockerSandbox`, its
+//! engines, placement, pool, copied workspaces and the wire), the server that runs
+//! inside the container ([`serve_stdio`], given its tools by the program that runs it),
+//! and the image build ([`image`]). It depends on neither the built-in tools nor the
+//! command. Calls that run in process (`InProcess`, from `jianmu-tool-core`) are not a
+//! sandbox: the isolation of a local command is the tools' own jail.
 //!
 //! The container runs `jianmu serve` ([`serve_stdio`]) from an image built
 //! locally by [`image::build_image`] (`jianmu sandbox build-image`); the host keeps
