@@ -22,8 +22,6 @@ mod args;
 #[cfg(feature = "docker")]
 mod build_image;
 mod config;
-#[cfg(feature = "mcp")]
-mod mcp;
 mod native;
 mod render;
 mod settings;
@@ -176,7 +174,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .tools
                     .with_default_setting("read_file", "line_numbers", Value::Bool(true));
             if let Some(addr) = mcp_args.http {
-                let options = mcp::http::Options::new(
+                let options = jianmu_mcp::http::Options::new(
                     addr,
                     mcp_args.token_file.as_deref(),
                     settings.mcp_http.clone(),
@@ -189,8 +187,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     .build()
                     .context("cannot start the async runtime")?;
                 // With a token file, SIGHUP reloads it instead of stopping the server.
-                let reloads = options.token_file.is_some();
-                let served = rt.block_on(mcp::http::serve(settings, options, async move {
+                let reloads = options.reloads_tokens();
+                let session = settings.session()?;
+                let served = rt.block_on(jianmu_mcp::http::serve(session, options, async move {
                     if reloads {
                         term::terminated_but_not_by_hangup().await;
                     } else {
@@ -215,7 +214,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                         }
                     });
                 }
-                let server = mcp::Server::new(std::sync::Arc::clone(&session));
+                let server = jianmu_mcp::Server::new(std::sync::Arc::clone(&session));
                 // A signal drops the server: its calls are cancelled, which stops them.
                 let served = tokio::select! {
                     served = server.serve_stdio() => served,

@@ -260,6 +260,17 @@ impl Runtime {
         &self.shared.settings
     }
 
+    /// The names of the tools its sessions get (as its settings make them; nothing
+    /// is built). Empty when the tool source refuses the settings.
+    pub fn tool_names(&self) -> Vec<String> {
+        let settings = &self.shared.settings;
+        settings
+            .source
+            .make(settings.tools.clone())
+            .map(|set| set.names().into_iter().map(str::to_owned).collect())
+            .unwrap_or_default()
+    }
+
     /// The policy every session's calls are checked against.
     pub fn policy(&self) -> &Policy {
         &self.shared.settings.policy
@@ -624,6 +635,15 @@ impl Session {
             return Vec::new();
         };
         parts.tools.specs().into_iter().cloned().collect()
+    }
+
+    /// The canonical name of the tool `name` calls (an alias resolved); `name`
+    /// itself when it is none.
+    pub fn canonical_name(&self, name: &str) -> String {
+        match self.lock().clone() {
+            Some(parts) => parts.tools.canonical_name(name).to_owned(),
+            None => name.to_owned(),
+        }
     }
 
     /// Whether the session has been closed.

@@ -1,6 +1,7 @@
-//! `jianmu mcp`: every compiled-in tool over MCP, with the `rmcp` SDK: on stdio (one
-//! client), or as a Streamable HTTP service (`http`: many clients, each session with
-//! tool state of its own).
+//! The MCP service of Jianmu tools over a [`jianmu_runtime::Runtime`] (what `jianmu
+//! mcp` runs), with the `rmcp` SDK: on stdio (one client, [`Server`]), or as a
+//! Streamable HTTP service ([`http::serve`]: many clients and principals, each protocol
+//! session with tool state of its own). Each session lists its own tools.
 //!
 //! The error's class decides how a failed call is answered: what the model should read
 //! and act on (bad arguments, a refused path, a tool's error, a policy denial, a
@@ -28,13 +29,16 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
+mod config;
 mod frame;
-pub(crate) mod http;
+pub mod http;
 mod metrics;
 mod principals;
 mod progress;
 mod scopes;
 mod tasks;
+
+pub use config::{BadLimits, HttpLimits, PrincipalSettings};
 
 /// How long a client may keep the tool list before asking again (`ttlMs`).
 const LIST_TTL_MS: u64 = 5 * 60 * 1000;
@@ -57,10 +61,10 @@ pub(crate) struct Catalog {
 }
 
 impl Catalog {
-    fn new(specs: &[ToolSpec], policy: &Policy) -> Self {
+    fn new(names: impl IntoIterator<Item = String>, policy: &Policy) -> Self {
         Self {
             policy: policy.clone(),
-            known: Arc::new(specs.iter().map(|spec| spec.name.clone()).collect()),
+            known: Arc::new(names.into_iter().collect()),
             metrics: Arc::new(metrics::Metrics::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
         }
@@ -79,13 +83,21 @@ impl Catalog {
     }
 }
 
+impl std::fmt::Debug for Server {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Server")
+            .field("public", &self.public)
+            .finish_non_exhaustive()
+    }
+}
+
 /// A session's `tools/list`, made at the first listing and kept with the session.
 pub(crate) type Listing = Arc<OnceLock<Arc<Vec<Tool>>>>;
 
 /// The MCP server of one client session: its session (tools and their state, the
 /// runner stack).
 #[derive(Clone)]
-pub(crate) struct Server {
+pub struct Server {
     catalog: Catalog,
     session: Arc<Session>,
     listing: Listing,
@@ -100,8 +112,11 @@ pub(crate) struct Server {
 impl Server {
     /// The server of a stdio client, offering its session's tools as the policy
     /// allows.
-    pub(crate) fn new(session: Arc<Session>) -> Self {
-        let catalog = Catalog::new(&session.specs(), session.runtime().policy());
+    pub fn new(session: Arc<Session>) -> Self {
+        let catalog = Catalog::new(
+            session.specs().into_iter().map(|spec| spec.name),
+            session.runtime().policy(),
+        );
         let mut server = Self::session(catalog, session, None, Listing::default());
         server.public = true;
         server
@@ -125,7 +140,10 @@ impl Server {
     }
 
     /// Serves on stdin and stdout until the client goes away.
-    pub(crate) async fn serve_stdio(self) -> anyhow::Result<()> {
+    ///
+    /// # Errors
+    /// The MCP handshake failed.
+    pub async fn serve_stdio(self) -> anyhow::Result<()> {
         self.serve_on(tokio::io::stdin(), tokio::io::stdout()).await
     }
 
@@ -293,7 +311,7 @@ impl ServerHandler for Server {
             .map_or(Value::Object(Map::new()), Value::Object);
         // A background job asked for by a client that speaks the tasks extension is
         // answered as a task: `tasks/get` polls it, `tasks/cancel` stops it.
-        let canonical = jianmu_provider::canonical_tool_name(&request.name);
+        let canonical = self.session.canonical_name(&request.name);
         let as_task = canonical == "bash"
             && args.get("background") == Some(&Value::Bool(true))
             && context
@@ -327,7 +345,11 @@ impl ServerHandler for Server {
         let metrics = &self.catalog.metrics;
         let counted = metrics.start();
         let started = Instant::now();
-        let tool = self.catalog.known.contains(canonical).then_some(canonical);
+        let tool = self
+            .catalog
+            .known
+            .contains(&canonical)
+            .then_some(canonical.as_str());
         let call = self.session.execute(&request.name, args, options);
         let answer = tokio::select! {
             outcome = call => {

@@ -40,21 +40,20 @@ use super::principals::{Known, Principal, Tokens};
 use super::scopes::{ARRIVAL, Arrival, Outcome, Scopes};
 use super::{Catalog, Server};
 use crate::config::HttpLimits;
-use crate::settings::Settings;
 
-/// How `jianmu mcp --http` was asked to serve.
+/// How the service was asked to serve (`jianmu mcp --http`'s flags).
 #[derive(Debug)]
-pub(crate) struct Options {
-    pub(crate) addr: SocketAddr,
+pub struct Options {
+    addr: SocketAddr,
     /// The principals and their bearer tokens (`None`: no token; loopback only).
-    pub(crate) tokens: Option<Tokens>,
+    tokens: Option<Tokens>,
     /// `--token-file`, read again on SIGHUP.
-    pub(crate) token_file: Option<PathBuf>,
-    pub(crate) limits: HttpLimits,
+    token_file: Option<PathBuf>,
+    limits: HttpLimits,
     /// `--workspace-per-session DIR`.
-    pub(crate) per_session: Option<PathBuf>,
+    per_session: Option<PathBuf>,
     /// `--workspace-per-principal DIR` (or `principal_workspaces`).
-    pub(crate) per_principal: Option<PathBuf>,
+    per_principal: Option<PathBuf>,
 }
 
 /// `dir`, made if missing, as an absolute path.
@@ -68,7 +67,12 @@ impl Options {
     /// The principals of `--token-file` (see [`super::principals`]), else
     /// `JIANMU_MCP_TOKEN` as `default`; refuses a short token and a non-loopback
     /// address without one.
-    pub(crate) fn new(
+    ///
+    /// # Errors
+    /// A token file that cannot be read, a short token, a non-loopback address
+    /// without one, an origin that is not a URL, both workspace modes, a folder
+    /// that cannot be made.
+    pub fn new(
         addr: SocketAddr,
         token_file: Option<&std::path::Path>,
         mut limits: HttpLimits,
@@ -519,16 +523,24 @@ impl App {
     }
 }
 
-/// Serves until `stop` resolves, then shuts down gracefully (see the module docs).
-pub(crate) async fn serve(
-    settings: Settings,
+impl Options {
+    /// Whether a token file names the principals (SIGHUP then reloads it).
+    pub fn reloads_tokens(&self) -> bool {
+        self.token_file.is_some()
+    }
+}
+
+/// Serves sessions opened from `session` until `stop` resolves, then shuts down
+/// gracefully (see the module docs).
+///
+/// # Errors
+/// The address cannot be bound, or the runtime cannot be made.
+pub async fn serve(
+    mut session: jianmu_runtime::SessionSettings,
     options: Options,
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let limits = options.limits.clone();
-    let specs = jianmu_runtime::tool_specs(&settings.tools)
-        .map_err(|e| anyhow::anyhow!(jianmu_tool_core::error_chain(&e)))?;
-    let mut session = settings.session()?;
     session.max_sessions = limits.max_sessions;
     session.own_folders = options.per_session.clone();
     // No principal's commands see the tokens or the other principals' folders.
@@ -537,7 +549,7 @@ pub(crate) async fn serve(
     let runtime = Runtime::new(session)?;
     // The first clients' sessions take warm containers.
     runtime.fill_pool();
-    let catalog = Catalog::new(&specs, runtime.policy());
+    let catalog = Catalog::new(runtime.tool_names(), runtime.policy());
     let scopes = Scopes::new(
         runtime.clone(),
         catalog.clone(),
