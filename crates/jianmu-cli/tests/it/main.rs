@@ -766,6 +766,7 @@ fn a_call_ends_at_sigterm_whatever_runs() {
 }
 
 /// An error names its cause once: the chain printed, not the cause repeated.
+#[cfg(feature = "calculator")]
 #[test]
 fn an_error_names_its_cause_once() {
     let dir = tempfile::tempdir().unwrap();
