@@ -276,7 +276,7 @@ fn roomy_server(
     std::fs::write(
         &config,
         format!(
-            "[mcp.http]\nmax_sessions = 1000\n[mcp.http.principal.tools.bash]\nmax_sessions = {n}\nmax_jobs = {n}\n"
+            "[mcp.http]\nmax_protocol_sessions = 1000\n[mcp.http.principal.tools.bash]\nmax_shell_sessions = {n}\nmax_jobs = {n}\n"
         ),
     )?;
     let (child, addr) = start_http_with(

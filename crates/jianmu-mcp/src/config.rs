@@ -22,8 +22,10 @@ pub struct HttpLimits {
     /// How many connections are served at once; more wait in the listen queue until
     /// one closes (an idle one closes after 10 s without a request).
     pub max_connections: usize,
-    /// How many client sessions may be open at once (one more gets 503).
-    pub max_sessions: usize,
+    /// How many protocol sessions may be open at once (one more gets 503;
+    /// `max_sessions` is read as this too).
+    #[serde(alias = "max_sessions")]
+    pub max_protocol_sessions: usize,
     /// A session no request has used for this long is closed and its state released.
     pub session_idle_secs: u64,
     /// How long calls still running get to finish once SIGTERM arrives.
@@ -50,8 +52,10 @@ pub struct HttpLimits {
 #[serde(deny_unknown_fields, default)]
 pub struct PrincipalSettings {
     /// Most protocol sessions the principal may have open at once (more get 503);
-    /// the server's `max_sessions` bounds all of them together.
-    pub max_sessions: Option<usize>,
+    /// the server's `max_protocol_sessions` bounds all of them together
+    /// (`max_sessions` is read as this too).
+    #[serde(alias = "max_sessions")]
+    pub max_protocol_sessions: Option<usize>,
     /// With `principal_workspaces`: this principal works in the shared workspace.
     pub shared_workspace: Option<bool>,
     /// Tool settings over `[tools.NAME]` for this principal's calls, such as
@@ -81,7 +85,7 @@ impl PrincipalSettings {
         let mut egress = base.egress.clone();
         egress.extend(self.egress.clone());
         Self {
-            max_sessions: self.max_sessions.or(base.max_sessions),
+            max_protocol_sessions: self.max_protocol_sessions.or(base.max_protocol_sessions),
             shared_workspace: self.shared_workspace.or(base.shared_workspace),
             tools,
             isolation,
@@ -96,7 +100,7 @@ impl Default for HttpLimits {
             max_body_bytes: 4 * 1024 * 1024,
             body_timeout_secs: 30,
             max_connections: 4096,
-            max_sessions: 64,
+            max_protocol_sessions: 64,
             session_idle_secs: 15 * 60,
             shutdown_grace_secs: 10,
             allowed_origins: Vec::new(),
@@ -129,9 +133,9 @@ impl HttpLimits {
                 "mcp.http.body_timeout_secs must be between 1 and 3600".to_owned(),
             ));
         }
-        if !(1..=100_000).contains(&self.max_sessions) {
+        if !(1..=100_000).contains(&self.max_protocol_sessions) {
             return Err(BadLimits(
-                "mcp.http.max_sessions must be between 1 and 100000".to_owned(),
+                "mcp.http.max_protocol_sessions must be between 1 and 100000".to_owned(),
             ));
         }
         if !(1..=7 * 24 * 3600).contains(&self.session_idle_secs) {
@@ -151,12 +155,43 @@ impl HttpLimits {
         for (name, principal) in
             std::iter::once(("principal".to_owned(), &self.principal)).chain(named)
         {
-            if principal.max_sessions == Some(0) {
+            if principal.max_protocol_sessions == Some(0) {
                 return Err(BadLimits(format!(
-                    "mcp.http.{name}.max_sessions must be at least 1"
+                    "mcp.http.{name}.max_protocol_sessions must be at least 1"
                 )));
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Each limit is named for what it bounds; the old name is still read.
+    #[test]
+    fn protocol_session_limits_read_their_name_and_the_old_one() {
+        let limits: HttpLimits = serde_json::from_value(serde_json::json!({
+            "max_protocol_sessions": 3,
+            "principal": {"max_sessions": 2},
+            "principals": {"bob": {"max_protocol_sessions": 1}},
+        }))
+        .unwrap();
+        assert_eq!(limits.max_protocol_sessions, 3);
+        assert_eq!(limits.principal.max_protocol_sessions, Some(2));
+        assert_eq!(limits.principals["bob"].max_protocol_sessions, Some(1));
+        let old: HttpLimits =
+            serde_json::from_value(serde_json::json!({"max_sessions": 5})).unwrap();
+        assert_eq!(old.max_protocol_sessions, 5);
+        assert!(old.check().is_ok());
+        let bad = HttpLimits {
+            max_protocol_sessions: 0,
+            ..HttpLimits::default()
+        };
+        assert_eq!(
+            bad.check().unwrap_err().0,
+            "mcp.http.max_protocol_sessions must be between 1 and 100000"
+        );
     }
 }

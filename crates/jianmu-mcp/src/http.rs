@@ -541,7 +541,7 @@ pub async fn serve(
     stop: impl Future<Output = ()>,
 ) -> anyhow::Result<()> {
     let limits = options.limits.clone();
-    session.max_sessions = limits.max_sessions;
+    session.max_sessions = limits.max_protocol_sessions;
     session.own_folders = options.per_session.clone();
     // No principal's commands see the tokens or the other principals' folders.
     session.hidden.extend(options.token_file.iter().cloned());

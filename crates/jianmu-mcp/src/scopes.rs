@@ -240,7 +240,7 @@ impl Scopes {
     /// A new protocol session of the arrival's principal, within its limit.
     fn open_protocol(self: &Arc<Self>, arrival: &Arrival) -> std::io::Result<Server> {
         let principal = &arrival.principal.0;
-        let max = self.settings_of(principal).max_sessions;
+        let max = self.settings_of(principal).max_protocol_sessions;
         {
             let mut state = self.lock();
             let open = state.open.entry(Arc::clone(principal)).or_default();

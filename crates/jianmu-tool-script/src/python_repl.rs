@@ -50,8 +50,10 @@ pub struct PythonSettings {
     /// The outside hosts the code reaches through the session's proxy, and the
     /// credentials it sets (`[tools.python_repl.egress]`, under `[egress]`).
     pub egress: jianmu_egress::EgressSettings,
-    /// Most named interpreters (`session`) kept at once.
-    pub max_sessions: usize,
+    /// Most named interpreters (`session`) kept at once (`max_sessions` is read as
+    /// this too).
+    #[serde(alias = "max_sessions")]
+    pub max_interpreters: usize,
     /// Seconds after which an unused named interpreter is stopped and forgotten.
     pub session_idle_secs: u64,
     /// What a call without `session` runs in: `kept`, one interpreter kept across
@@ -84,7 +86,7 @@ impl Default for PythonSettings {
             isolation: IsolationSettings::default(),
             env: std::collections::BTreeMap::new(),
             egress: jianmu_egress::EgressSettings::default(),
-            max_sessions: 8,
+            max_interpreters: 8,
             session_idle_secs: 3600,
             without_session: WithoutSession::Kept,
         }
@@ -404,7 +406,8 @@ impl PythonRepl {
             Some(name) => {
                 let idle = Duration::from_secs(self.settings.session_idle_secs);
                 self.named.watch(idle);
-                self.named.open(name, self.settings.max_sessions, idle)?
+                self.named
+                    .open(name, self.settings.max_interpreters, idle)?
             }
             None if self.settings.without_session == WithoutSession::Fresh => {
                 // Its own interpreter, stopped when the slot is dropped after the call.

@@ -65,8 +65,9 @@ pub struct BashSettings {
     /// The outside hosts commands reach through the session's proxy, and the
     /// credentials it sets (`[tools.bash.egress]`, under `[egress]`).
     pub egress: jianmu_egress::EgressSettings,
-    /// Most shell sessions kept at once.
-    pub max_sessions: usize,
+    /// Most shell sessions kept at once (`max_sessions` is read as this too).
+    #[serde(alias = "max_sessions")]
+    pub max_shell_sessions: usize,
     /// Seconds after which an unused session is forgotten.
     pub session_idle_secs: u64,
     /// Most background jobs running at once.
@@ -103,7 +104,7 @@ impl Default for BashSettings {
             env: Default::default(),
             isolation: IsolationSettings::default(),
             egress: jianmu_egress::EgressSettings::default(),
-            max_sessions: 16,
+            max_shell_sessions: 16,
             session_idle_secs: 3600,
             max_jobs: 16,
             nonzero_exit: NonzeroExit::Error,
@@ -251,7 +252,7 @@ impl Bash {
                 Some(self.sessions.open(
                     id,
                     args.reset,
-                    self.settings.max_sessions,
+                    self.settings.max_shell_sessions,
                     idle,
                     self.jail.tmp(),
                 )?)
@@ -597,3 +598,17 @@ fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
 }
 
 jianmu_tool_core::register_tool!(Bash::NAME, spec, build);
+
+#[cfg(test)]
+mod settings_names {
+    /// `max_shell_sessions` says what it bounds; the old `max_sessions` is still read.
+    #[test]
+    fn the_shell_session_limit_reads_its_name_and_the_old_one() {
+        let new: super::BashSettings =
+            serde_json::from_value(serde_json::json!({"max_shell_sessions": 3})).unwrap();
+        assert_eq!(new.max_shell_sessions, 3);
+        let old: super::BashSettings =
+            serde_json::from_value(serde_json::json!({"max_sessions": 4})).unwrap();
+        assert_eq!(old.max_shell_sessions, 4);
+    }
+}

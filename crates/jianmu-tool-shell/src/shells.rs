@@ -21,7 +21,7 @@
 //! `EXIT` trap still reports the state); one that hits its time limit or is cancelled
 //! ends the shell and everything in it. The next call starts a new shell from the
 //! kept state: the directory and exports (not shell variables) of the last call that
-//! finished. Shells beyond `max_sessions` are refused; sessions unused for
+//! finished. Shells beyond `max_shell_sessions` are refused; sessions unused for
 //! `session_idle_secs` are ended (their shells too) by a task that looks every quarter
 //! of that time.
 

@@ -436,7 +436,7 @@ async fn python_settings_modules_globals_and_a_missing_interpreter() {
 #[tokio::test]
 async fn named_python_sessions_keep_their_own_state_within_limits() {
     let p = python(PythonSettings {
-        max_sessions: 2,
+        max_interpreters: 2,
         session_idle_secs: 1,
         ..PythonSettings::default()
     });

@@ -231,7 +231,7 @@ async fn idle_sessions_end_on_their_own() {
 async fn sessions_are_capped_and_their_ids_checked() {
     let dir = tempfile::tempdir().unwrap();
     let settings = BashSettings {
-        max_sessions: 2,
+        max_shell_sessions: 2,
         ..BashSettings::default()
     };
     let b = bash(dir.path(), settings);
