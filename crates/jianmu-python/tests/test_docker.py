@@ -85,14 +85,14 @@ def test_unknown_docker_settings_are_refused(docker_ws):
     assert e.value.kind == "config" and "no_such_setting" in str(e.value)
 
 
-def test_the_readme_example_runs_as_written(docker_ws, docker_image, tmp_path):
+def test_the_documented_example_runs_as_written(docker_ws, docker_image, tmp_path):
     import re
     import subprocess
     import sys
     from pathlib import Path
 
-    readme = (Path(__file__).resolve().parents[3] / "README.md").read_text()
-    example = re.search(r"## In Python\n.*?```python\n(.*?)```", readme, re.S).group(1)
+    page = (Path(__file__).resolve().parents[3] / "docs" / "integrations.md").read_text()
+    example = re.search(r"## In Python\n.*?```python\n(.*?)```", page, re.S).group(1)
     (docker_ws / "README.md").write_text("# readme\n")
     os.chown(docker_ws / "README.md", os.stat(docker_ws).st_uid, os.stat(docker_ws).st_gid)
     script = example.replace("jianmu-sandbox:0.1.0", docker_image)
