@@ -64,7 +64,7 @@ fn folder(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
 }
 
 impl Options {
-    /// The principals of `--token-file` (see [`super::principals`]), else
+    /// The principals of `--token-file` (a line `NAME TOKEN` each), else
     /// `JIANMU_MCP_TOKEN` as `default`; refuses a short token and a non-loopback
     /// address without one.
     ///

@@ -97,7 +97,7 @@ impl ToolSpec {
     }
 
     /// The output schema a front end announces with whole structured results
-    /// ([`ToolOutput::into_whole`]): the tool's own object schema with `text`, the
+    /// ([`crate::ToolOutput::into_whole`]): the tool's own object schema with `text`, the
     /// whole answer, added and required; `None` for a tool that answers with text
     /// only.
     pub fn whole_output_schema(&self) -> Option<Value> {
