@@ -39,9 +39,6 @@ pub type Audit = Arc<dyn Fn(serde_json::Value) + Send + Sync>;
 #[derive(Default)]
 pub struct Door {
     started: Mutex<Option<Started>>,
-    /// The certificate authority, made at its first use; shared with other doors
-    /// through [`Door::share_ca`].
-    ca: Mutex<Arc<std::sync::OnceLock<Result<tls::Ca, String>>>>,
     /// The audit sink and the labels every line carries.
     audit: Mutex<Option<(Audit, serde_json::Map<String, serde_json::Value>)>>,
 }
@@ -88,18 +85,6 @@ impl Door {
         *self.audit.lock().unwrap_or_else(PoisonError::into_inner) = Some((audit, labels));
     }
 
-    /// Makes this door use `other`'s certificate authority (the one the containers
-    /// of a sandbox pool trust, made at the pool's start), so that sessions keep
-    /// their own doors, limits and audit lines. Call it before the door starts.
-    pub fn share_ca(&self, other: &Door) {
-        let theirs = other
-            .ca
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        *self.ca.lock().unwrap_or_else(PoisonError::into_inner) = theirs;
-    }
-
     /// Starts the doors' thread (on `inside`, the session's network, when it has
     /// one) if it is not running.
     fn start<'a>(
@@ -128,14 +113,7 @@ impl Door {
             *started = Some(Started {
                 handle,
                 stop: Some(stop),
-                shared: Arc::new(proxy::Shared::new(
-                    inside.cloned(),
-                    audit,
-                    self.ca
-                        .lock()
-                        .unwrap_or_else(PoisonError::into_inner)
-                        .clone(),
-                )),
+                shared: Arc::new(proxy::Shared::new(inside.cloned(), audit)),
                 proxy_port: None,
                 services: Vec::new(),
                 exposed: HashMap::new(),
@@ -259,11 +237,6 @@ impl Egress {
     /// The policy.
     pub fn policy(&self) -> &Policy {
         &self.policy
-    }
-
-    /// The session's doors it opens.
-    pub fn door(&self) -> &Arc<Door> {
-        &self.door
     }
 
     /// Serves one proxy connection that reached jianmu some other way than the

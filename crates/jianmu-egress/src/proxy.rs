@@ -39,7 +39,7 @@ pub(crate) struct Shared {
     pub(crate) inside: Option<jianmu_process::Inside>,
     audit: Option<(Audit, serde_json::Map<String, serde_json::Value>)>,
     policies: Mutex<HashMap<String, Arc<Held>>>,
-    ca: Arc<OnceLock<Result<crate::tls::Ca, String>>>,
+    ca: OnceLock<Result<crate::tls::Ca, String>>,
     /// Connections the proxy's listener holds at once: [`HEAD_SLOTS`] plus each
     /// policy's `max_connections`, so descriptors stay bounded before a request
     /// names its policy.
@@ -52,13 +52,12 @@ impl Shared {
     pub(crate) fn new(
         inside: Option<jianmu_process::Inside>,
         audit: Option<(Audit, serde_json::Map<String, serde_json::Value>)>,
-        ca: Arc<OnceLock<Result<crate::tls::Ca, String>>>,
     ) -> Self {
         Self {
             inside,
             audit,
             policies: Mutex::new(HashMap::new()),
-            ca,
+            ca: OnceLock::new(),
             proxy_slots: Arc::new(Semaphore::new(HEAD_SLOTS)),
             port_slots: Arc::new(Semaphore::new(PORT_SLOTS)),
         }

@@ -569,7 +569,7 @@ impl Session {
                         .docker
                         .as_ref()
                         .expect("a Docker runtime has its shared sandbox")
-                        .sibling_for(&tools),
+                        .sibling(),
                 };
                 docker = Some(sandbox.clone());
                 stack(ToolRunner::dynamic(sandbox), settings, &shared.events)

@@ -55,9 +55,8 @@ struct Shared {
     dead: AtomicBool,
     /// Set by [`Conn::close`]: the end of the stream is expected, not a fault.
     closing: AtomicBool,
-    /// The session's egress, served here for the proxy inside the container: the
-    /// pool's until a session takes the container ([`Conn::set_egress`]).
-    egress: Mutex<Option<Arc<jianmu_egress::Egress>>>,
+    /// The session's egress, served here for the proxy inside the container.
+    egress: Option<Arc<jianmu_egress::Egress>>,
     /// The proxy's connections inside, carried as streams.
     streams: Option<Arc<crate::tunnel::Streams>>,
 }
@@ -93,7 +92,7 @@ impl Conn {
             })
         });
         let shared = Arc::new(Shared {
-            egress: Mutex::new(egress),
+            egress,
             streams,
             ..Shared::default()
         });
@@ -128,12 +127,6 @@ impl Conn {
     /// The index of the engine the container runs on.
     pub(crate) fn engine(&self) -> usize {
         self.engine
-    }
-
-    /// Serves the proxy inside with `egress` from now on: the session that took the
-    /// container, its own limits and audit lines.
-    pub(crate) fn set_egress(&self, egress: Arc<jianmu_egress::Egress>) {
-        *lock(&self.shared.egress) = Some(egress);
     }
 
     pub(crate) fn is_dead(&self) -> bool {
@@ -367,8 +360,7 @@ fn dispatch(shared: &Shared, line: &[u8]) {
             }
         }
         Reply::Open { stream } => {
-            let egress = lock(&shared.egress).clone();
-            if let (Some(streams), Some(egress)) = (&shared.streams, egress) {
+            if let (Some(streams), Some(egress)) = (&shared.streams, &shared.egress) {
                 if streams.len() >= crate::tunnel::MAX_STREAMS {
                     streams.refuse(stream);
                     return;

@@ -83,9 +83,6 @@ pub struct DockerSandbox {
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
     /// What was not copied into this session's container (a copied workspace).
     left_out: Arc<std::sync::Mutex<copy::Named>>,
-    /// This session's egress: its own doors, limits and audit lines, served for
-    /// the proxy inside its container.
-    egress: Option<Arc<jianmu_egress::Egress>>,
 }
 
 struct Inner {
@@ -149,7 +146,7 @@ impl DockerSandbox {
         let egress = if settings.network {
             None
         } else {
-            egress_of(&tools, None)
+            egress_of(&tools)
         };
         Self {
             inner: Arc::new(Inner {
@@ -158,14 +155,13 @@ impl DockerSandbox {
                 user,
                 engines,
                 tools,
-                egress: egress.clone(),
+                egress,
                 owner: container::owner_label(),
                 spares: std::sync::Mutex::new(Vec::new()),
                 filling: AtomicUsize::new(0),
             }),
             conn: Arc::default(),
             left_out: Arc::default(),
-            egress,
         }
     }
 
@@ -178,24 +174,6 @@ impl DockerSandbox {
             inner: Arc::clone(&self.inner),
             conn: Arc::default(),
             left_out: Arc::default(),
-            egress: self.inner.egress.clone(),
-        }
-    }
-
-    /// [`DockerSandbox::sibling`] whose egress is served through the doors in
-    /// `tools`' scope (a session's: its own connection limits, byte budget and
-    /// audit lines), with the policy the pool's containers were started for.
-    #[must_use]
-    pub fn sibling_for(&self, tools: &ToolConfig) -> Self {
-        let egress = self.inner.egress.as_ref().and_then(|pool| {
-            // The pool's containers trust the pool's certificate authority.
-            let door = tools.scope().get::<jianmu_egress::Door>();
-            door.share_ca(pool.door());
-            egress_of(&self.inner.tools, Some(door))
-        });
-        Self {
-            egress,
-            ..self.sibling()
         }
     }
 
@@ -331,9 +309,6 @@ impl DockerSandbox {
             Some(conn) => conn,
             None => self.inner.place(warm).await?,
         };
-        if let Some(egress) = &self.egress {
-            conn.set_egress(Arc::clone(egress));
-        }
         if self.inner.engines[conn.engine()].copy {
             let copied = copy::upload(
                 conn.backend(),
@@ -550,10 +525,7 @@ impl Inner {
 /// The egress `bash`'s settings name (`[tools.bash.egress]`), if any: what the
 /// session's container reaches through the host. A setting that cannot be used is
 /// reported, and the container gets no egress.
-fn egress_of(
-    tools: &ToolConfig,
-    door: Option<Arc<jianmu_egress::Door>>,
-) -> Option<Arc<jianmu_egress::Egress>> {
+fn egress_of(tools: &ToolConfig) -> Option<Arc<jianmu_egress::Egress>> {
     let settings = tools
         .raw_settings("bash")
         .and_then(|s| s.get("egress"))
@@ -565,7 +537,7 @@ fn egress_of(
             return None;
         }
     };
-    let door = door.unwrap_or_else(|| tools.scope().get::<jianmu_egress::Door>());
+    let door = tools.scope().get::<jianmu_egress::Door>();
     match jianmu_egress::Egress::new(door, &settings, &[]) {
         Ok(egress) => egress,
         Err(e) => {

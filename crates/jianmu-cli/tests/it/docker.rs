@@ -1315,8 +1315,6 @@ async fn the_egress_policy_holds_in_the_container_whose_only_way_out_is_the_host
     let tools = ToolConfig::new(&f.ws).with_setting("bash", "egress", egress);
     let mut session_settings = jianmu_runtime::SessionSettings::new(tools);
     session_settings.backend = jianmu_runtime::Backend::Docker(Box::new(settings()));
-    let audit = f.ws.parent().unwrap().join("audit.jsonl");
-    session_settings.audit_log = Some(audit.clone());
     let runtime = jianmu_runtime::Runtime::new(session_settings).unwrap();
     let session = runtime.open().unwrap();
     let sh = async |command: &str| {
@@ -1343,19 +1341,6 @@ async fn the_egress_policy_holds_in_the_container_whose_only_way_out_is_the_host
         "{head}"
     );
     assert!(!head.contains("placeholder"), "{head}");
-    // The connection is this session's: an audit line with its labels.
-    let mut line = None;
-    for _ in 0..100 {
-        let lines = jianmu_test_support::audit_lines(&audit, "egress");
-        line = lines.into_iter().find(|l| l["port"] == allowed);
-        if line.is_some() {
-            break;
-        }
-        tokio::time::sleep(Duration::from_millis(50)).await;
-    }
-    let line = line.expect("no audit line for the session's connection");
-    assert_eq!(line["outcome"], "allowed", "{line}");
-    assert!(line["session"].is_string(), "{line}");
     let refused = sh(&format!(
         "wget -q -O - http://127.0.0.2:{other}/ 2>&1; true"
     ))
