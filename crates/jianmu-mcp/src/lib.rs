@@ -113,10 +113,8 @@ impl Server {
     /// The server of a stdio client, offering its session's tools as the policy
     /// allows.
     pub fn new(session: Arc<Session>) -> Self {
-        let catalog = Catalog::new(
-            session.specs().into_iter().map(|spec| spec.name),
-            session.runtime().policy(),
-        );
+        // Names only: the tools are built at the first listing or call.
+        let catalog = Catalog::new(session.runtime().tool_names(), session.runtime().policy());
         let mut server = Self::session(catalog, session, None, Listing::default());
         server.public = true;
         server
