@@ -345,3 +345,72 @@ fn builds_venvs_and_git_run_under_the_defaults() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Filters defined in the user's own configuration (`~/.gitconfig` and
+/// `$XDG_CONFIG_HOME/git/config`) are turned off by name like the repository's: the git
+/// tools read files through no program of any configuration git reads.
+#[test]
+fn the_git_tools_run_no_filter_of_the_users_configuration() {
+    let dir = tempfile::tempdir().unwrap();
+    let home = dir.path().join("home");
+    let xdg = home.join(".xdg");
+    let ws = dir.path().join("ws");
+    std::fs::create_dir_all(xdg.join("git")).unwrap();
+    std::fs::create_dir_all(&ws).unwrap();
+    let marker = ws.join("MARKER");
+    let m = marker.display();
+    std::fs::write(
+        home.join(".gitconfig"),
+        format!("[filter \"home\"]\n\tclean = \"sh -c 'echo home >> {m}; cat'\"\n"),
+    )
+    .unwrap();
+    std::fs::write(
+        xdg.join("git/config"),
+        format!("[filter \"xdg\"]\n\tclean = \"sh -c 'echo xdg >> {m}; cat'\"\n"),
+    )
+    .unwrap();
+    let git = |script: &str| {
+        let out = jianmu_process::std_command("sh")
+            .arg("-c")
+            .arg(script)
+            .current_dir(&ws)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", &xdg)
+            .env_remove("GIT_CONFIG_GLOBAL")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{script}: {out:?}");
+    };
+    git(
+        "git init -q -b main && printf 'a.txt filter=home\\nb.txt filter=xdg\\n' > .gitattributes \
+         && echo a > a.txt && echo b > b.txt && git add -A 2>/dev/null \
+         && git -c user.name=a -c user.email=a@b commit -qm one && echo a2 > a.txt && echo b2 > b.txt \
+         && touch -d 2020-01-01 .git/index",
+    );
+    std::fs::remove_file(&marker).ok();
+    for (name, args) in [
+        ("git_status", "{}"),
+        ("git_diff", "{}"),
+        ("git_add", r#"{"all": true}"#),
+    ] {
+        let out = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+            .args(["call", name, args])
+            .current_dir(&ws)
+            .env("HOME", &home)
+            .env("XDG_CONFIG_HOME", &xdg)
+            .env("TMPDIR", dir.path())
+            .env_remove("JIANMU_LOG")
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{name}: {out:?}");
+        assert!(
+            !marker.exists(),
+            "{name} ran: {}",
+            std::fs::read_to_string(&marker).unwrap()
+        );
+    }
+    // Both filters are live: git itself runs them.
+    git("git add --renormalize . 2>/dev/null; true");
+    let ran = std::fs::read_to_string(&marker).unwrap_or_default();
+    assert!(ran.contains("home") && ran.contains("xdg"), "{ran:?}");
+}
