@@ -101,7 +101,12 @@ impl Streams {
     where
         S: AsyncRead + AsyncWrite + Send + 'static,
     {
-        if lock(&self.open).contains_key(&id) {
+        // Held until the entry is in: the tasks spawned below may send before this
+        // returns, and the other side's answer (or the tasks' own end) must find the
+        // stream here, not be answered with a reset or leave a stale entry.
+        let mut open = lock(&self.open);
+        if open.contains_key(&id) {
+            drop(open);
             (self.send)(Msg::Reset(id));
             return false;
         }
@@ -184,7 +189,7 @@ impl Streams {
             })
             .abort_handle()
         };
-        lock(&self.open).insert(
+        open.insert(
             id,
             Entry {
                 tx,
@@ -400,6 +405,49 @@ mod tests {
         }
         assert!(reset, "the other side was not told");
         assert_eq!(s.len(), 0);
+    }
+
+    /// The other side may answer a stream's first bytes at once, before `attach` has
+    /// returned: the answer reaches the local end (it is not taken for bytes of an
+    /// unknown stream and reset, which left the local end waiting for ever).
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn an_answer_that_comes_before_attach_returns_is_delivered() {
+        let (sent_tx, mut sent) = mpsc::unbounded_channel::<Msg>();
+        let me: Arc<std::sync::OnceLock<std::sync::Weak<Streams>>> = Arc::default();
+        let s = {
+            let me = me.clone();
+            Streams::new(move |m| {
+                // The other side, answering each request as it comes.
+                if let Msg::Data(id, _) = &m
+                    && let Some(s) = me.get().and_then(std::sync::Weak::upgrade)
+                {
+                    s.data(*id, b"answer".to_vec());
+                }
+                let _ = sent_tx.send(m);
+            })
+        };
+        me.set(Arc::downgrade(&s)).unwrap();
+        let mut resets = 0;
+        for id in 0..2000 {
+            let (mut local, far) = tokio::io::duplex(64);
+            local.write_all(b"request").await.unwrap();
+            assert!(s.attach(id, far));
+            let mut buf = [0u8; 6];
+            let read = tokio::time::timeout(
+                std::time::Duration::from_secs(5),
+                local.read_exact(&mut buf),
+            )
+            .await;
+            while let Ok(m) = sent.try_recv() {
+                resets += usize::from(matches!(m, Msg::Reset(_)));
+            }
+            assert!(
+                matches!(read, Ok(Ok(_))) && &buf == b"answer",
+                "stream {id}: no answer ({resets} resets)"
+            );
+            s.reset(id);
+        }
+        assert_eq!(resets, 0);
     }
 
     /// A side that ignores the window gets the stream closed, not its bytes queued.
