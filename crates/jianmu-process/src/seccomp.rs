@@ -25,11 +25,13 @@ pub(crate) const PRIVATE_NETWORK: &[libc::c_int] = &[
     libc::AF_NETLINK,
 ];
 
-/// A filter that refuses system calls of a foreign ABI (`ENOSYS`); with `families`,
-/// sockets of other families and io_uring, which could open them (`EACCES`); with
-/// `no_mounts`, every call that changes the mount tree (`EPERM`), so that a command
-/// cannot undo its view. `None` on architectures it is not written for, or when it
-/// would refuse nothing but foreign ABIs.
+/// A filter that refuses system calls of a foreign ABI (`ENOSYS`); the kernel's
+/// keyrings (`EPERM`: they are not namespaced, so a command would share jianmu's
+/// session keyring and the keys in it, as Docker's default profile also refuses);
+/// with `families`, sockets of other families and io_uring, which could open them
+/// (`EACCES`); with `no_mounts`, every call that changes the mount tree (`EPERM`), so
+/// that a command cannot undo its view. `None` on architectures it is not written
+/// for, or when it would refuse nothing but foreign ABIs and keyrings.
 pub(crate) fn filter(
     families: Option<&[libc::c_int]>,
     no_mounts: bool,
@@ -64,8 +66,9 @@ pub(crate) fn filter(
             jump(jge, 0x4000_0000, 0, 1), // the x32 ABI
             stmt(ret, errno(libc::ENOSYS)),
         ];
+        let mut calls = vec![libc::SYS_add_key, libc::SYS_keyctl, libc::SYS_request_key];
         if no_mounts {
-            let calls = [
+            calls.extend([
                 libc::SYS_mount,
                 libc::SYS_umount2,
                 libc::SYS_pivot_root,
@@ -78,15 +81,15 @@ pub(crate) fn filter(
                 libc::SYS_mount_setattr,
                 // open_tree_attr (Linux 6.15), the same number on both architectures.
                 467,
-            ];
-            let m = u8::try_from(calls.len()).ok()?;
-            for (i, call) in calls.iter().enumerate() {
-                // To the refusal: over the calls after this one and the jump.
-                program.push(jump(jeq, *call as u32, m - u8::try_from(i).ok()?, 0));
-            }
-            program.push(stmt(libc::BPF_JMP | libc::BPF_JA, 1));
-            program.push(stmt(ret, errno(libc::EPERM)));
+            ]);
         }
+        let m = u8::try_from(calls.len()).ok()?;
+        for (i, call) in calls.iter().enumerate() {
+            // To the refusal: over the calls after this one and the jump.
+            program.push(jump(jeq, *call as u32, m - u8::try_from(i).ok()?, 0));
+        }
+        program.push(stmt(libc::BPF_JMP | libc::BPF_JA, 1));
+        program.push(stmt(ret, errno(libc::EPERM)));
         let Some(allowed) = families else {
             program.push(stmt(ret, libc::SECCOMP_RET_ALLOW));
             return Some(program);

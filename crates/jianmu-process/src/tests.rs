@@ -831,3 +831,27 @@ fn children_share_one_memory_budget() {
         assert!(running <= 2, "{running} children at once: {spans:?}");
     }
 }
+
+/// The kernel's keyrings are not namespaced: a jailed command reaches neither the
+/// session keyring it would inherit nor any other (every keyring call is refused).
+#[tokio::test]
+async fn keyrings_are_out_of_reach() {
+    let ws = tempfile::tempdir().unwrap();
+    let w = ws.path();
+    let jail = crate::Jail::new(&crate::IsolationSettings::default(), w).unwrap();
+    if !crate::seccomp::seccomp_available() {
+        return; // nothing filters system calls on this kernel
+    }
+    let script = format!(
+        "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); \
+         r = l.syscall({keyctl}, 0, -3, 1); print(\"keyctl\", r, ctypes.get_errno()); \
+         r = l.syscall({add_key}, b\"user\", b\"k\", b\"v\", 1, -3); print(\"add_key\", r, ctypes.get_errno())'",
+        keyctl = libc::SYS_keyctl,
+        add_key = libc::SYS_add_key,
+    );
+    let (code, out) = run(&jail, &script, w).await;
+    assert_eq!(code, 0, "{out}");
+    let eperm = libc::EPERM;
+    assert!(out.contains(&format!("keyctl -1 {eperm}")), "{out}");
+    assert!(out.contains(&format!("add_key -1 {eperm}")), "{out}");
+}
