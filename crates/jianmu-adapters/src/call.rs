@@ -19,8 +19,8 @@ pub(crate) type Caller = Arc<dyn Fn(Value) -> Answer + Send + Sync>;
 pub(crate) fn session_callers(
     session: &Arc<Session>,
 ) -> Result<Vec<(ToolSpec, Caller)>, ToolError> {
-    let specs = jianmu_runtime::tool_specs(&session.runtime().settings().tools)?;
-    Ok(specs
+    Ok(session
+        .specs()
         .into_iter()
         .map(|spec| {
             let caller = session_caller(session, &spec.name);
@@ -34,7 +34,7 @@ pub(crate) fn session_named(
     session: &Arc<Session>,
     name: &str,
 ) -> Result<(ToolSpec, Caller), ToolError> {
-    let spec = jianmu_runtime::tool_spec(&session.runtime().settings().tools, name)?;
+    let spec = session.spec(name)?;
     let caller = session_caller(session, &spec.name);
     Ok((spec, caller))
 }

@@ -140,7 +140,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 ..settings.tools.saved_outputs().clone()
             };
             settings.tools = settings.tools.clone().with_saved_outputs(outputs);
-            jianmu_runtime::tool_spec(&settings.tools, name).map_err(lookup)?;
+            // Read before the session opens (a sandbox starts no container for
+            // arguments that are not JSON); the name is checked by the session's own
+            // set, the one the call goes through.
             let args = read_args(args)?;
             let rt = runtime()?;
             let (output, closed) = rt.block_on(async {

@@ -186,8 +186,7 @@ impl NativeSession {
     /// The spec of `name` (a name or alias) as this session's settings make it, as
     /// JSON text.
     fn spec(&self, name: &str) -> PyResult<String> {
-        let spec = jianmu_runtime::tool_spec(&self.session.runtime().settings().tools, name)
-            .map_err(|e| value_error(&e))?;
+        let spec = self.session.spec(name).map_err(|e| value_error(&e))?;
         serde_json::to_string(&spec).map_err(|e| PyRuntimeError::new_err(e.to_string()))
     }
 

@@ -637,6 +637,19 @@ impl Session {
         parts.tools.specs().into_iter().cloned().collect()
     }
 
+    /// The spec of the tool `name` (a name or alias) as this session has it, without
+    /// building the tool.
+    ///
+    /// # Errors
+    /// As [`ToolSet::tool`](jianmu_tool_core::ToolSet::tool) (an unknown name, or one
+    /// not compiled in); [`ToolError::Runner`] once the session is closed.
+    pub fn spec(&self, name: &str) -> Result<ToolSpec, ToolError> {
+        let Some(parts) = self.lock().clone() else {
+            return Err(ToolError::runner(name, "this session is closed"));
+        };
+        Ok(parts.tools.tool(name)?.spec().clone())
+    }
+
     /// The canonical name of the tool `name` calls (an alias resolved); `name`
     /// itself when it is none.
     pub fn canonical_name(&self, name: &str) -> String {

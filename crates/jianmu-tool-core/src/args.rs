@@ -28,7 +28,39 @@ impl std::fmt::Debug for ArgsValidator {
     }
 }
 
+/// Validators already compiled, by the text of their schema, so that a schema is
+/// compiled once per process: a deferred handle and the tool it builds, and every
+/// session's own set, share one. Schemas come from tools, not from calls; past
+/// [`MAX_SHARED`] schemas (or for one over [`MAX_SHARED_TEXT`] bytes) a validator is
+/// compiled and not kept.
+static SHARED: std::sync::LazyLock<
+    std::sync::Mutex<std::collections::HashMap<String, std::sync::Arc<ArgsValidator>>>,
+> = std::sync::LazyLock::new(Default::default);
+
+/// The most schemas [`SHARED`] keeps.
+const MAX_SHARED: usize = 1024;
+/// The longest schema text [`SHARED`] keeps.
+const MAX_SHARED_TEXT: usize = 256 * 1024;
+
 impl ArgsValidator {
+    /// The validator of `spec`'s input schema, compiled once per process.
+    pub(crate) fn shared(spec: &ToolSpec) -> Result<std::sync::Arc<Self>, ToolError> {
+        use std::sync::{Arc, PoisonError};
+        let key = spec.input_schema.to_string();
+        let lock = || SHARED.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(found) = lock().get(&key) {
+            return Ok(Arc::clone(found));
+        }
+        let made = Arc::new(Self::new(spec)?);
+        if key.len() <= MAX_SHARED_TEXT {
+            let mut shared = lock();
+            if shared.len() < MAX_SHARED {
+                return Ok(Arc::clone(shared.entry(key).or_insert(made)));
+            }
+        }
+        Ok(made)
+    }
+
     pub(crate) fn new(spec: &ToolSpec) -> Result<Self, ToolError> {
         let validator = compile(&spec.input_schema).map_err(|e| ToolError::Config {
             tool: spec.name.clone(),

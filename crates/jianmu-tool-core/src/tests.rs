@@ -806,3 +806,31 @@ async fn a_deferred_tool_is_built_at_its_first_call_and_a_failed_build_is_tried_
         "{e}"
     );
 }
+
+/// A schema is compiled once per process: a deferred handle and the tool it builds,
+/// and a second set of the same tools (another session's), validate with one compiled
+/// schema; a different schema has its own.
+#[test]
+fn an_input_schema_is_compiled_once() {
+    let schema = json!({
+        "type": "object",
+        "properties": {"once": {"type": "string", "description": "compiled once"}},
+        "required": ["once"]
+    });
+    let spec = ToolSpec::new("once", "Compiled once.").with_input_schema(schema.clone());
+    let make = {
+        let spec = spec.clone();
+        move || ToolHandle::new(FunctionTool::from_sync(spec.clone(), |_| Ok("ok".into())))
+    };
+    let built = make().unwrap();
+    let deferred = ToolHandle::deferred(spec.clone(), make.clone()).unwrap();
+    let again = ToolHandle::deferred(spec, make).unwrap();
+    assert!(deferred.shares_validator(&built));
+    assert!(again.shares_validator(&deferred));
+    let other = ToolHandle::new(FunctionTool::from_sync(
+        ToolSpec::new("other", "Another schema.").with_input_schema(json!({"type": "object"})),
+        |_| Ok("ok".into()),
+    ))
+    .unwrap();
+    assert!(!other.shares_validator(&built));
+}

@@ -396,7 +396,7 @@ pub struct ToolHandle {
 
 struct Inner {
     spec: ToolSpec,
-    validator: ArgsValidator,
+    validator: Arc<ArgsValidator>,
     tool: Body,
 }
 
@@ -419,7 +419,8 @@ impl std::fmt::Debug for ToolHandle {
 }
 
 impl ToolHandle {
-    /// Wraps a tool, compiling its input schema once.
+    /// Wraps a tool, with its input schema compiled (once per process for each
+    /// schema).
     ///
     /// # Errors
     /// [`ToolError::Config`] when the input schema is not a valid JSON Schema.
@@ -434,7 +435,7 @@ impl ToolHandle {
     /// # Errors
     /// [`ToolError::Config`] when the input schema is not a valid JSON Schema.
     pub fn with_spec(tool: impl DynTool, spec: ToolSpec) -> Result<Self, ToolError> {
-        let validator = ArgsValidator::new(&spec)?;
+        let validator = ArgsValidator::shared(&spec)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 spec,
@@ -455,7 +456,7 @@ impl ToolHandle {
         spec: ToolSpec,
         build: impl Fn() -> Result<ToolHandle, ToolError> + Send + Sync + 'static,
     ) -> Result<Self, ToolError> {
-        let validator = ArgsValidator::new(&spec)?;
+        let validator = ArgsValidator::shared(&spec)?;
         Ok(Self {
             inner: Arc::new(Inner {
                 spec,
@@ -502,6 +503,12 @@ impl ToolHandle {
                 handle.body()
             }
         }
+    }
+
+    /// Whether both handles validate with one compiled schema.
+    #[cfg(test)]
+    pub(crate) fn shares_validator(&self, other: &ToolHandle) -> bool {
+        Arc::ptr_eq(&self.inner.validator, &other.inner.validator)
     }
 
     /// The tool's spec.
