@@ -142,7 +142,10 @@ fn to_markdown_text(html: &str, url: Option<&str>, timeout: Duration) -> Result<
     };
     let run = run_in_child(limits, |out| {
         let page = convert(&html, url);
-        let _ = serde_json::to_writer(out, &page);
+        // In 64 KiB writes: unbuffered, each JSON token was a write to the pipe.
+        let mut out = std::io::BufWriter::with_capacity(64 * 1024, out);
+        let _ = serde_json::to_writer(&mut out, &page);
+        let _ = std::io::Write::flush(&mut out);
     })
     .map_err(|e| format!("cannot start the converter: {e}"))?;
     match run.end {

@@ -163,9 +163,9 @@ const BREAKS_OUT: &[&str] = &[
 const SVG_INTEGRATION: &[&str] = &["foreignobject", "desc", "title"];
 const MATH_INTEGRATION: &[&str] = &["mi", "mo", "mn", "ms", "mtext"];
 
-impl Open {
+impl Open<'_> {
     fn integration(&self) -> bool {
-        let n = self.name.as_str();
+        let n = self.name.as_ref();
         self.foreign
             && if self.math {
                 MATH_INTEGRATION.contains(&n) || self.html_inside
@@ -176,8 +176,8 @@ impl Open {
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]
-struct Open {
-    name: String,
+struct Open<'a> {
+    name: Cow<'a, str>,
     foreign: bool,
     /// A foreign element of MathML (else of SVG).
     math: bool,
@@ -190,17 +190,17 @@ struct Open {
     started: bool,
 }
 
-/// One tag as the tokenizer reads it.
-struct Tag {
+/// One tag as the tokenizer reads it, borrowing from the page.
+struct Tag<'a> {
     /// Lower-case name.
-    name: String,
+    name: Cow<'a, str>,
     self_closing: bool,
     /// Where the tag's text ends (after its `>`, or the end of the page).
     after: usize,
     /// Where its attributes past [`MAX_ATTRIBUTES`] start, when it has more.
     cut_at: Option<usize>,
     /// The attributes as written, to tell formatting elements apart.
-    attributes: String,
+    attributes: &'a [u8],
     /// Whether the page ended inside the tag (the tokenizer drops such a tag).
     unfinished: bool,
     /// Whether it has an attribute `color`, `face` or `size` (a `font` with one ends
@@ -216,7 +216,7 @@ fn is_space(c: u8) -> bool {
 }
 
 /// Reads the tag whose name starts at `at` (just past `<` or `</`).
-fn read_tag(b: &[u8], at: usize) -> Tag {
+fn read_tag(b: &[u8], at: usize) -> Tag<'_> {
     #[derive(Clone, Copy, PartialEq)]
     enum S {
         Name,
@@ -365,13 +365,19 @@ fn read_tag(b: &[u8], at: usize) -> Tag {
     if s == S::Name {
         name_end = i.min(b.len());
     }
-    let name = String::from_utf8_lossy(&b[at..name_end]).to_ascii_lowercase();
+    // The page is text, and a name ends at an ASCII byte: always UTF-8.
+    let name = std::str::from_utf8(&b[at..name_end]).unwrap_or_default();
+    let name = if name.bytes().any(|c| c.is_ascii_uppercase()) {
+        Cow::Owned(name.to_ascii_lowercase())
+    } else {
+        Cow::Borrowed(name)
+    };
     Tag {
         name,
         self_closing,
         after: (i + 1).min(b.len()),
         cut_at,
-        attributes: String::from_utf8_lossy(&b[name_end.min(i)..i.min(b.len())]).into_owned(),
+        attributes: &b[name_end.min(i)..i.min(b.len())],
         unfinished,
         font_like,
         html_encoding,
@@ -422,25 +428,25 @@ fn raw_text_end(b: &[u8], from: usize, name: &[u8]) -> usize {
 
 /// The tree builder's stack of open elements, followed as far as it decides depth.
 #[derive(Default)]
-struct Tree {
-    stack: Vec<Open>,
+struct Tree<'a> {
+    stack: Vec<Open<'a>>,
     /// The list of active formatting elements: a name and its attributes' text, or a
     /// marker (`None`).
-    formatting: Vec<Option<(String, String)>>,
+    formatting: Vec<Option<(Cow<'a, str>, &'a [u8])>>,
     /// Whether the body has begun (before it, a `noscript` holds no elements).
     body: bool,
     /// Whether a `frameset` would still replace the body.
     frameset_ok: bool,
 }
 
-impl Tree {
+impl<'a> Tree<'a> {
     /// How deep the next element would be, at most: the open elements, and the
     /// formatting elements the tree builder may open again.
     fn depth(&self) -> usize {
         self.stack.len() + self.formatting.iter().flatten().count()
     }
 
-    fn top(&self) -> Option<&Open> {
+    fn top(&self) -> Option<&Open<'a>> {
         self.stack.last()
     }
 
@@ -465,10 +471,10 @@ impl Tree {
     /// boundaries of the scope asked besides the default ones.
     fn in_scope(&self, names: &[&str], extra: &[&str]) -> bool {
         for open in self.stack.iter().rev() {
-            if !open.foreign && names.contains(&open.name.as_str()) {
+            if !open.foreign && names.contains(&open.name.as_ref()) {
                 return true;
             }
-            let n = open.name.as_str();
+            let n = open.name.as_ref();
             let boundary = open.foreign && open.integration()
                 || !open.foreign
                     && (matches!(
@@ -498,12 +504,12 @@ impl Tree {
             if open.foreign {
                 continue;
             }
-            if names.contains(&open.name.as_str()) {
+            if names.contains(&open.name.as_ref()) {
                 return self.stack[..k]
                     .iter()
                     .any(|o| !o.foreign && o.name == "table");
             }
-            if matches!(open.name.as_str(), "html" | "table" | "template") {
+            if matches!(open.name.as_ref(), "html" | "table" | "template") {
                 return false;
             }
         }
@@ -516,7 +522,7 @@ impl Tree {
             if open.foreign {
                 continue;
             }
-            match open.name.as_str() {
+            match open.name.as_ref() {
                 "table" => return true,
                 "html" | "template" => return false,
                 _ => {}
@@ -536,13 +542,13 @@ impl Tree {
         };
         self.stack[at + 1..]
             .iter()
-            .any(|o| !o.foreign && names.contains(&o.name.as_str()))
+            .any(|o| !o.foreign && names.contains(&o.name.as_ref()))
     }
 
     /// Pops until the current element is an HTML element named one of `names`.
     fn clear_to(&mut self, names: &[&str]) {
         while let Some(top) = self.top() {
-            if !top.foreign && names.contains(&top.name.as_str()) {
+            if !top.foreign && names.contains(&top.name.as_ref()) {
                 break;
             }
             self.pop_one();
@@ -554,7 +560,7 @@ impl Tree {
     fn pop_one(&mut self) {
         if let Some(open) = self.stack.pop()
             && !open.foreign
-            && MARKERS.contains(&open.name.as_str())
+            && MARKERS.contains(&open.name.as_ref())
         {
             while let Some(entry) = self.formatting.pop() {
                 if entry.is_none() {
@@ -569,7 +575,7 @@ impl Tree {
         if let Some(at) = self
             .stack
             .iter()
-            .rposition(|o| !o.foreign && names.contains(&o.name.as_str()))
+            .rposition(|o| !o.foreign && names.contains(&o.name.as_ref()))
         {
             while self.stack.len() > at {
                 self.pop_one();
@@ -579,7 +585,7 @@ impl Tree {
 
     fn implied_end(&mut self, except: &[&str]) {
         while let Some(top) = self.top() {
-            let n = top.name.as_str();
+            let n = top.name.as_ref();
             if top.foreign || !IMPLIED_END.contains(&n) || except.contains(&n) {
                 break;
             }
@@ -604,7 +610,7 @@ impl Tree {
         Some(
             self.stack[at + 1..]
                 .iter()
-                .any(|o| o.foreign || SPECIAL.contains(&o.name.as_str())),
+                .any(|o| o.foreign || SPECIAL.contains(&o.name.as_ref())),
         )
     }
 
@@ -683,8 +689,8 @@ impl Tree {
     }
 
     /// Processes a start tag; answers whether it opens an element.
-    fn start(&mut self, tag: &Tag) -> bool {
-        let name = tag.name.as_str();
+    fn start(&mut self, tag: &Tag<'a>) -> bool {
+        let name = tag.name.as_ref();
         if !self.body {
             match name {
                 // In the head, a `noscript` closes at the first tag that does not
@@ -792,7 +798,7 @@ impl Tree {
             if matches!(name, "li" | "dd" | "dt") {
                 let same: &[&str] = if name == "li" { &["li"] } else { &["dd", "dt"] };
                 for open in self.stack.iter().rev() {
-                    let n = open.name.as_str();
+                    let n = open.name.as_ref();
                     if !open.foreign && same.contains(&n) {
                         let n = n.to_owned();
                         self.implied_end(&[n.as_str()]);
@@ -809,7 +815,7 @@ impl Tree {
             if name.len() == 2
                 && name.starts_with('h')
                 && self.top().is_some_and(|t| {
-                    !t.foreign && matches!(t.name.as_str(), "h1" | "h2" | "h3" | "h4" | "h5" | "h6")
+                    !t.foreign && matches!(t.name.as_ref(), "h1" | "h2" | "h3" | "h4" | "h5" | "h6")
                 })
             {
                 self.stack.pop();
@@ -847,7 +853,7 @@ impl Tree {
         }
         // Rows and cells straight in a table get the sections the tree builder adds.
         let top = self.top().map(|t| t.name.clone()).unwrap_or_default();
-        let implied: &[&str] = match (name, top.as_str()) {
+        let implied: &[&str] = match (name, top.as_ref()) {
             ("tr", "table") => &["tbody"],
             ("td" | "th", "table") => &["tbody", "tr"],
             ("td" | "th", "tbody" | "thead" | "tfoot") => &["tr"],
@@ -856,7 +862,7 @@ impl Tree {
         };
         for extra in implied {
             self.stack.push(Open {
-                name: (*extra).to_owned(),
+                name: Cow::Borrowed(*extra),
                 foreign: false,
                 math: false,
                 html_inside: false,
@@ -869,7 +875,7 @@ impl Tree {
         }
         if FORMATTING.contains(&name) {
             // At most three alike after the last marker (the "Noah's Ark" clause).
-            let key = (tag.name.clone(), tag.attributes.clone());
+            let key = (tag.name.clone(), tag.attributes);
             let alike = self
                 .formatting
                 .iter()
@@ -949,7 +955,7 @@ impl Tree {
                         .iter()
                         .rposition(|o| !o.foreign && o.name == "form")
                     {
-                        self.stack[at].name = "#form".to_owned();
+                        self.stack[at].name = Cow::Borrowed("#form");
                     }
                 }
             }
@@ -1027,7 +1033,7 @@ impl Tree {
                         self.stack.truncate(k);
                         return;
                     }
-                    if SPECIAL.contains(&open.name.as_str()) {
+                    if SPECIAL.contains(&open.name.as_ref()) {
                         return;
                     }
                 }
@@ -1051,7 +1057,7 @@ pub fn limit_nesting(html: &str, max: usize) -> Cow<'_, str> {
     };
     let mut dropped: HashMap<String, usize> = HashMap::new();
     let mut i = 0;
-    while let Some(lt) = b[i..].iter().position(|&c| c == b'<') {
+    while let Some(lt) = memchr::memchr(b'<', &b[i..]) {
         let p = i + lt;
         // Text begins the body, and ends the chance of a frameset.
         if (!tree.body || tree.frameset_ok) && b[i..p].iter().any(|c| !is_space(*c)) {
@@ -1102,7 +1108,7 @@ pub fn limit_nesting(html: &str, max: usize) -> Cow<'_, str> {
         if tag.unfinished {
             break;
         }
-        let name = tag.name.as_str();
+        let name = tag.name.as_ref();
         let foreign = tree.foreign_context();
         // What becomes of the tag's text: kept, left out, or cut after its first
         // attributes.
@@ -1133,7 +1139,7 @@ pub fn limit_nesting(html: &str, max: usize) -> Cow<'_, str> {
             }
         } else if tree.depth() >= max && !VOID.contains(&name) && !(foreign && tag.self_closing) {
             drop = true;
-            *dropped.entry(tag.name.clone()).or_default() += 1;
+            *dropped.entry(tag.name.to_string()).or_default() += 1;
         } else {
             tree.start(&tag);
         }
