@@ -26,23 +26,38 @@ pub(crate) const MAX_LINE: usize = 15 * 1024 * 1024;
 /// How many of the framing's own answers may wait to be written.
 pub(crate) const QUEUED_ANSWERS: usize = 256;
 
-/// Ids of requests handed on and not yet answered.
+/// Ids of requests handed on and not yet answered, and who waits for none to be left.
 #[derive(Debug, Default, Clone)]
-pub(crate) struct InFlight(Arc<Mutex<HashSet<String>>>);
+pub(crate) struct InFlight(Arc<(Mutex<HashSet<String>>, tokio::sync::Notify)>);
 
 impl InFlight {
     fn insert(&self, id: String) -> bool {
-        self.0.lock().map(|mut s| s.insert(id)).unwrap_or(true)
+        self.0.0.lock().map(|mut s| s.insert(id)).unwrap_or(true)
     }
 
     /// Whether no request is waiting for its answer.
     pub(crate) fn is_empty(&self) -> bool {
-        self.0.lock().map(|s| s.is_empty()).unwrap_or(true)
+        self.0.0.lock().map(|s| s.is_empty()).unwrap_or(true)
+    }
+
+    /// Waits until no request is waiting for its answer.
+    pub(crate) async fn drained(&self) {
+        loop {
+            let mut drained = std::pin::pin!(self.0.1.notified());
+            drained.as_mut().enable();
+            if self.is_empty() {
+                return;
+            }
+            drained.await;
+        }
     }
 
     fn remove(&self, id: &str) {
-        if let Ok(mut s) = self.0.lock() {
+        if let Ok(mut s) = self.0.0.lock() {
             s.remove(id);
+            if s.is_empty() {
+                self.0.1.notify_waiters();
+            }
         }
     }
 }

@@ -270,7 +270,7 @@ fn host_allowed(host: &str, allowed: &[String]) -> bool {
 }
 
 impl App {
-    async fn handle(&self, mut request: Request<Incoming>) -> Response<Body> {
+    async fn handle(&self, request: Request<Incoming>) -> Response<Body> {
         let path = request.uri().path().to_owned();
         let path = path.as_str();
         let metrics = &self.catalog.metrics;
@@ -325,7 +325,6 @@ impl App {
             );
             return response;
         };
-        request.extensions_mut().insert(principal.clone());
         if path == "/metrics" {
             if request.method() != Method::GET {
                 return text(StatusCode::METHOD_NOT_ALLOWED, "use GET\n");
@@ -361,7 +360,7 @@ impl App {
             }
         }
         let is_post = request.method() == Method::POST;
-        let (request, method) = if is_post {
+        let (mut request, method) = if is_post {
             match self.body(request).await {
                 Ok(read) => read,
                 Err(response) => return response,
@@ -382,6 +381,10 @@ impl App {
             outcome: Arc::default(),
         };
         let outcome = Arc::clone(&arrival.outcome);
+        // The one context of the request: in its extensions for the tool call's
+        // handler, and on the task for the service's server factory, which rmcp calls
+        // without the request.
+        request.extensions_mut().insert(arrival.clone());
         let mut response = ARRIVAL.scope(arrival, self.mcp.handle(request)).await;
         match std::mem::take(
             &mut *outcome
@@ -681,17 +684,12 @@ pub async fn serve(
     }
     drop(listener);
     // Calls still running get the grace period to answer.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(limits.shutdown_grace_secs);
-    while catalog.metrics.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let grace = Duration::from_secs(limits.shutdown_grace_secs);
+    let _ = tokio::time::timeout(grace, catalog.metrics.calls_done()).await;
     // Then the calls left are cancelled and answered so, and every session ends,
     // its state released.
     catalog.stopping.cancel();
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(1);
-    while catalog.metrics.in_flight() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    let _ = tokio::time::timeout(Duration::from_secs(1), catalog.metrics.calls_done()).await;
     // A moment for the answers to be written.
     tokio::time::sleep(Duration::from_millis(50)).await;
     stop_sessions.cancel();
@@ -701,10 +699,7 @@ pub async fn serve(
     drop(scopes);
     // Sessions end as their workers notice the cancellation; each one closes (its
     // processes, container and folder released) when its last server is dropped.
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(5);
-    while runtime.open_sessions() > 0 && tokio::time::Instant::now() < deadline {
-        tokio::time::sleep(Duration::from_millis(20)).await;
-    }
+    let _ = tokio::time::timeout(Duration::from_secs(5), runtime.sessions_released()).await;
     runtime.shutdown(Duration::from_secs(15)).await;
     Ok(())
 }

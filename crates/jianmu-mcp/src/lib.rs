@@ -180,10 +180,7 @@ impl Server {
                 // The client closed its input: it is going away. Calls still running
                 // get a moment to answer, then everything is cancelled, which stops
                 // their work.
-                let deadline = tokio::time::Instant::now() + SHUTDOWN_GRACE;
-                while !in_flight.is_empty() && tokio::time::Instant::now() < deadline {
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
+                let _ = tokio::time::timeout(SHUTDOWN_GRACE, in_flight.drained()).await;
                 stop.cancel();
                 let _ = tokio::time::timeout(SHUTDOWN_GRACE, waiting).await;
                 Ok(())
@@ -321,8 +318,8 @@ impl ServerHandler for Server {
         let principal = context
             .extensions
             .get::<hyper::http::request::Parts>()
-            .and_then(|parts| parts.extensions.get::<principals::Principal>())
-            .cloned();
+            .and_then(|parts| parts.extensions.get::<scopes::Arrival>())
+            .map(|arrival| arrival.principal.clone());
         let event_context = principal
             .as_ref()
             .map(|p| serde_json::json!({"principal": &*p.0}));

@@ -41,6 +41,8 @@ pub(crate) struct Metrics {
     errors: Family<ErrorLabels, Counter>,
     latency: Latency,
     in_flight: Gauge,
+    /// Told when the last call running ends.
+    idle: tokio::sync::Notify,
     /// Client sessions open now.
     pub(crate) sessions_open: Gauge,
     /// Client sessions opened since the start.
@@ -128,6 +130,7 @@ impl Metrics {
             errors,
             latency,
             in_flight,
+            idle: tokio::sync::Notify::new(),
             sessions_open,
             sessions_total,
             refused,
@@ -188,6 +191,18 @@ impl Metrics {
         self.refused.get_or_create(&RefusedLabel { reason }).inc();
     }
 
+    /// Waits until no call is running.
+    pub(crate) async fn calls_done(&self) {
+        loop {
+            let mut idle = std::pin::pin!(self.idle.notified());
+            idle.as_mut().enable();
+            if self.in_flight() <= 0 {
+                return;
+            }
+            idle.await;
+        }
+    }
+
     /// How many calls are running now.
     pub(crate) fn in_flight(&self) -> i64 {
         self.in_flight.get()
@@ -208,7 +223,9 @@ pub(crate) struct InFlight<'a>(&'a Metrics);
 
 impl Drop for InFlight<'_> {
     fn drop(&mut self) {
-        self.0.in_flight.dec();
+        if self.0.in_flight.dec() == 1 {
+            self.0.idle.notify_waiters();
+        }
     }
 }
 

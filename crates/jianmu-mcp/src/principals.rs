@@ -15,8 +15,8 @@ use subtle::ConstantTimeEq as _;
 /// The shortest token accepted.
 pub(crate) const MIN_TOKEN_LEN: usize = 16;
 
-/// The principal a request was authorized as, in the request's extensions (and so in
-/// the MCP request context): named in every audit line of its calls.
+/// The principal a request was authorized as, in its [`Arrival`](crate::scopes::Arrival):
+/// named in every audit line of its calls.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct Principal(pub(crate) Arc<str>);
 

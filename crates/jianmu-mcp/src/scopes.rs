@@ -38,7 +38,10 @@ tokio::task_local! {
     pub(crate) static ARRIVAL: Arrival;
 }
 
-/// Who sent the request being handled, and what it opens.
+/// The context of one HTTP request through the MCP service: who sent it, what it
+/// opens, and what the server factory did for it. The handler puts it in the
+/// request's extensions (the tool call's handler reads the principal there) and on
+/// the task ([`ARRIVAL`]) for the factory.
 #[derive(Debug, Clone)]
 pub(crate) struct Arrival {
     pub(crate) principal: Principal,

@@ -186,6 +186,8 @@ struct Shared {
     audit: Option<AuditLog>,
     /// Sessions open now.
     open: AtomicUsize,
+    /// Told when the last open session is released.
+    released: tokio::sync::Notify,
     /// Closes still under way.
     closing: TaskTracker,
     /// The stack local sessions share (it holds no state of a session's own).
@@ -193,6 +195,15 @@ struct Shared {
     /// The engine and pool every session's sandbox shares.
     #[cfg(feature = "docker")]
     docker: Option<crate::DockerSandbox>,
+}
+
+impl Shared {
+    /// Gives one session's count back.
+    fn release(&self) {
+        if self.open.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.released.notify_waiters();
+        }
+    }
 }
 
 impl std::fmt::Debug for Runtime {
@@ -237,6 +248,7 @@ impl Runtime {
                 events,
                 audit,
                 open: AtomicUsize::new(0),
+                released: tokio::sync::Notify::new(),
                 closing: TaskTracker::new(),
                 local,
                 #[cfg(feature = "docker")]
@@ -286,6 +298,19 @@ impl Runtime {
         self.shared.open.load(Ordering::Acquire)
     }
 
+    /// Waits until no session is open: each one closed or dropped (their closes may
+    /// still be under way; [`Runtime::shutdown`] waits for those).
+    pub async fn sessions_released(&self) {
+        loop {
+            let mut released = std::pin::pin!(self.shared.released.notified());
+            released.as_mut().enable();
+            if self.open_sessions() == 0 {
+                return;
+            }
+            released.await;
+        }
+    }
+
     /// Whether the session limit is reached.
     pub fn is_full(&self) -> bool {
         self.open_sessions() >= self.shared.settings.max_sessions
@@ -332,7 +357,7 @@ impl Runtime {
         let folder = match folder {
             Ok(folder) => folder,
             Err((root, source)) => {
-                shared.open.fetch_sub(1, Ordering::AcqRel);
+                shared.release();
                 return Err(SessionError::Folder {
                     root: root.clone(),
                     source,
@@ -496,7 +521,7 @@ impl Session {
                 if let Some(folder) = session.folder.take() {
                     folder.remove_now();
                 }
-                runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
+                runtime.shared.release();
                 return Err(e);
             }
         };
@@ -776,7 +801,7 @@ impl Calls for SessionCalls {
 async fn close(parts: Arc<Parts>, folder: Option<Folder>, runtime: &Runtime) -> Closed {
     // A closing session no longer counts against the limit: what it releases from
     // here is not the client's to wait for.
-    runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
+    runtime.shared.release();
     #[cfg(feature = "docker")]
     let docker = parts.docker.clone();
     // The tools' scope ends with the last tool: their processes, jobs and
@@ -825,7 +850,7 @@ impl Drop for Session {
             if let Some(folder) = folder {
                 folder.remove_now();
             }
-            runtime.shared.open.fetch_sub(1, Ordering::AcqRel);
+            runtime.shared.release();
         }
     }
 }
