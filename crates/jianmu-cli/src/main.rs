@@ -140,16 +140,15 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 ..settings.tools.saved_outputs().clone()
             };
             settings.tools = settings.tools.clone().with_saved_outputs(outputs);
-            // Read before the session opens (a sandbox starts no container for
-            // arguments that are not JSON); the name is checked by the session's own
-            // set, the one the call goes through.
-            let args = read_args(args)?;
+            // The name is checked by the session's own set, the one the call goes
+            // through (opening starts no container), before the arguments are read.
             let rt = runtime()?;
             let (output, closed) = rt.block_on(async {
                 let session = settings.open()?;
-                let out = match session.check(name) {
-                    Err(e) => Err(lookup(e)),
-                    Ok(()) => tokio::select! {
+                let checked = session.check(name).map_err(lookup);
+                let out = match checked.and_then(|()| read_args(args)) {
+                    Err(e) => Err(e),
+                    Ok(args) => tokio::select! {
                         out = session.call(name, args) => out.map_err(Failure::Call),
                         n = terminated() => Err(Failure::Signal(n)),
                     },

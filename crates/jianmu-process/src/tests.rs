@@ -838,10 +838,29 @@ fn children_share_one_memory_budget() {
 async fn keyrings_are_out_of_reach() {
     let ws = tempfile::tempdir().unwrap();
     let w = ws.path();
-    let jail = crate::Jail::new(&crate::IsolationSettings::default(), w).unwrap();
     if !crate::seccomp::seccomp_available() {
         return; // nothing filters system calls on this kernel
     }
+    // With the host's network too, where no socket family is filtered, and where
+    // no view can be made (no mount to refuse either).
+    let offered = crate::Isolation::probe();
+    let no_namespaces = crate::Isolation {
+        namespaces: false,
+        ..offered
+    };
+    for network in [false, true] {
+        let settings = crate::IsolationSettings {
+            network,
+            ..crate::IsolationSettings::default()
+        };
+        for kernel in [offered, no_namespaces] {
+            let jail = crate::Jail::with_kernel(&settings, w, kernel).unwrap();
+            keyrings_refused(&jail, w).await;
+        }
+    }
+}
+
+async fn keyrings_refused(jail: &crate::Jail, w: &std::path::Path) {
     let script = format!(
         "python3 -c 'import ctypes; l = ctypes.CDLL(None, use_errno=True); \
          r = l.syscall({keyctl}, 0, -3, 1); print(\"keyctl\", r, ctypes.get_errno()); \
@@ -849,7 +868,7 @@ async fn keyrings_are_out_of_reach() {
         keyctl = libc::SYS_keyctl,
         add_key = libc::SYS_add_key,
     );
-    let (code, out) = run(&jail, &script, w).await;
+    let (code, out) = run(jail, &script, w).await;
     assert_eq!(code, 0, "{out}");
     let eperm = libc::EPERM;
     assert!(out.contains(&format!("keyctl -1 {eperm}")), "{out}");

@@ -156,6 +156,9 @@ fn usage_errors_exit_2() {
             expected_names_and_aliases().join(", ")
         ),
     );
+    // The name is a usage error whatever the arguments are.
+    let out = jianmu(&["call", "no_such_tool", "not json"], Path::new("."));
+    assert_eq!(out.status.code(), Some(2), "{out:?}");
     #[cfg(not(feature = "shell"))]
     check(
         &["schema", "bash"],
