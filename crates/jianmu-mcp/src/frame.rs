@@ -42,14 +42,7 @@ impl InFlight {
 
     /// Waits until no request is waiting for its answer.
     pub(crate) async fn drained(&self) {
-        loop {
-            let mut drained = std::pin::pin!(self.0.1.notified());
-            drained.as_mut().enable();
-            if self.is_empty() {
-                return;
-            }
-            drained.await;
-        }
+        crate::until(&self.0.1, || self.is_empty()).await;
     }
 
     fn remove(&self, id: &str) {

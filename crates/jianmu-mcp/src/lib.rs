@@ -29,6 +29,18 @@ use rmcp::service::RequestContext;
 use rmcp::{ErrorData, RoleServer, ServerHandler, ServiceExt};
 use serde_json::{Map, Value};
 
+/// Waits until `done` holds; `changed` is told whenever it may have come to hold.
+pub(crate) async fn until(changed: &tokio::sync::Notify, done: impl Fn() -> bool) {
+    loop {
+        let mut woken = std::pin::pin!(changed.notified());
+        woken.as_mut().enable();
+        if done() {
+            return;
+        }
+        woken.await;
+    }
+}
+
 mod config;
 mod frame;
 pub mod http;

@@ -193,14 +193,7 @@ impl Metrics {
 
     /// Waits until no call is running.
     pub(crate) async fn calls_done(&self) {
-        loop {
-            let mut idle = std::pin::pin!(self.idle.notified());
-            idle.as_mut().enable();
-            if self.in_flight() <= 0 {
-                return;
-            }
-            idle.await;
-        }
+        crate::until(&self.idle, || self.in_flight() <= 0).await;
     }
 
     /// How many calls are running now.

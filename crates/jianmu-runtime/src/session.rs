@@ -669,10 +669,15 @@ impl Session {
     /// As [`ToolSet::tool`](jianmu_tool_core::ToolSet::tool) (an unknown name, or one
     /// not compiled in); [`ToolError::Runner`] once the session is closed.
     pub fn spec(&self, name: &str) -> Result<ToolSpec, ToolError> {
+        Ok(self.tool(name)?.spec().clone())
+    }
+
+    /// The session's tool `name` (a name or alias), not built.
+    fn tool(&self, name: &str) -> Result<jianmu_tool_core::ToolHandle, ToolError> {
         let Some(parts) = self.lock().clone() else {
             return Err(ToolError::runner(name, "this session is closed"));
         };
-        Ok(parts.tools.tool(name)?.spec().clone())
+        parts.tools.tool(name).cloned()
     }
 
     /// The canonical name of the tool `name` calls (an alias resolved); `name`
@@ -730,10 +735,7 @@ impl Session {
     /// # Errors
     /// An unknown tool, one not compiled in, or one that refuses its settings.
     pub fn check(&self, name: &str) -> Result<(), ToolError> {
-        let Some(parts) = self.lock().clone() else {
-            return Err(ToolError::runner(name, "this session is closed"));
-        };
-        let tool = parts.tools.tool(name)?;
+        let tool = self.tool(name)?;
         match self.runtime.shared.settings.backend {
             Backend::Local => tool.build_now(),
             #[cfg(feature = "docker")]

@@ -61,7 +61,7 @@ impl ArgsValidator {
         Ok(made)
     }
 
-    pub(crate) fn new(spec: &ToolSpec) -> Result<Self, ToolError> {
+    fn new(spec: &ToolSpec) -> Result<Self, ToolError> {
         let validator = compile(&spec.input_schema).map_err(|e| ToolError::Config {
             tool: spec.name.clone(),
             message: format!("the input schema is not a valid JSON Schema: {e}"),
