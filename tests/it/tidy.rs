@@ -405,3 +405,35 @@ fn jianmu_process_imports_in_one_direction() {
         "jianmu-process imports against its layers: {wrong:?}"
     );
 }
+
+/// A tool's output schema is derived from the type its calls return
+/// (`Structured<T>`, `Json<T>`), so the schema and the values cannot drift apart: no
+/// tool crate writes an output schema or sets an untyped structured output.
+#[test]
+fn tool_outputs_are_typed() {
+    let written = [
+        concat!("fn output", "_schema("),
+        concat!(".with_", "structured("),
+    ];
+    let mut found = Vec::new();
+    for path in library_files() {
+        let r = rel(&path);
+        if !r.starts_with("crates/jianmu-tool-")
+            || r.starts_with("crates/jianmu-tool-core/")
+            || r.starts_with("crates/jianmu-tool-macros/")
+        {
+            continue;
+        }
+        let text = std::fs::read_to_string(&path).unwrap();
+        for (i, line) in text.lines().enumerate() {
+            if written.iter().any(|w| line.contains(w)) {
+                found.push(format!("{r}:{}", i + 1));
+            }
+        }
+    }
+    assert!(
+        found.is_empty(),
+        "tools that write their output schema or an untyped structured output \
+         (return `Structured<T>` instead): {found:?}"
+    );
+}

@@ -197,9 +197,10 @@ impl BuiltinToolProvider {
     pub fn deferred(&self, name: &str) -> Result<ToolHandle, ToolError> {
         let registration = self.registration(name)?;
         let config = self.config.clone();
-        ToolHandle::deferred((registration.spec)(&config)?, move || {
-            (registration.build)(&config)
-        })
+        Ok(ToolHandle::deferred(
+            (registration.spec)(&config)?,
+            move || (registration.build)(&config),
+        ))
     }
 
     fn registration(&self, name: &str) -> Result<&'static ToolRegistration, ToolError> {

@@ -9,7 +9,7 @@
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Change, EditDiagnostics, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Change, EditDiagnostics, Structured, Tool, ToolError};
 use jianmu_workspace::{Workspace, WriteOptions, blocking, show};
 use serde::{Deserialize, Serialize};
 
@@ -124,7 +124,7 @@ impl EditFile {
     /// A refused path; a file that is binary or not UTF-8; an edit whose `old` is
     /// missing, not unique, or found a number of times other than `expected_count`; a
     /// result over the size limit. Nothing is written then.
-    pub fn edit(&self, args: &EditArgs) -> Result<ToolOutput, ToolError> {
+    pub fn edit(&self, args: &EditArgs) -> Result<Structured<EditOutput>, ToolError> {
         self.edit_keeping(args, false).map(|(out, _)| out)
     }
 
@@ -134,7 +134,7 @@ impl EditFile {
         &self,
         args: &EditArgs,
         keep: bool,
-    ) -> Result<(ToolOutput, Option<Change>), ToolError> {
+    ) -> Result<(Structured<EditOutput>, Option<Change>), ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
         let shown = show(&rel);
         // Held to the write: another change of this file waits for it.
@@ -255,15 +255,18 @@ impl EditFile {
             path: rel,
             before: Some(String::from_utf8_lossy(&decoded.encode(&decoded.text)).into_owned()),
         });
-        let out = ToolOutput::text(text_out).with_data(&EditOutput {
-            path: shown,
-            edits: total,
-            replacements,
-            added,
-            removed,
-            written,
-            diff: unified,
-        });
+        let out = Structured::new(
+            text_out,
+            EditOutput {
+                path: shown,
+                edits: total,
+                replacements,
+                added,
+                removed,
+                written,
+                diff: unified,
+            },
+        );
         Ok((out, change))
     }
 }
@@ -368,7 +371,7 @@ fn cut_lines(text: &str, max: usize) -> String {
 
 impl Tool for EditFile {
     type Args = EditArgs;
-    type Output = ToolOutput;
+    type Output = Structured<EditOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "edit_file";
@@ -384,13 +387,13 @@ impl Tool for EditFile {
 
     const PARALLEL_SAFE: bool = false;
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<EditOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
-    async fn call(&self, args: EditArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: EditArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<EditOutput>, ToolError> {
         let this = self.clone();
         if !self.checks.is_on() || args.dry_run {
             return blocking(Self::NAME, move || this.edit(&args)).await;
@@ -398,7 +401,7 @@ impl Tool for EditFile {
         let (mut out, change) =
             blocking(Self::NAME, move || this.edit_keeping(&args, true)).await?;
         self.checks
-            .append(&mut out, change.into_iter().collect())
+            .append(&mut out.text, change.into_iter().collect())
             .await;
         Ok(out)
     }

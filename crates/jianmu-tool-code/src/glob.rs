@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use globset::{GlobBuilder, GlobMatcher};
 use ignore::WalkState;
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolError};
 use jianmu_workspace::Workspace;
 use serde::{Deserialize, Serialize};
 
@@ -48,7 +48,7 @@ impl GlobSearch {
     ///
     /// # Errors
     /// A refused path, a path that is not a folder, a malformed glob.
-    pub fn search(&self, args: &GlobArgs) -> Result<ToolOutput, ToolError> {
+    pub fn search(&self, args: &GlobArgs) -> Result<Structured<GlobOutput>, ToolError> {
         let root = Arc::new(walk::root(&self.ws, &args.path)?);
         let whole_path = args.pattern.contains('/');
         let matcher: GlobMatcher = GlobBuilder::new(args.pattern.trim_start_matches("./"))
@@ -93,7 +93,7 @@ impl GlobSearch {
             .iter()
             .map(|p| jianmu_tool_core::escape_controls(p).into_owned());
         let text = walk::listing(shown, total, "paths", &none);
-        Ok(ToolOutput::text(text).with_data(&GlobOutput { paths, total }))
+        Ok(Structured::new(text, GlobOutput { paths, total }))
     }
 }
 
@@ -108,7 +108,7 @@ pub struct GlobOutput {
 
 impl Tool for GlobSearch {
     type Args = GlobArgs;
-    type Output = ToolOutput;
+    type Output = Structured<GlobOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "glob_search";
@@ -119,13 +119,13 @@ impl Tool for GlobSearch {
      unless `include_hidden`, does not follow symbolic links. A pattern with `/` \
      matches the path below `path` (`src/**/*.rs`); `**` crosses folders, `*` does not.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<GlobOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
-    async fn call(&self, args: GlobArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: GlobArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<GlobOutput>, ToolError> {
         let this = self.clone();
         blocking(Self::NAME, move || this.search(&args)).await
     }

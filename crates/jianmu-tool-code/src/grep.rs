@@ -8,7 +8,7 @@ use grep_searcher::sinks::Lossy;
 use grep_searcher::{BinaryDetection, SearcherBuilder};
 use ignore::WalkState;
 use ignore::overrides::OverrideBuilder;
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolError};
 use jianmu_workspace::Workspace;
 use serde::{Deserialize, Serialize};
 
@@ -126,7 +126,7 @@ impl GrepSearch {
     ///
     /// # Errors
     /// A refused path, a malformed regular expression or glob.
-    pub fn search(&self, args: &GrepArgs) -> Result<ToolOutput, ToolError> {
+    pub fn search(&self, args: &GrepArgs) -> Result<Structured<GrepOutput>, ToolError> {
         let root = Arc::new(walk::root(&self.ws, &args.path)?);
         let pattern = if args.regex {
             args.query.clone()
@@ -260,7 +260,7 @@ impl GrepSearch {
             total,
             saved,
         };
-        Ok(ToolOutput::text(text).with_data(&out))
+        Ok(Structured::new(text, out))
     }
 
     /// Writes every matching line of `files` (sorted), as the listing shows them, to
@@ -309,7 +309,7 @@ fn clip(line: &str) -> String {
 
 impl Tool for GrepSearch {
     type Args = GrepArgs;
-    type Output = ToolOutput;
+    type Output = Structured<GrepOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "grep_search";
@@ -322,13 +322,13 @@ impl Tool for GrepSearch {
      (or than fit in one answer), all of them are saved to a file the answer names, \
      to read with read_file.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<GrepOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
-    async fn call(&self, args: GrepArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: GrepArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<GrepOutput>, ToolError> {
         let this = self.clone();
         blocking(Self::NAME, move || this.search(&args)).await
     }

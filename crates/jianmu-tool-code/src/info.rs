@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolError};
 use jianmu_workspace::{Workspace, WorkspaceError, show};
 use serde::{Deserialize, Serialize};
 
@@ -32,7 +32,7 @@ impl FileInfo {
     ///
     /// # Errors
     /// A refused or missing path.
-    pub fn info(&self, args: &InfoArgs) -> Result<ToolOutput, ToolError> {
+    pub fn info(&self, args: &InfoArgs) -> Result<Structured<InfoOutput>, ToolError> {
         let rel = self.ws.relative(&args.path)?;
         let meta = self.ws.symlink_metadata(&rel)?;
         let t = meta.file_type();
@@ -93,7 +93,7 @@ impl FileInfo {
             extension,
             target,
         };
-        Ok(ToolOutput::text(text).with_data(&out))
+        Ok(Structured::new(text, out))
     }
 }
 
@@ -117,7 +117,7 @@ pub struct InfoOutput {
 
 impl Tool for FileInfo {
     type Args = InfoArgs;
-    type Output = ToolOutput;
+    type Output = Structured<InfoOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "file_info";
@@ -126,13 +126,13 @@ impl Tool for FileInfo {
      bytes, last modification time (UTC, RFC 3339) and extension.\n\
      A symbolic link is described itself, with its target.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<InfoOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
-    async fn call(&self, args: InfoArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: InfoArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<InfoOutput>, ToolError> {
         let this = self.clone();
         blocking(Self::NAME, move || this.info(&args)).await
     }

@@ -4,7 +4,7 @@
 use std::borrow::Cow;
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolError};
 use jianmu_workspace::{Workspace, WriteOptions, show};
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +70,7 @@ impl StrReplace {
     /// # Errors
     /// A refused path, a file that is not UTF-8 text, no match, a match count other
     /// than `expected_count`, a malformed regular expression. Nothing is written then.
-    pub fn replace(&self, args: &ReplaceArgs) -> Result<ToolOutput, ToolError> {
+    pub fn replace(&self, args: &ReplaceArgs) -> Result<Structured<ReplaceOutput>, ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
         // Held to the write: another change of this file waits for it.
         let _lock = self.ws.lock_file(&rel);
@@ -172,15 +172,14 @@ impl StrReplace {
             )?;
         }
         let plural = if done == 1 { "" } else { "s" };
-        Ok(ToolOutput::text(format!(
-            "Replaced {done} occurrence{plural} in {}",
-            show(&rel)
+        Ok(Structured::new(
+            format!("Replaced {done} occurrence{plural} in {}", show(&rel)),
+            ReplaceOutput {
+                path: show(&rel),
+                replacements: done,
+                matches,
+            },
         ))
-        .with_data(&ReplaceOutput {
-            path: show(&rel),
-            replacements: done,
-            matches,
-        }))
     }
 }
 
@@ -197,7 +196,7 @@ pub struct ReplaceOutput {
 
 impl Tool for StrReplace {
     type Args = ReplaceArgs;
-    type Output = ToolOutput;
+    type Output = Structured<ReplaceOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "str_replace";
@@ -210,13 +209,13 @@ impl Tool for StrReplace {
 
     const PARALLEL_SAFE: bool = false;
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<ReplaceOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
-    async fn call(&self, args: ReplaceArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: ReplaceArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<ReplaceOutput>, ToolError> {
         let this = self.clone();
         blocking(Self::NAME, move || this.replace(&args)).await
     }

@@ -86,8 +86,9 @@ impl EditDiagnostics {
         self.on
     }
 
-    /// Appends to `out` the errors that the write of `changes` introduced.
-    pub async fn append(&self, out: &mut crate::ToolOutput, changes: Vec<Change>) {
+    /// Appends to `text`, a tool's answer, the errors that the write of `changes`
+    /// introduced.
+    pub async fn append(&self, text: &mut String, changes: Vec<Change>) {
         if !self.on || changes.is_empty() {
             return;
         }
@@ -99,10 +100,10 @@ impl EditDiagnostics {
             ),
         };
         if let Some(note) = note {
-            if !out.text.ends_with('\n') {
-                out.text.push('\n');
+            if !text.ends_with('\n') {
+                text.push('\n');
             }
-            out.text.push_str(&note);
+            text.push_str(&note);
         }
     }
 }

@@ -60,7 +60,7 @@ pub use export::{Annotations, SchemaFormat};
 pub use function::FunctionTool;
 pub use nested::{CALLS_TOOLS, Calls, calls_tools};
 pub use node::ToolNode;
-pub use output::{Image, IntoToolOutput, Json, ToolOutput, cut_chars};
+pub use output::{Image, IntoToolOutput, Json, Structured, ToolOutput, cut_chars};
 pub use periodic::spawn_periodic;
 pub use policy::{Policy, WRITE_EFFECTS};
 pub use progress::{Progress, ProgressSink};
@@ -69,7 +69,7 @@ pub use registry::{
 };
 pub use runner::{BoxFuture, DynRunner, InProcess, PreparedCall, Runner};
 pub use set::{ToolCall, ToolProvider, ToolSet};
-pub use spec::{ToolSpec, WHOLE_TEXT, schema_for};
+pub use spec::{ToolSpec, WHOLE_TEXT, output_schema_of, schema_for};
 pub use text::{ECHO_CHARS, echo, escape_controls, random_hex, rfc3339, shorten};
 pub use tool::{CallContext, DynTool, ExecuteOptions, Tool, ToolHandle, spec_of};
 

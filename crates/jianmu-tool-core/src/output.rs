@@ -55,33 +55,25 @@ impl ToolOutput {
     }
 
     /// The answer's text and its structured form whole, for clients that read only
-    /// the structured form (MCP's `structuredContent`): the tool's value with the
+    /// the structured form (MCP's `structuredContent`): the tool's object with the
     /// text set as its `text` field, so that both say the same, as
     /// [`ToolSpec::whole_output_schema`] describes. `None` when the tool has no
-    /// structured form.
+    /// structured form, or one that is not an object (a number, a list): MCP's
+    /// `structuredContent` is an object, and the text already says that value.
     ///
     /// [`ToolSpec::whole_output_schema`]: crate::ToolSpec::whole_output_schema
     pub fn into_whole(self) -> (String, Option<Value>, Vec<Image>) {
-        let structured = self.structured.map(|mut value| {
-            if let Value::Object(map) = &mut value {
+        let structured = match self.structured {
+            Some(Value::Object(mut map)) => {
                 map.insert(
                     crate::WHOLE_TEXT.to_owned(),
                     Value::String(self.text.clone()),
                 );
+                Some(Value::Object(map))
             }
-            value
-        });
+            _ => None,
+        };
         (self.text, structured, self.images)
-    }
-
-    /// Adds `data` as the structured form of the result. A tool that does this derives
-    /// its output schema from the same type (`schema_for::<T>()`), so the two cannot
-    /// drift apart. A value that cannot be encoded (a map with non-string keys) is
-    /// left out.
-    #[must_use]
-    pub fn with_data<T: Serialize>(mut self, data: &T) -> Self {
-        self.structured = serde_json::to_value(data).ok();
-        self
     }
 }
 
@@ -91,8 +83,19 @@ pub trait IntoToolOutput {
     /// Converts the value.
     ///
     /// # Errors
-    /// When the value stands for a failure (an `Err`).
+    /// When the value stands for a failure (an `Err`), or a structured value that
+    /// cannot be encoded as JSON.
     fn into_tool_output(self) -> Result<ToolOutput, ToolError>;
+
+    /// The JSON Schema of the structured output this type gives, derived from its
+    /// type ([`Structured`], [`Json`]); `None` for text, numbers and untyped values.
+    /// [`crate::Tool::output_schema`] defaults to it.
+    fn output_schema() -> Option<Value>
+    where
+        Self: Sized,
+    {
+        None
+    }
 }
 
 impl IntoToolOutput for ToolOutput {
@@ -141,18 +144,86 @@ macro_rules! display_outputs {
 
 display_outputs!(bool, i8, i16, i32, i64, u8, u16, u32, u64, f32, f64);
 
-/// Wraps any `Serialize` value so a tool can return it: the text is its JSON, the
-/// structured output the same value.
+/// Wraps a typed value so a tool can return it: the text is its JSON, the
+/// structured output the same value, and the output schema is derived from `T`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub struct Json<T>(pub T);
 
-impl<T: Serialize> IntoToolOutput for Json<T> {
+impl<T: Serialize + schemars::JsonSchema> IntoToolOutput for Json<T> {
     fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
-        let value = serde_json::to_value(&self.0).map_err(|e| {
-            ToolError::failed(format!("the result could not be encoded as JSON: {e}"))
-        })?;
+        let value = encode(&self.0)?;
         Ok(ToolOutput::text(value.to_string()).with_structured(value))
     }
+
+    fn output_schema() -> Option<Value> {
+        Some(crate::schema_for::<T>())
+    }
+}
+
+/// A result told twice: as text for the model, and as a typed value for programs
+/// (MCP's `structuredContent`). The tool's output schema is derived from `T`, so the
+/// schema and the values cannot drift apart. What a tool with structured output
+/// returns:
+///
+/// ```
+/// use jianmu_tool_core::{IntoToolOutput, Structured};
+///
+/// #[derive(serde::Serialize, schemars::JsonSchema)]
+/// struct Sum {
+///     /// The sum.
+///     total: i64,
+/// }
+///
+/// let out = Structured::new("1 + 2 = 3", Sum { total: 3 }).into_tool_output().unwrap();
+/// assert_eq!(out.structured.unwrap()["total"], 3);
+/// let schema = <Structured<Sum> as IntoToolOutput>::output_schema().unwrap();
+/// assert_eq!(schema["properties"]["total"]["type"], "integer");
+/// ```
+#[derive(Debug, Clone, PartialEq)]
+pub struct Structured<T> {
+    /// The text the model reads.
+    pub text: String,
+    /// The same result, typed.
+    pub data: T,
+    /// Images for the model to see, in order after the text.
+    pub images: Vec<Image>,
+}
+
+impl<T> Structured<T> {
+    /// `text` for the model, with `data`, the same result, for programs.
+    pub fn new(text: impl Into<String>, data: T) -> Self {
+        Self {
+            text: text.into(),
+            data,
+            images: Vec::new(),
+        }
+    }
+
+    /// Adds an image after the text.
+    #[must_use]
+    pub fn with_image(mut self, image: Image) -> Self {
+        self.images.push(image);
+        self
+    }
+}
+
+impl<T: Serialize + schemars::JsonSchema> IntoToolOutput for Structured<T> {
+    fn into_tool_output(self) -> Result<ToolOutput, ToolError> {
+        Ok(ToolOutput {
+            structured: Some(encode(&self.data)?),
+            text: self.text,
+            images: self.images,
+        })
+    }
+
+    fn output_schema() -> Option<Value> {
+        Some(crate::schema_for::<T>())
+    }
+}
+
+fn encode<T: Serialize>(value: &T) -> Result<Value, ToolError> {
+    serde_json::to_value(value)
+        .map_err(|e| ToolError::failed(format!("the result could not be encoded as JSON: {e}")))
 }
 
 impl<T: IntoToolOutput, E: std::fmt::Display> IntoToolOutput for Result<T, E> {
@@ -161,6 +232,10 @@ impl<T: IntoToolOutput, E: std::fmt::Display> IntoToolOutput for Result<T, E> {
             Ok(v) => v.into_tool_output(),
             Err(e) => Err(ToolError::failed(e.to_string())),
         }
+    }
+
+    fn output_schema() -> Option<Value> {
+        T::output_schema()
     }
 }
 

@@ -39,7 +39,7 @@ impl ToolSpec {
             name: name.into(),
             description: description.into(),
             input_schema: default_string_schema("Tool input string"),
-            output_schema: default_string_schema("The tool's answer, as text"),
+            output_schema: text_output_schema(),
             parallel_safe: true,
             effect_tags: Vec::new(),
         }
@@ -150,6 +150,16 @@ impl ToolSpec {
     pub fn summary(&self) -> &str {
         self.description.lines().next().unwrap_or("").trim()
     }
+}
+
+/// The output schema of a tool whose calls return `T`: the schema `T` declares
+/// ([`crate::IntoToolOutput::output_schema`]), else a string (text only).
+pub fn output_schema_of<T: crate::IntoToolOutput>() -> Value {
+    T::output_schema().unwrap_or_else(text_output_schema)
+}
+
+fn text_output_schema() -> Value {
+    default_string_schema("The tool's answer, as text")
 }
 
 fn default_string_schema(description: &str) -> Value {

@@ -778,8 +778,7 @@ async fn a_deferred_tool_is_built_at_its_first_call_and_a_failed_build_is_tried_
             ToolSpec::new("late", "Built late."),
             |_| Ok("built".into()),
         ))
-    })
-    .unwrap();
+    });
     assert!(!late.is_built());
     assert_eq!(late.spec(), &spec);
     let first = late.execute(json!("x"), ExecuteOptions::default()).await;
@@ -794,8 +793,7 @@ async fn a_deferred_tool_is_built_at_its_first_call_and_a_failed_build_is_tried_
 
     let boom = ToolHandle::deferred(ToolSpec::new("boom", "Panics when built."), || {
         panic!("no parts")
-    })
-    .unwrap();
+    });
     let e = boom
         .execute(json!("x"), ExecuteOptions::default())
         .await
@@ -823,8 +821,8 @@ fn an_input_schema_is_compiled_once() {
         move || ToolHandle::new(FunctionTool::from_sync(spec.clone(), |_| Ok("ok".into())))
     };
     let built = make().unwrap();
-    let deferred = ToolHandle::deferred(spec.clone(), make.clone()).unwrap();
-    let again = ToolHandle::deferred(spec, make).unwrap();
+    let deferred = ToolHandle::deferred(spec.clone(), make.clone());
+    let again = ToolHandle::deferred(spec, make);
     assert!(deferred.shares_validator(&built));
     assert!(again.shares_validator(&deferred));
     let other = ToolHandle::new(FunctionTool::from_sync(
@@ -833,4 +831,101 @@ fn an_input_schema_is_compiled_once() {
     ))
     .unwrap();
     assert!(!other.shares_validator(&built));
+}
+
+/// Listing a deferred tool compiles nothing: its input schema is compiled at its
+/// first validation, and a schema that is not valid JSON Schema fails that call, not
+/// the listing.
+#[tokio::test]
+async fn a_deferred_tool_compiles_its_schema_at_its_first_call() {
+    let spec = ToolSpec::new("lazy", "Compiled late.").with_input_schema(json!({
+        "type": "object",
+        "properties": {"n": {"type": "integer", "description": "compiled late"}},
+    }));
+    let make = {
+        let spec = spec.clone();
+        move || ToolHandle::new(FunctionTool::from_sync(spec.clone(), |_| Ok("ok".into())))
+    };
+    let lazy = ToolHandle::deferred(spec, make);
+    assert_eq!(lazy.spec().name, "lazy");
+    assert!(!lazy.is_compiled());
+    let e = lazy
+        .execute(json!({"n": "x"}), ExecuteOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::InvalidArguments { .. }), "{e:?}");
+    assert!(lazy.is_compiled());
+
+    let broken = ToolHandle::deferred(
+        ToolSpec::new("broken", "A bad schema.").with_input_schema(json!({"type": 7})),
+        || panic!("not built: the arguments cannot be checked"),
+    );
+    let e = broken
+        .execute(json!({}), ExecuteOptions::default())
+        .await
+        .unwrap_err();
+    assert!(matches!(e, ToolError::Config { .. }), "{e:?}");
+}
+
+/// What a typed tool's calls return.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Measured {
+    /// How long the text is.
+    chars: usize,
+}
+
+struct Measure;
+
+impl Tool for Measure {
+    type Args = String;
+    type Output = crate::Structured<Measured>;
+    type Error = ToolError;
+
+    const NAME: &'static str = "measure";
+    const DESCRIPTION: &'static str = "Measures a text.";
+
+    async fn call(
+        &self,
+        args: String,
+        _cx: &CallContext,
+    ) -> Result<crate::Structured<Measured>, ToolError> {
+        let chars = args.chars().count();
+        Ok(crate::Structured::new(
+            format!("{chars} characters"),
+            Measured { chars },
+        ))
+    }
+}
+
+/// A tool's output schema is derived from the type its calls return, and what a call
+/// gives, made whole, is what that schema (with `text`) describes.
+#[tokio::test]
+async fn a_typed_output_declares_the_schema_its_values_follow() {
+    let handle = ToolHandle::new(Measure).unwrap();
+    let schema = handle
+        .spec()
+        .whole_output_schema()
+        .expect("an object schema");
+    assert_eq!(schema["properties"]["chars"]["type"], "integer");
+    let out = handle
+        .execute(json!("héllo"), ExecuteOptions::default())
+        .await
+        .unwrap();
+    let (text, whole, _) = out.into_whole();
+    assert_eq!(text, "5 characters");
+    let whole = whole.unwrap();
+    assert_eq!(whole, json!({"chars": 5, "text": "5 characters"}));
+    let validator = jsonschema::validator_for(&schema).unwrap();
+    assert!(validator.is_valid(&whole), "{whole} against {schema}");
+}
+
+/// MCP's `structuredContent` is an object: a value of another kind (a number, a
+/// list) stays in the text alone.
+#[test]
+fn only_an_object_is_made_whole() {
+    let number = 42i64.into_tool_output().unwrap();
+    assert_eq!(number.structured, Some(json!(42)));
+    assert_eq!(number.into_whole().1, None);
+    let list = json!([1, 2]).into_tool_output().unwrap();
+    assert_eq!(list.into_whole(), ("[1,2]".to_owned(), None, Vec::new()));
 }

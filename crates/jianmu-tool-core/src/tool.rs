@@ -78,12 +78,15 @@ pub trait Tool: Send + Sync + 'static {
         crate::schema_for::<Self::Args>()
     }
 
-    /// JSON Schema of the output; by default a string.
+    /// JSON Schema of the output; by default the one `Output` declares
+    /// ([`IntoToolOutput::output_schema`]: derived from `T` for [`crate::Structured<T>`]
+    /// and [`crate::Json<T>`]), else a string. Override it only for an output typed at
+    /// run time.
     fn output_schema() -> Value
     where
         Self: Sized,
     {
-        ToolSpec::new("", "").output_schema
+        crate::output_schema_of::<Self::Output>()
     }
 
     /// Runs the tool on validated arguments.
@@ -110,12 +113,34 @@ pub trait DynTool: Send + Sync + 'static {
 
 /// The spec of the tool type `T`, made without an instance: listing tools, exporting
 /// schemas and validating arguments build no tool.
+///
+/// Deriving the schemas is the costly part, so each type's spec is made once per
+/// process and cloned after.
 pub fn spec_of<T: Tool>() -> ToolSpec {
-    ToolSpec::new(T::NAME, T::DESCRIPTION)
+    use std::any::TypeId;
+    use std::collections::HashMap;
+    use std::sync::{Mutex, OnceLock, PoisonError};
+    // One entry per tool type linked in: bounded by the program.
+    static SPECS: OnceLock<Mutex<HashMap<TypeId, ToolSpec>>> = OnceLock::new();
+    let specs = SPECS.get_or_init(Mutex::default);
+    let key = TypeId::of::<T>();
+    if let Some(spec) = specs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .get(&key)
+    {
+        return spec.clone();
+    }
+    let spec = ToolSpec::new(T::NAME, T::DESCRIPTION)
         .with_input_schema(T::input_schema())
         .with_output_schema(T::output_schema())
         .with_parallel_safe(T::PARALLEL_SAFE)
-        .with_effect_tags(T::EFFECTS.iter().copied())
+        .with_effect_tags(T::EFFECTS.iter().copied());
+    specs
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .insert(key, spec.clone());
+    spec
 }
 
 #[async_trait]
@@ -396,7 +421,9 @@ pub struct ToolHandle {
 
 struct Inner {
     spec: ToolSpec,
-    validator: Arc<ArgsValidator>,
+    /// The compiled input schema: at once for a tool wrapped whole, at the first
+    /// validation for a deferred one (listing compiles nothing).
+    validator: std::sync::OnceLock<Arc<ArgsValidator>>,
     tool: Body,
 }
 
@@ -439,34 +466,31 @@ impl ToolHandle {
         Ok(Self {
             inner: Arc::new(Inner {
                 spec,
-                validator,
+                validator: std::sync::OnceLock::from(validator),
                 tool: Body::Ready(Box::new(tool)),
             }),
         })
     }
 
     /// A tool known by its `spec` alone until its first call, which runs `build` (the
-    /// handle's spec stays `spec`). Listing it, exporting its schema and validating
-    /// arguments against it build nothing; a runner that sends the call elsewhere
-    /// (a sandbox container) never builds it here.
-    ///
-    /// # Errors
-    /// [`ToolError::Config`] when the input schema is not a valid JSON Schema.
+    /// handle's spec stays `spec`). Listing it and exporting its schema build and
+    /// compile nothing: the input schema is compiled at the first validation (an
+    /// invalid one fails that call with [`ToolError::Config`]), and a runner that sends
+    /// the call elsewhere (a sandbox container) never builds the tool here.
     pub fn deferred(
         spec: ToolSpec,
         build: impl Fn() -> Result<ToolHandle, ToolError> + Send + Sync + 'static,
-    ) -> Result<Self, ToolError> {
-        let validator = ArgsValidator::shared(&spec)?;
-        Ok(Self {
+    ) -> Self {
+        Self {
             inner: Arc::new(Inner {
                 spec,
-                validator,
+                validator: std::sync::OnceLock::new(),
                 tool: Body::Deferred {
                     build: Box::new(build),
                     built: std::sync::OnceLock::new(),
                 },
             }),
-        })
+        }
     }
 
     /// Whether the tool itself exists yet (a deferred tool is built on its first
@@ -505,10 +529,29 @@ impl ToolHandle {
         }
     }
 
+    /// The compiled input schema, compiled now if it is not yet (a deferred tool's
+    /// first validation).
+    fn validator(&self) -> Result<&Arc<ArgsValidator>, ToolError> {
+        if let Some(validator) = self.inner.validator.get() {
+            return Ok(validator);
+        }
+        let validator = ArgsValidator::shared(&self.inner.spec)?;
+        Ok(self.inner.validator.get_or_init(|| validator))
+    }
+
     /// Whether both handles validate with one compiled schema.
     #[cfg(test)]
     pub(crate) fn shares_validator(&self, other: &ToolHandle) -> bool {
-        Arc::ptr_eq(&self.inner.validator, &other.inner.validator)
+        match (self.validator(), other.validator()) {
+            (Ok(one), Ok(two)) => Arc::ptr_eq(one, two),
+            _ => false,
+        }
+    }
+
+    /// Whether the input schema has been compiled for this handle.
+    #[cfg(test)]
+    pub(crate) fn is_compiled(&self) -> bool {
+        self.inner.validator.get().is_some()
     }
 
     /// The tool's spec.
@@ -532,8 +575,7 @@ impl ToolHandle {
         injected: Option<&Map<String, Value>>,
         prefer_injected: bool,
     ) -> Result<Value, ToolError> {
-        self.inner
-            .validator
+        self.validator()?
             .prepare(self.name(), args, injected, prefer_injected)
     }
 

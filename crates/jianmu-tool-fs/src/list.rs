@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolError};
 use jianmu_workspace::{Workspace, WorkspaceError, show};
 use serde::{Deserialize, Serialize};
 
@@ -66,7 +66,7 @@ impl ListDir {
     ///
     /// # Errors
     /// A refused path, a path that is not a folder.
-    pub fn list(&self, args: &ListArgs) -> Result<ToolOutput, ToolError> {
+    pub fn list(&self, args: &ListArgs) -> Result<Structured<ListOutput>, ToolError> {
         let rel = self.ws.relative(&args.path)?;
         let dir = self.ws.open_dir(&rel)?;
         let io = |e| WorkspaceError::from_io(&rel, e);
@@ -113,11 +113,14 @@ impl ListDir {
                 size,
             })
             .collect();
-        Ok(ToolOutput::text(text).with_data(&ListOutput {
-            path: show(&rel),
-            entries,
-            total: total as u64,
-        }))
+        Ok(Structured::new(
+            text,
+            ListOutput {
+                path: show(&rel),
+                entries,
+                total: total as u64,
+            },
+        ))
     }
 }
 
@@ -146,7 +149,7 @@ pub struct Entry {
 
 impl Tool for ListDir {
     type Args = ListArgs;
-    type Output = ToolOutput;
+    type Output = Structured<ListOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "list_dir";
@@ -155,13 +158,13 @@ impl Tool for ListDir {
      size (B, KB, MB) and name, sorted by name.\n\
      Symbolic links are listed, not followed.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<ListOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
-    async fn call(&self, args: ListArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: ListArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<ListOutput>, ToolError> {
         let this = self.clone();
         blocking(Self::NAME, move || this.list(&args)).await
     }

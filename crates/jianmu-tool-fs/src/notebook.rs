@@ -4,7 +4,7 @@
 use std::sync::Arc;
 
 use jianmu_doc::notebook::{self, EditMode};
-use jianmu_tool_core::{CallContext, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolError};
 use jianmu_workspace::{Workspace, WriteOptions, blocking, show};
 use serde::{Deserialize, Serialize};
 
@@ -103,7 +103,7 @@ impl NotebookEdit {
     /// # Errors
     /// A refused path, a file that is not an nbformat 4 notebook, an unknown cell, a
     /// failed write (the old file is then intact).
-    pub fn edit(&self, args: &NotebookArgs) -> Result<ToolOutput, ToolError> {
+    pub fn edit(&self, args: &NotebookArgs) -> Result<Structured<NotebookOutput>, ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
         if crate::suffix(&rel) != ".ipynb" {
             return Err(ToolError::failed(format!(
@@ -152,19 +152,20 @@ impl NotebookEdit {
             &notebook::to_bytes(&nb, &kept),
             &WriteOptions::default(),
         )?;
-        Ok(
-            ToolOutput::text(format!("{said} in {}", show(&rel))).with_data(&NotebookOutput {
+        Ok(Structured::new(
+            format!("{said} in {}", show(&rel)),
+            NotebookOutput {
                 path: show(&rel),
                 cells,
                 file_size,
-            }),
-        )
+            },
+        ))
     }
 }
 
 impl Tool for NotebookEdit {
     type Args = NotebookArgs;
-    type Output = ToolOutput;
+    type Output = Structured<NotebookOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "notebook_edit";
@@ -175,13 +176,13 @@ impl Tool for NotebookEdit {
      the cell, or the cell's number from 1. The notebook stays valid nbformat 4 and is \
      written atomically, as Jupyter writes it. Does not run cells.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<NotebookOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
-    async fn call(&self, args: NotebookArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: NotebookArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<NotebookOutput>, ToolError> {
         let this = self.clone();
         blocking(Self::NAME, move || this.edit(&args)).await
     }

@@ -4,7 +4,7 @@ use std::io::{BufRead, BufReader, Read};
 use std::path::Path;
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Image, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Image, Structured, Tool, ToolError};
 use jianmu_workspace::{Workspace, WorkspaceError, show};
 use serde::{Deserialize, Serialize};
 
@@ -137,7 +137,7 @@ impl ReadFile {
     /// # Errors
     /// A refused path or extension, a file too large to read whole, text that is not
     /// UTF-8.
-    pub fn read(&self, args: &ReadArgs) -> Result<ToolOutput, ToolError> {
+    pub fn read(&self, args: &ReadArgs) -> Result<Structured<ReadOutput>, ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
         let real = self.ws.canonical(&rel)?;
         self.settings.allowed_extensions.check(&rel, Some(&real))?;
@@ -150,23 +150,25 @@ impl ReadFile {
             .map_err(|e| WorkspaceError::from_io(&rel, e))?;
         // A NUL byte anywhere read makes the file binary, as `grep_search` judges it.
         let binary = || {
-            Ok(ToolOutput::text(format!(
-                "`{}` is a binary file ({size} bytes); its content is not shown",
-                show(&rel)
+            Ok(Structured::new(
+                format!(
+                    "`{}` is a binary file ({size} bytes); its content is not shown",
+                    show(&rel)
+                ),
+                ReadOutput {
+                    path: show(&rel),
+                    size,
+                    binary: true,
+                    first_line: None,
+                    lines: None,
+                    total_lines: None,
+                    cut: None,
+                    image: None,
+                    cells: None,
+                    pages: None,
+                    pages_read: None,
+                },
             ))
-            .with_data(&ReadOutput {
-                path: show(&rel),
-                size,
-                binary: true,
-                first_line: None,
-                lines: None,
-                total_lines: None,
-                cut: None,
-                image: None,
-                cells: None,
-                pages: None,
-                pages_read: None,
-            }))
         };
         if let Some(mime) = image_type(head) {
             return self.image(&rel, reader, size, mime);
@@ -234,19 +236,22 @@ impl ReadFile {
             } else {
                 text
             };
-            return Ok(ToolOutput::text(text).with_data(&ReadOutput {
-                path: show(&rel),
-                size,
-                binary: false,
-                first_line: Some(1),
-                lines: Some(lines),
-                total_lines: Some(lines),
-                cut: Some(false),
-                image: None,
-                cells: None,
-                pages: None,
-                pages_read: None,
-            }));
+            return Ok(Structured::new(
+                text,
+                ReadOutput {
+                    path: show(&rel),
+                    size,
+                    binary: false,
+                    first_line: Some(1),
+                    lines: Some(lines),
+                    total_lines: Some(lines),
+                    cut: Some(false),
+                    image: None,
+                    cells: None,
+                    pages: None,
+                    pages_read: None,
+                },
+            ));
         }
         let first = args.offset.unwrap_or(1).max(1);
         let count = args.limit.unwrap_or(u64::MAX).max(1);
@@ -276,23 +281,26 @@ impl ReadFile {
                 text.push_str(&format!("(lines {first}-{last} of {}{cut})", window.total));
             }
         }
-        Ok(ToolOutput::text(text).with_data(&ReadOutput {
-            path: show(&rel),
-            size,
-            binary: false,
-            first_line: Some(first),
-            lines: Some(window.lines),
-            total_lines: Some(window.total),
-            cut: Some(window.cut),
-            image: None,
-            cells: None,
-            pages: None,
-            pages_read: None,
-        }))
+        Ok(Structured::new(
+            text,
+            ReadOutput {
+                path: show(&rel),
+                size,
+                binary: false,
+                first_line: Some(first),
+                lines: Some(window.lines),
+                total_lines: Some(window.total),
+                cut: Some(window.cut),
+                image: None,
+                cells: None,
+                pages: None,
+                pages_read: None,
+            },
+        ))
     }
 
     /// A Jupyter notebook as its cells, with image outputs as images.
-    fn notebook(&self, rel: &Path, size: u64) -> Result<ToolOutput, ToolError> {
+    fn notebook(&self, rel: &Path, size: u64) -> Result<Structured<ReadOutput>, ToolError> {
         let bytes = self.ws.read_to_end(rel, self.settings.max_notebook_size)?;
         let as_text = "; read it as text with `offset` and `limit`";
         let nb: serde_json::Value = serde_json::from_slice(&bytes).map_err(|e| {
@@ -308,19 +316,22 @@ impl ReadFile {
         };
         let rendered = jianmu_doc::notebook::render(&nb, limits)
             .map_err(|e| ToolError::failed(format!("`{}`: {e}{as_text}", show(rel))))?;
-        let mut out = ToolOutput::text(rendered.text).with_data(&ReadOutput {
-            path: show(rel),
-            size,
-            binary: false,
-            first_line: None,
-            lines: None,
-            total_lines: None,
-            cut: None,
-            image: None,
-            cells: Some(rendered.cells as u64),
-            pages: None,
-            pages_read: None,
-        });
+        let mut out = Structured::new(
+            rendered.text,
+            ReadOutput {
+                path: show(rel),
+                size,
+                binary: false,
+                first_line: None,
+                lines: None,
+                total_lines: None,
+                cut: None,
+                image: None,
+                cells: Some(rendered.cells as u64),
+                pages: None,
+                pages_read: None,
+            },
+        );
         for image in rendered.images {
             out = out.with_image(Image {
                 mime_type: image.mime_type,
@@ -331,7 +342,12 @@ impl ReadFile {
     }
 
     /// A PDF as the text of its pages.
-    fn pdf(&self, rel: &Path, size: u64, pages: Option<&str>) -> Result<ToolOutput, ToolError> {
+    fn pdf(
+        &self,
+        rel: &Path,
+        size: u64,
+        pages: Option<&str>,
+    ) -> Result<Structured<ReadOutput>, ToolError> {
         use jianmu_doc::pdf;
         let ranges = pages
             .map(pdf::parse_pages)
@@ -358,21 +374,24 @@ impl ReadFile {
         let text = pdf::render(&reading, &format!("`{}`", show(rel)), |next| {
             format!("read them with `pages: \"{next}\"`, or fewer at a time")
         });
-        Ok(ToolOutput::text(text).with_data(&ReadOutput {
-            path: show(rel),
-            size,
-            binary: true,
-            first_line: None,
-            lines: None,
-            total_lines: None,
-            cut: Some(!reading.left.is_empty() || reading.pages.iter().any(|p| p.cut > 0)),
-            image: None,
-            cells: None,
-            pages: Some(u64::from(reading.page_count)),
-            pages_read: Some(pdf::page_list(
-                &reading.pages.iter().map(|p| p.number).collect::<Vec<_>>(),
-            )),
-        }))
+        Ok(Structured::new(
+            text,
+            ReadOutput {
+                path: show(rel),
+                size,
+                binary: true,
+                first_line: None,
+                lines: None,
+                total_lines: None,
+                cut: Some(!reading.left.is_empty() || reading.pages.iter().any(|p| p.cut > 0)),
+                image: None,
+                cells: None,
+                pages: Some(u64::from(reading.page_count)),
+                pages_read: Some(pdf::page_list(
+                    &reading.pages.iter().map(|p| p.number).collect::<Vec<_>>(),
+                )),
+            },
+        ))
     }
 
     /// An image file as an image for the model, with its type and size as text.
@@ -382,7 +401,7 @@ impl ReadFile {
         reader: impl Read,
         size: u64,
         mime: &'static str,
-    ) -> Result<ToolOutput, ToolError> {
+    ) -> Result<Structured<ReadOutput>, ToolError> {
         use base64::Engine as _;
         let limit = self.settings.max_image_size;
         let kind = mime.trim_start_matches("image/").to_uppercase();
@@ -414,8 +433,9 @@ impl ReadFile {
             show(rel),
             bytes.len()
         );
-        Ok(ToolOutput::text(text)
-            .with_data(&ReadOutput {
+        Ok(Structured::new(
+            text,
+            ReadOutput {
                 path: show(rel),
                 size: bytes.len() as u64,
                 binary: true,
@@ -432,11 +452,12 @@ impl ReadFile {
                 cells: None,
                 pages: None,
                 pages_read: None,
-            })
-            .with_image(Image {
-                mime_type: mime.to_owned(),
-                base64,
-            }))
+            },
+        )
+        .with_image(Image {
+            mime_type: mime.to_owned(),
+            base64,
+        }))
     }
 }
 
@@ -598,7 +619,7 @@ pub struct ImageData {
 
 impl Tool for ReadFile {
     type Args = ReadArgs;
-    type Output = ToolOutput;
+    type Output = Structured<ReadOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "read_file";
@@ -617,13 +638,13 @@ impl Tool for ReadFile {
      to be an image; its text cannot be read here. \
      Binary files are reported with their size, not shown.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<ReadOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:read"];
 
-    async fn call(&self, args: ReadArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: ReadArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<ReadOutput>, ToolError> {
         let this = self.clone();
         blocking(Self::NAME, move || this.read(&args)).await
     }

@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Change, EditDiagnostics, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Change, EditDiagnostics, Structured, Tool, ToolError};
 use jianmu_workspace::{Workspace, WorkspaceError, WriteOptions, show};
 use serde::{Deserialize, Serialize};
 
@@ -88,7 +88,7 @@ impl WriteFile {
     /// # Errors
     /// A refused path or extension, content over the limit, a failed write (the old
     /// file is then intact).
-    pub fn write(&self, args: &WriteArgs) -> Result<ToolOutput, ToolError> {
+    pub fn write(&self, args: &WriteArgs) -> Result<Structured<WriteOutput>, ToolError> {
         let rel = self.ws.relative_file(&args.path)?;
         // Not between another tool's read of this file and its write.
         let _lock = self.ws.lock_file(&rel);
@@ -116,16 +116,15 @@ impl WriteFile {
         let file_size = self
             .ws
             .write_atomic(&rel, args.content.as_bytes(), &options)?;
-        Ok(
-            ToolOutput::text(format!("Wrote {} ({size} bytes)", show(&rel))).with_data(
-                &WriteOutput {
-                    path: show(&rel),
-                    bytes_written: size,
-                    file_size,
-                    appended: args.append,
-                },
-            ),
-        )
+        Ok(Structured::new(
+            format!("Wrote {} ({size} bytes)", show(&rel)),
+            WriteOutput {
+                path: show(&rel),
+                bytes_written: size,
+                file_size,
+                appended: args.append,
+            },
+        ))
     }
 }
 
@@ -144,7 +143,7 @@ pub struct WriteOutput {
 
 impl Tool for WriteFile {
     type Args = WriteArgs;
-    type Output = ToolOutput;
+    type Output = Structured<WriteOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "write_file";
@@ -154,13 +153,13 @@ impl Tool for WriteFile {
      atomic: readers see the old file or the new one, never a mix, and a failure \
      leaves the old file intact. Answers `Wrote PATH (N bytes)`.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<WriteOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
-    async fn call(&self, args: WriteArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: WriteArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<WriteOutput>, ToolError> {
         let this = self.clone();
         if !self.checks.is_on() {
             return blocking(Self::NAME, move || this.write(&args)).await;
@@ -177,7 +176,7 @@ impl Tool for WriteFile {
         })
         .await?;
         self.checks
-            .append(&mut out, vec![Change { path: rel, before }])
+            .append(&mut out.text, vec![Change { path: rel, before }])
             .await;
         Ok(out)
     }

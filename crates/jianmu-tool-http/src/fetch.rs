@@ -11,9 +11,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use jianmu_net::{NetSettings, Url, reqwest};
-use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolConfig, ToolError, ToolHandle};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 use crate::robots::{MAX_ROBOTS, Robots};
 
@@ -168,7 +167,7 @@ impl WebFetch {
     ///
     /// # Errors
     /// A refused URL, robots.txt, a failed request, an error status, the deadline.
-    pub async fn fetch(&self, args: &FetchArgs) -> Result<ToolOutput, ToolError> {
+    pub async fn fetch(&self, args: &FetchArgs) -> Result<Structured<FetchOutput>, ToolError> {
         let url = Url::parse(&args.url)
             .map_err(|e| ToolError::failed(format!("invalid URL `{}`: {e}", args.url)))?;
         jianmu_net::check_url(&url, &|h| self.settings.net.allows(h))
@@ -201,16 +200,19 @@ impl WebFetch {
                 "{} redirected to another host: {to}\nCall web_fetch with that URL to read it.\n",
                 meta.url
             );
-            return Ok(ToolOutput::text(text).with_data(&FetchOutput {
-                url: meta.url,
-                status: meta.status,
-                content_type: meta.content_type,
-                title: None,
-                total_length: 0,
-                start_index: 0,
-                next_index: None,
-                redirect: Some(to.clone()),
-            }));
+            return Ok(Structured::new(
+                text,
+                FetchOutput {
+                    url: meta.url,
+                    status: meta.status,
+                    content_type: meta.content_type,
+                    title: None,
+                    total_length: 0,
+                    start_index: 0,
+                    next_index: None,
+                    redirect: Some(to.clone()),
+                },
+            ));
         }
         let (title, content) = if html && !args.raw {
             let converted = self
@@ -537,7 +539,7 @@ impl WebFetch {
         meta: &Meta,
         title: Option<String>,
         content: &str,
-    ) -> ToolOutput {
+    ) -> Structured<FetchOutput> {
         let max = args
             .max_length
             .unwrap_or(self.settings.max_length)
@@ -578,16 +580,19 @@ impl WebFetch {
                 total - n
             ));
         }
-        ToolOutput::text(text).with_data(&FetchOutput {
-            url: meta.url.clone(),
-            status: meta.status,
-            content_type: meta.content_type.clone(),
-            title,
-            total_length: total,
-            start_index: start,
-            next_index: next,
-            redirect: None,
-        })
+        Structured::new(
+            text,
+            FetchOutput {
+                url: meta.url.clone(),
+                status: meta.status,
+                content_type: meta.content_type.clone(),
+                title,
+                total_length: total,
+                start_index: start,
+                next_index: next,
+                redirect: None,
+            },
+        )
     }
 }
 
@@ -723,7 +728,7 @@ impl Kind {
 
 impl Tool for WebFetch {
     type Args = FetchArgs;
-    type Output = ToolOutput;
+    type Output = Structured<FetchOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "web_fetch";
@@ -739,13 +744,13 @@ impl Tool for WebFetch {
      text of its pages, under `--- page N ---` lines (a page without a text layer, such \
      as a scan, is said to be an image).";
 
-    fn output_schema() -> Value {
-        jianmu_tool_core::schema_for::<FetchOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["network"];
 
-    async fn call(&self, args: FetchArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: FetchArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<FetchOutput>, ToolError> {
         self.fetch(&args).await
     }
 }

@@ -18,7 +18,7 @@ use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use jianmu_net::{NetSettings, Url, reqwest};
-use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolConfig, ToolError, ToolHandle};
 use jianmu_workspace::Saver;
 use serde::{Deserialize, Serialize};
 use serde_json::{Map, Value};
@@ -158,7 +158,7 @@ impl HttpRequest {
     ///
     /// # Errors
     /// A refused URL or header, a request that failed on every attempt, the deadline.
-    pub async fn request(&self, args: &HttpArgs) -> Result<ToolOutput, ToolError> {
+    pub async fn request(&self, args: &HttpArgs) -> Result<Structured<HttpOutput>, ToolError> {
         let url = Url::parse(&args.url)
             .map_err(|e| ToolError::failed(format!("invalid URL `{}`: {e}", args.url)))?;
         jianmu_net::check_url(&url, &|h| self.settings.net.allows(h))
@@ -225,7 +225,7 @@ impl HttpRequest {
         method: Method,
         mut resp: reqwest::Response,
         deadline: Instant,
-    ) -> Result<ToolOutput, ToolError> {
+    ) -> Result<Structured<HttpOutput>, ToolError> {
         let status = resp.status();
         let mut shown = BTreeMap::new();
         let mut text = format!(
@@ -245,11 +245,14 @@ impl HttpRequest {
             .and_then(|v| v.to_str().ok())
             .is_some_and(|ct| ct.contains("json"));
         if method == Method::HEAD {
-            return Ok(ToolOutput::text(text).with_data(&HttpOutput {
-                status: status.as_u16(),
-                headers: shown,
-                json: None,
-            }));
+            return Ok(Structured::new(
+                text,
+                HttpOutput {
+                    status: status.as_u16(),
+                    headers: shown,
+                    json: None,
+                },
+            ));
         }
         let left = deadline.saturating_duration_since(Instant::now());
         let read = tokio::time::timeout(
@@ -301,11 +304,14 @@ impl HttpRequest {
                 self.settings.max_body_bytes
             ));
         }
-        Ok(ToolOutput::text(text).with_data(&HttpOutput {
-            status: status.as_u16(),
-            headers: shown,
-            json: parsed,
-        }))
+        Ok(Structured::new(
+            text,
+            HttpOutput {
+                status: status.as_u16(),
+                headers: shown,
+                json: parsed,
+            },
+        ))
     }
 }
 
@@ -385,7 +391,7 @@ pub struct HttpOutput {
 
 impl Tool for HttpRequest {
     type Args = HttpArgs;
-    type Output = ToolOutput;
+    type Output = Structured<HttpOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "http_request";
@@ -397,13 +403,13 @@ impl Tool for HttpRequest {
      PATCH unless `retry_non_idempotent`). Private, loopback and cloud-metadata addresses \
      are refused unless allow-listed.";
 
-    fn output_schema() -> Value {
-        jianmu_tool_core::schema_for::<HttpOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["network"];
 
-    async fn call(&self, args: HttpArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: HttpArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<HttpOutput>, ToolError> {
         self.request(&args).await
     }
 }

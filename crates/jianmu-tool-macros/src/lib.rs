@@ -26,7 +26,9 @@
 //! Arguments must be owned types that implement `serde::Deserialize` and
 //! `schemars::JsonSchema`; a doc comment on an argument becomes its description in the
 //! input schema. The return type must implement `jianmu_tool_core::IntoToolOutput`
-//! (strings, numbers, `serde_json::Value`, `Json<T>`, `Result<T, E: Display>`, ...).
+//! (strings, numbers, `serde_json::Value`, `Json<T>`, `Structured<T>`,
+//! `Result<T, E: Display>`, ...); the output schema is the one it declares (derived
+//! from `T` for `Json<T>` and `Structured<T>`).
 
 use proc_macro::TokenStream;
 use proc_macro2::{Span, TokenStream as TokenStream2};
@@ -213,6 +215,10 @@ fn expand(attr: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
             })
         }
     };
+    let output = match &func.sig.output {
+        syn::ReturnType::Default => quote!(()),
+        syn::ReturnType::Type(_, ty) => quote!(#ty),
+    };
     let doc = format!("Builds the `{}` tool from [`{fn_ident}`].", name.value());
 
     Ok(quote! {
@@ -229,6 +235,7 @@ fn expand(attr: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
             let __effects: &[&str] = &[#(#effects),*];
             let __spec = #core::ToolSpec::new(#name, #description)
                 .with_input_schema(#core::schema_for::<__Args>())
+                .with_output_schema(#core::output_schema_of::<#output>())
                 .with_parallel_safe(#parallel_safe)
                 .with_effect_tags(__effects.iter().copied());
             #body

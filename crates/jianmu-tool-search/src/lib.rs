@@ -11,9 +11,8 @@
 use std::time::Duration;
 
 use jianmu_net::{NetSettings, Url, reqwest};
-use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolConfig, ToolError, ToolHandle};
 use serde::{Deserialize, Serialize};
-use serde_json::Value;
 
 mod parse;
 
@@ -163,7 +162,7 @@ impl DuckDuckGoSearch {
     /// # Errors
     /// A rate limit that outlasted the retries, a failed request, a page of unknown
     /// layout, a refused endpoint.
-    pub async fn search(&self, args: &SearchArgs) -> Result<ToolOutput, ToolError> {
+    pub async fn search(&self, args: &SearchArgs) -> Result<Structured<SearchOutput>, ToolError> {
         let url = self.url(args)?;
         let attempts = self.settings.retries + 1;
         let work = async {
@@ -188,13 +187,12 @@ impl DuckDuckGoSearch {
                 }
                 return match parsed {
                     Page::Results(hits) => Ok(render(&hits)),
-                    Page::NoResults => Ok(ToolOutput::text(format!(
-                        "No results for `{}`.",
-                        args.query
-                    ))
-                    .with_data(&SearchOutput {
-                        results: Vec::new(),
-                    })),
+                    Page::NoResults => Ok(Structured::new(
+                        format!("No results for `{}`.", args.query),
+                        SearchOutput {
+                            results: Vec::new(),
+                        },
+                    )),
                     Page::Unrecognised if status >= 400 => Err(ToolError::failed(format!(
                         "the search failed with HTTP {status}"
                     ))),
@@ -218,7 +216,7 @@ impl DuckDuckGoSearch {
     }
 }
 
-fn render(hits: &[Hit]) -> ToolOutput {
+fn render(hits: &[Hit]) -> Structured<SearchOutput> {
     let text = hits
         .iter()
         .enumerate()
@@ -233,9 +231,12 @@ fn render(hits: &[Hit]) -> ToolOutput {
         })
         .collect::<Vec<_>>()
         .join("\n");
-    ToolOutput::text(text).with_data(&SearchOutput {
-        results: hits.to_vec(),
-    })
+    Structured::new(
+        text,
+        SearchOutput {
+            results: hits.to_vec(),
+        },
+    )
 }
 
 /// The wait before retry `attempt`: from 500 ms, doubling, at most 8 s; a rate limit
@@ -253,7 +254,7 @@ pub struct SearchOutput {
 
 impl Tool for DuckDuckGoSearch {
     type Args = SearchArgs;
-    type Output = ToolOutput;
+    type Output = Structured<SearchOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "duckduckgo_search";
@@ -263,13 +264,13 @@ impl Tool for DuckDuckGoSearch {
      Good for current information, news and general knowledge. Options: `max_results`, \
      `region` (e.g. us-en), `safesearch` (on, moderate, off), `timelimit` (d, w, m, y).";
 
-    fn output_schema() -> Value {
-        jianmu_tool_core::schema_for::<SearchOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["network"];
 
-    async fn call(&self, args: SearchArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: SearchArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<SearchOutput>, ToolError> {
         self.search(&args).await
     }
 }

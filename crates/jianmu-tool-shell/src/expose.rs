@@ -3,7 +3,7 @@
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolConfig, ToolError, ToolHandle};
 use serde::{Deserialize, Serialize};
 
 use crate::{Bash, BashSettings};
@@ -48,7 +48,7 @@ pub struct ExposePort {
 
 impl Tool for ExposePort {
     type Args = ExposeArgs;
-    type Output = ToolOutput;
+    type Output = Structured<Exposed>;
     type Error = ToolError;
 
     const NAME: &'static str = "expose_port";
@@ -59,13 +59,13 @@ impl Tool for ExposePort {
      session ends or `expose_port {port, close: true}`. Start the server first; nothing is \
      opened to other hosts.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<Exposed>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["network"];
 
-    async fn call(&self, args: ExposeArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: ExposeArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<Exposed>, ToolError> {
         let port = args.port;
         if port == 0 {
             return Err(ToolError::failed("port must be from 1 to 65535"));
@@ -84,10 +84,12 @@ impl Tool for ExposePort {
                 url: Some(url.clone()),
                 open: true,
             };
-            return Ok(ToolOutput::text(format!(
-                "commands here use the host's network: port {port} is already reachable at {url}"
-            ))
-            .with_data(&out));
+            return Ok(Structured::new(
+                format!(
+                    "commands here use the host's network: port {port} is already reachable at {url}"
+                ),
+                out,
+            ));
         }
         if args.close {
             let out = Exposed {
@@ -95,13 +97,11 @@ impl Tool for ExposePort {
                 url: None,
                 open: false,
             };
-            return Ok(match self.door.unexpose(port) {
-                Some(addr) => {
-                    ToolOutput::text(format!("closed 127.0.0.1:{} (port {port})", addr.port()))
-                }
-                None => ToolOutput::text(format!("port {port} was not exposed")),
-            }
-            .with_data(&out));
+            let text = match self.door.unexpose(port) {
+                Some(addr) => format!("closed 127.0.0.1:{} (port {port})", addr.port()),
+                None => format!("port {port} was not exposed"),
+            };
+            return Ok(Structured::new(text, out));
         }
         let network = self.network.clone();
         let door = self.door.clone();
@@ -118,10 +118,12 @@ impl Tool for ExposePort {
             url: Some(url.clone()),
             open: true,
         };
-        Ok(ToolOutput::text(format!(
-            "port {port} of this session is reachable from the host at {url} (expose_port {{\"port\": {port}, \"close\": true}} closes it)"
+        Ok(Structured::new(
+            format!(
+                "port {port} of this session is reachable from the host at {url} (expose_port {{\"port\": {port}, \"close\": true}} closes it)"
+            ),
+            out,
         ))
-        .with_data(&out))
     }
 }
 

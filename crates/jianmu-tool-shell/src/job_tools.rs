@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use jianmu_tool_core::{CallContext, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput};
+use jianmu_tool_core::{CallContext, Structured, Tool, ToolConfig, ToolError, ToolHandle};
 use serde::Deserialize;
 
 use crate::jobs::{JobList, JobStatus, Jobs};
@@ -104,13 +104,9 @@ impl BashJobs {
     }
 }
 
-fn answer(status: &JobStatus, text: String) -> ToolOutput {
-    ToolOutput::text(text).with_data(status)
-}
-
 impl Tool for BashOutput {
     type Args = OutputArgs;
-    type Output = ToolOutput;
+    type Output = Structured<JobStatus>;
     type Error = ToolError;
 
     const NAME: &'static str = "bash_output";
@@ -124,13 +120,13 @@ impl Tool for BashOutput {
 
     const PARALLEL_SAFE: bool = false;
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<JobStatus>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["process:exec"];
 
-    async fn call(&self, args: OutputArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: OutputArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<JobStatus>, ToolError> {
         let default = if args.input.is_some() { 500 } else { 0 };
         let wait = Duration::from_millis(args.wait_ms.unwrap_or(default).min(MAX_WAIT_MS));
         let (status, text) = self
@@ -146,13 +142,13 @@ impl Tool for BashOutput {
                 },
             )
             .await?;
-        Ok(answer(&status, text))
+        Ok(Structured::new(text, status))
     }
 }
 
 impl Tool for BashKill {
     type Args = JobArgs;
-    type Output = ToolOutput;
+    type Output = Structured<JobStatus>;
     type Error = ToolError;
 
     const NAME: &'static str = "bash_kill";
@@ -162,25 +158,26 @@ impl Tool for BashKill {
 
     const PARALLEL_SAFE: bool = false;
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<JobStatus>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["process:exec"];
 
-    async fn call(&self, args: JobArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: JobArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<JobStatus>, ToolError> {
         let (status, text, was_running) = self.jobs.kill(args.job).await?;
-        let mut out = answer(&status, text);
-        if !was_running {
-            out.text = format!("job {} had already ended\n{}", args.job, out.text);
-        }
-        Ok(out)
+        let text = if was_running {
+            text
+        } else {
+            format!("job {} had already ended\n{text}", args.job)
+        };
+        Ok(Structured::new(text, status))
     }
 }
 
 impl Tool for BashJobs {
     type Args = JobListArgs;
-    type Output = ToolOutput;
+    type Output = Structured<JobList>;
     type Error = ToolError;
 
     const NAME: &'static str = "bash_jobs";
@@ -188,13 +185,13 @@ impl Tool for BashJobs {
     const DESCRIPTION: &'static str = "Lists the background jobs started by bash with `background: true`: id, state, \
      runtime, unread output and command.";
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<JobList>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["process:read"];
 
-    async fn call(&self, _args: JobListArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        _args: JobListArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<JobList>, ToolError> {
         let list = self.jobs.list();
         let text = if list.jobs.is_empty() {
             "no background jobs (bash with `background: true` starts one)".to_owned()
@@ -210,7 +207,7 @@ impl Tool for BashJobs {
                 .collect::<Vec<_>>()
                 .join("\n")
         };
-        Ok(ToolOutput::text(text).with_data(&list))
+        Ok(Structured::new(text, list))
     }
 }
 

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use jianmu_tool_core::{
-    CallContext, Progress, Tool, ToolConfig, ToolError, ToolHandle, ToolOutput, ToolSpec,
+    CallContext, Progress, Structured, Tool, ToolConfig, ToolError, ToolHandle, ToolSpec,
 };
 use serde::{Deserialize, Serialize};
 
@@ -238,7 +238,11 @@ impl Bash {
     /// # Errors
     /// No command, a shell that cannot start, a non-zero exit (`Error (N):\nstderr`), a
     /// timeout.
-    pub async fn run(&self, args: &BashArgs, cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    pub async fn run(
+        &self,
+        args: &BashArgs,
+        cx: &CallContext,
+    ) -> Result<Structured<BashResult>, ToolError> {
         let command = [&args.command, &args.input, &args.cmd]
             .into_iter()
             .flatten()
@@ -342,12 +346,15 @@ impl Bash {
             }
         };
         match code {
-            Some(0) => Ok(ToolOutput::text(stdout.clone()).with_data(&BashResult {
-                exit_code: Some(0),
-                stdout: Some(stdout),
-                stderr: Some(stderr),
-                ..BashResult::default()
-            })),
+            Some(0) => Ok(Structured::new(
+                stdout.clone(),
+                BashResult {
+                    exit_code: Some(0),
+                    stdout: Some(stdout),
+                    stderr: Some(stderr),
+                    ..BashResult::default()
+                },
+            )),
             code if self.settings.nonzero_exit == NonzeroExit::Result => {
                 let mut text = stdout.clone();
                 for part in [stderr.as_str(), ""] {
@@ -360,12 +367,15 @@ impl Bash {
                     Some(code) => text.push_str(&format!("Exit code: {code}")),
                     None => text.push_str("Killed by a signal"),
                 }
-                Ok(ToolOutput::text(text).with_data(&BashResult {
-                    exit_code: code,
-                    stdout: Some(stdout),
-                    stderr: Some(stderr),
-                    ..BashResult::default()
-                }))
+                Ok(Structured::new(
+                    text,
+                    BashResult {
+                        exit_code: code,
+                        stdout: Some(stdout),
+                        stderr: Some(stderr),
+                        ..BashResult::default()
+                    },
+                ))
             }
             Some(code) => Err(ToolError::failed(format!("Error ({code}):\n{stderr}"))),
             None => Err(ToolError::failed(format!(
@@ -456,7 +466,7 @@ impl Bash {
         command: &str,
         spec: Spec,
         args: &BashArgs,
-    ) -> Result<ToolOutput, ToolError> {
+    ) -> Result<Structured<BashResult>, ToolError> {
         // A job runs until it ends or is killed unless a time limit is given.
         let limit = args
             .timeout
@@ -480,13 +490,16 @@ impl Bash {
             .jobs
             .poll(id, None, wait, jobs::View::default())
             .await?;
-        Ok(ToolOutput::text(text).with_data(&BashResult {
-            exit_code: status.exit_code,
-            job: Some(status.job),
-            running: Some(status.running),
-            output: Some(status.output),
-            ..BashResult::default()
-        }))
+        Ok(Structured::new(
+            text,
+            BashResult {
+                exit_code: status.exit_code,
+                job: Some(status.job),
+                running: Some(status.running),
+                output: Some(status.output),
+                ..BashResult::default()
+            },
+        ))
     }
 }
 
@@ -543,7 +556,7 @@ pub struct BashResult {
 
 impl Tool for Bash {
     type Args = BashArgs;
-    type Output = ToolOutput;
+    type Output = Structured<BashResult>;
     type Error = ToolError;
 
     const NAME: &'static str = "bash";
@@ -562,13 +575,13 @@ impl Tool for Bash {
 
     const PARALLEL_SAFE: bool = false;
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<BashResult>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["process:exec"];
 
-    async fn call(&self, args: BashArgs, cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: BashArgs,
+        cx: &CallContext,
+    ) -> Result<Structured<BashResult>, ToolError> {
         self.run(&args, cx).await
     }
 }

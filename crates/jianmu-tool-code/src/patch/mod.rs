@@ -10,7 +10,7 @@ use std::collections::HashSet;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Change, Tool, ToolError, ToolOutput};
+use jianmu_tool_core::{CallContext, Change, Structured, Tool, ToolError};
 use jianmu_workspace::{Staged, Workspace, WorkspaceError, WriteOptions, blocking, show};
 use serde::{Deserialize, Serialize};
 
@@ -182,7 +182,7 @@ impl ApplyPatch {
     /// # Errors
     /// A malformed patch, a refused path, a missing or already existing file, a hunk
     /// that does not match, a file over the size limit. No file is changed then.
-    pub fn apply(&self, args: &PatchArgs) -> Result<ToolOutput, ToolError> {
+    pub fn apply(&self, args: &PatchArgs) -> Result<Structured<PatchOutput>, ToolError> {
         self.apply_keeping(args, false).map(|(out, _)| out)
     }
 
@@ -192,7 +192,7 @@ impl ApplyPatch {
         &self,
         args: &PatchArgs,
         keep: bool,
-    ) -> Result<(ToolOutput, Written), ToolError> {
+    ) -> Result<(Structured<PatchOutput>, Written), ToolError> {
         let patch = parse::parse(&args.patch)
             .map_err(|e| ToolError::failed(format!("the patch is malformed: {e}; {NOTHING}")))?;
         if patch.ops.len() > self.settings.max_files {
@@ -276,11 +276,14 @@ impl ApplyPatch {
                 f.path
             ));
         }
-        let out = ToolOutput::text(text.trim_end()).with_data(&PatchOutput {
-            files,
-            added,
-            removed,
-        });
+        let out = Structured::new(
+            text.trim_end(),
+            PatchOutput {
+                files,
+                added,
+                removed,
+            },
+        );
         Ok((out, changes))
     }
 
@@ -555,7 +558,7 @@ fn line_count(bytes: &[u8]) -> usize {
 
 impl Tool for ApplyPatch {
     type Args = PatchArgs;
-    type Output = ToolOutput;
+    type Output = Structured<PatchOutput>;
     type Error = ToolError;
 
     const NAME: &'static str = "apply_patch";
@@ -585,13 +588,13 @@ impl Tool for ApplyPatch {
 
     const PARALLEL_SAFE: bool = false;
 
-    fn output_schema() -> serde_json::Value {
-        jianmu_tool_core::schema_for::<PatchOutput>()
-    }
-
     const EFFECTS: &'static [&'static str] = &["filesystem:write"];
 
-    async fn call(&self, args: PatchArgs, _cx: &CallContext) -> Result<ToolOutput, ToolError> {
+    async fn call(
+        &self,
+        args: PatchArgs,
+        _cx: &CallContext,
+    ) -> Result<Structured<PatchOutput>, ToolError> {
         let this = self.clone();
         if !self.checks.is_on() {
             return blocking(Self::NAME, move || this.apply(&args)).await;
@@ -599,7 +602,7 @@ impl Tool for ApplyPatch {
         let (mut out, changes) =
             blocking(Self::NAME, move || this.apply_keeping(&args, true)).await?;
         let written = changes.written;
-        self.checks.append(&mut out, changes.checked).await;
+        self.checks.append(&mut out.text, changes.checked).await;
         // Files past the first MAX_CHECKED are not checked, and the answer says so.
         if written > MAX_CHECKED {
             out.text.push_str(&format!(

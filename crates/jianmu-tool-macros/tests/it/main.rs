@@ -38,6 +38,21 @@ fn nothing() -> &'static str {
     "done"
 }
 
+/// A point.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+struct Point {
+    /// Across.
+    x: i64,
+    /// Down.
+    y: i64,
+}
+
+/// Finds the point.
+#[tool]
+fn locate(x: i64) -> Result<jianmu_tool_core::Json<Point>, String> {
+    Ok(jianmu_tool_core::Json(Point { x, y: 2 * x }))
+}
+
 async fn call(tool: jianmu_tool_core::FunctionTool, args: serde_json::Value) -> String {
     let handle = ToolHandle::new(tool).unwrap();
     match handle.execute(args, ExecuteOptions::default()).await {
@@ -112,4 +127,24 @@ async fn no_arguments() {
 fn misuse_fails_to_compile() {
     let t = trybuild::TestCases::new();
     t.compile_fail("tests/ui/*.rs");
+}
+
+/// A function that returns a typed value declares its shape: the output schema is
+/// derived from the type, and the structured output it gives matches it.
+#[tokio::test]
+async fn a_typed_return_declares_its_output_schema() {
+    let spec = locate_tool().spec().clone();
+    let schema = spec.structured_output_schema().expect("an object schema");
+    assert_eq!(schema["properties"]["x"]["type"], "integer");
+    assert_eq!(schema["properties"]["y"]["description"], "Down.");
+    let handle = ToolHandle::new(locate_tool()).unwrap();
+    let out = handle
+        .execute(json!({"x": 3}), ExecuteOptions::default())
+        .await
+        .unwrap();
+    assert_eq!(out.structured, Some(json!({"x": 3, "y": 6})));
+    // A function that returns text keeps the text schema.
+    let text = nothing_tool().spec().clone();
+    assert!(text.structured_output_schema().is_none());
+    assert_eq!(text.output_schema["type"], "string");
 }
