@@ -157,12 +157,28 @@ impl Server {
         self.serve_on(tokio::io::stdin(), tokio::io::stdout()).await
     }
 
+    /// Makes the session's listing now, off the async threads, while the client
+    /// opens the protocol session: its first `tools/list` then finds it made.
+    fn list_early(&self) {
+        let server = self.clone();
+        drop(tokio::task::spawn_blocking(move || {
+            server.listed();
+        }));
+    }
+
+    /// The session's `tools/list`, made at the first call and kept.
+    fn listed(&self) -> &Arc<Vec<Tool>> {
+        self.listing
+            .get_or_init(|| self.catalog.listing(&self.session))
+    }
+
     /// Serves the client on `input` and `output`, every line through `frame`.
     async fn serve_on<R, W>(self, input: R, output: W) -> anyhow::Result<()>
     where
         R: tokio::io::AsyncRead + Unpin + Send + 'static,
         W: tokio::io::AsyncWrite + Unpin + Send + 'static,
     {
+        self.list_early();
         let (to_service, service_in) = tokio::io::duplex(1 << 20);
         let (service_out, from_service) = tokio::io::duplex(1 << 20);
         let in_flight = frame::InFlight::default();
@@ -295,9 +311,7 @@ impl ServerHandler for Server {
     ) -> Result<ListToolsResult, ErrorData> {
         // The session's own list, the same while it lives: a client may keep it for
         // a while; over HTTP, not in a cache shared with other principals.
-        let listed = self
-            .listing
-            .get_or_init(|| self.catalog.listing(&self.session));
+        let listed = self.listed();
         let scope = if self.public {
             rmcp::model::CacheScope::Public
         } else {
@@ -388,5 +402,55 @@ impl ServerHandler for Server {
             forwarder.abort();
         }
         answer
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stdio server makes its listing while the client opens the protocol session,
+    /// before any `tools/list` asks for it.
+    #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+    async fn a_stdio_server_lists_before_it_is_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let session = Arc::new(
+            Session::open(
+                jianmu_runtime::SessionSettings::new(jianmu_tool_core::ToolConfig::new(dir.path()))
+                    .with_tools(jianmu_runtime::Tools::set(
+                        jianmu_tool_core::ToolSet::from_tools([jianmu_tool_core::ToolHandle::new(
+                            jianmu_tool_core::FunctionTool::from_sync(
+                                jianmu_tool_core::ToolSpec::new("echo", "Echoes."),
+                                |v| Ok(v.to_string().into()),
+                            ),
+                        )
+                        .unwrap()]),
+                    )),
+            )
+            .unwrap(),
+        );
+        let server = Server::new(session);
+        let listing = Arc::clone(&server.listing);
+        let (client, ours) = tokio::io::duplex(1 << 16);
+        let (ours_in, ours_out) = tokio::io::split(ours);
+        let serving = tokio::spawn(server.serve_on(ours_in, ours_out));
+        // Nothing is sent: the client has not even begun its handshake.
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+        while listing.get().is_none() && std::time::Instant::now() < deadline {
+            tokio::time::sleep(std::time::Duration::from_millis(10)).await;
+        }
+        assert!(
+            listing.get().is_some(),
+            "no listing was made before the first tools/list"
+        );
+        assert!(
+            listing
+                .get()
+                .unwrap()
+                .iter()
+                .any(|t| t.name == "echo")
+        );
+        drop(client);
+        let _ = serving.await;
     }
 }
