@@ -443,13 +443,7 @@ mod tests {
             listing.get().is_some(),
             "no listing was made before the first tools/list"
         );
-        assert!(
-            listing
-                .get()
-                .unwrap()
-                .iter()
-                .any(|t| t.name == "echo")
-        );
+        assert!(listing.get().unwrap().iter().any(|t| t.name == "echo"));
         drop(client);
         let _ = serving.await;
     }
