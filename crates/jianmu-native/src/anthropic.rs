@@ -73,16 +73,22 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
     if !input.is_object() {
         return Err(NotACall("a `tool_use` block's `input` is an object".into()));
     }
-    let answer = match name {
-        "bash" => bash(native, &input).await,
-        name if EDITOR.contains(&name) => editor(native, &input).await,
-        "memory" => memory(native, &input).await,
-        other => native
-            .call(other, input)
-            .await
-            .map(Reply::from)
-            .map_err(|e| e.to_string()),
+    let work = async {
+        match name {
+            "bash" => bash(native, &input).await,
+            name if EDITOR.contains(&name) => editor(native, &input).await,
+            "memory" => memory(native, &input).await,
+            other => native
+                .call(other, input)
+                .await
+                .map(Reply::from)
+                .map_err(|e| e.to_string()),
+        }
     };
+    let answer = native
+        .within(work)
+        .await
+        .unwrap_or_else(|stopped| Err(format!("Error: {stopped}")));
     Ok(result(id, answer))
 }
 
@@ -198,11 +204,32 @@ async fn editor(native: &Native, input: &Value) -> Answer {
                 )
                 .into());
             }
-            let out = read(session, &rel).await?;
+            let range = input.get("view_range").filter(|r| !r.is_null());
+            let out = match read(session, &rel).await {
+                // Too large to read whole: a `view_range` reads only its lines.
+                Err(e) if e.contains("read it in windows") => match range {
+                    Some(range) => {
+                        let body = ranged_window(session, &rel, range).await?;
+                        let mut text =
+                            format!("Here's the result of running `cat -n` on {path}:\n{body}");
+                        if let Some(max) = native.max_characters {
+                            text = head(&text, max);
+                        }
+                        return Ok(text.into());
+                    }
+                    None => {
+                        return Err(format!(
+                            "{} is too large to view whole; view part of it with `view_range` [start, end] (lines, from 1).",
+                            path
+                        ));
+                    }
+                },
+                other => other?,
+            };
             if !out.images.is_empty() {
                 return Ok(out.into());
             }
-            let body = ranged(&out.text, input.get("view_range"))?;
+            let body = ranged(&out.text, range)?;
             let mut text = format!("Here's the result of running `cat -n` on {path}:\n{body}");
             if let Some(max) = native.max_characters {
                 text = head(&text, max);
@@ -528,6 +555,63 @@ fn ranged(content: &str, range: Option<&Value>) -> Result<String, String> {
         usize::try_from(end).unwrap_or(0).min(all.len())
     };
     Ok(numbered(&all[from..to], from + 1))
+}
+
+/// The lines `range` asks for of a file too large to read whole, read as a window
+/// of `read_file` (which stops at its size limit, and says so), numbered; the same
+/// checks and texts as [`ranged`].
+async fn ranged_window(session: &Session, rel: &str, range: &Value) -> Result<String, String> {
+    let bad = || "Invalid `view_range`. It should be a list of two integers.".to_owned();
+    let pair = range.as_array().filter(|a| a.len() == 2).ok_or_else(bad)?;
+    let (Some(start), Some(end)) = (pair[0].as_i64(), pair[1].as_i64()) else {
+        return Err(bad());
+    };
+    let shown = format!("[{start}, {end}]");
+    let first = u64::try_from(start).unwrap_or(0).max(1);
+    let mut args = json!({"path": rel, "offset": first, "line_numbers": false});
+    if end != -1 && end >= start {
+        args["limit"] = json!(end - start + 1);
+    }
+    let out = session
+        .call("read_file", args)
+        .await
+        .map_err(|e| e.to_string())?;
+    let data = out.structured.unwrap_or_default();
+    let number = |key: &str| data.get(key).and_then(Value::as_u64).unwrap_or(0);
+    let (n, got) = (number("total_lines"), number("lines"));
+    let n_shown = i64::try_from(n).unwrap_or(i64::MAX);
+    if start < 1 || start > n_shown.max(1) {
+        return Err(format!(
+            "Invalid `view_range`: {shown}. Its first element `{start}` should be within the range of lines of the file: [1, {n}]"
+        ));
+    }
+    if end != -1 && end > n_shown {
+        return Err(format!(
+            "Invalid `view_range`: {shown}. Its second element `{end}` should be smaller than the number of lines in the file: `{n}`"
+        ));
+    }
+    if end != -1 && end < start {
+        return Err(format!(
+            "Invalid `view_range`: {shown}. Its second element `{end}` should be larger or equal than its first `{start}`"
+        ));
+    }
+    let all = lines(&out.text);
+    let kept = &all[..usize::try_from(got).unwrap_or(0).min(all.len())];
+    let mut body = numbered(kept, usize::try_from(first).unwrap_or(1));
+    let wanted = if end == -1 {
+        n + 1 - first
+    } else {
+        u64::try_from(end - start + 1).unwrap_or(0)
+    };
+    if got < wanted {
+        let next = first + got;
+        body.push_str(&format!(
+            "[Only lines {first}-{} are shown: the rest is over the size of one read. View from line {next} with `view_range` [{next}, {}].]\n",
+            next - 1,
+            if end == -1 { -1 } else { end }
+        ));
+    }
+    Ok(body)
 }
 
 /// `text` cut to `max` characters, with the cut said.

@@ -180,6 +180,22 @@ impl Native {
         self.session.close().await
     }
 
+    /// Runs `work`, one whole native call, within the session's time limit (the
+    /// runtime's per-call `timeout`): the editor's own work between tool calls is
+    /// bounded too. `Err` holds what to tell the model when the limit ended it.
+    async fn within<T>(&self, work: impl std::future::Future<Output = T>) -> Result<T, String> {
+        match self.runtime.settings().timeout {
+            Some(limit) => tokio::time::timeout(limit, work).await.map_err(|_| {
+                format!(
+                    "the call did not finish within {:.1} s, the time limit here, and was stopped; \
+                     split the work into smaller calls",
+                    limit.as_secs_f64()
+                )
+            }),
+            None => Ok(work.await),
+        }
+    }
+
     /// Calls a tool of the workspace session.
     async fn call(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
         self.session.call(tool, args).await

@@ -12,6 +12,16 @@ use crate::{Native, NotACall, OPENAI_SHELL};
 const NOT_RUN: i64 = 126;
 /// Most commands one `shell_call` may carry.
 const MAX_COMMANDS: usize = 64;
+/// The lines that begin a patch's sections: in one operation's diff they would
+/// start another.
+const HEADERS: [&str; 6] = [
+    "*** Begin Patch",
+    "*** End Patch",
+    "*** Add File: ",
+    "*** Delete File: ",
+    "*** Update File: ",
+    "*** Move to: ",
+];
 /// The longest time limit `bash` takes, a day.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
@@ -27,7 +37,18 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
     };
     match kind {
         "shell_call" => shell(native, call_id()?, obj).await,
-        "apply_patch_call" => apply_patch(native, call_id()?, obj).await,
+        "apply_patch_call" => {
+            let call_id = call_id()?;
+            match native.within(apply_patch(native, call_id, obj)).await {
+                Ok(output) => output,
+                Err(stopped) => Ok(json!({
+                    "type": "apply_patch_call_output",
+                    "call_id": call_id,
+                    "status": "failed",
+                    "output": format!("error: {stopped}"),
+                })),
+            }
+        }
         "custom_tool_call" => {
             let call_id = call_id()?;
             let (Some(name), Some(input)) = (
@@ -43,7 +64,7 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             } else {
                 Value::String(input.to_owned())
             };
-            let output = text_of(native.call(name, args).await);
+            let output = text_of(native.within(native.call(name, args)).await);
             Ok(json!({"type": "custom_tool_call_output", "call_id": call_id, "output": output}))
         }
         "function_call" => {
@@ -57,7 +78,7 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
                 ));
             };
             let output = match serde_json::from_str::<Value>(arguments) {
-                Ok(args) => text_of(native.call(name, args).await),
+                Ok(args) => text_of(native.within(native.call(name, args)).await),
                 Err(e) => format!("error: the arguments are not JSON: {e}"),
             };
             Ok(json!({"type": "function_call_output", "call_id": call_id, "output": output}))
@@ -72,10 +93,11 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
     }
 }
 
-fn text_of(result: Result<jianmu_tool_core::ToolOutput, ToolError>) -> String {
+fn text_of(result: Result<Result<jianmu_tool_core::ToolOutput, ToolError>, String>) -> String {
     match result {
-        Ok(out) => out.text,
-        Err(e) => format!("error: {e}"),
+        Ok(Ok(out)) => out.text,
+        Ok(Err(e)) => format!("error: {e}"),
+        Err(stopped) => format!("error: {stopped}"),
     }
 }
 
@@ -221,10 +243,12 @@ fn operation(
     let rel = native.workspace_path(path)?;
     let body = |diff: Option<&str>| -> Result<String, String> {
         let diff = diff.ok_or_else(|| format!("`{kind}` needs a `diff`"))?;
-        // The diff is one file's: a header line in it would reach other files.
+        // The diff is one file's: a header line in it would reach other files. A
+        // header starts its line; a context line holding `*** ` (an org-mode
+        // heading, a Robot Framework section) starts with its space and is text.
         if let Some(line) = diff.lines().find(|l| {
-            let l = l.trim();
-            l.starts_with("*** ") && l != "*** End of File"
+            let l = l.trim_end();
+            HEADERS.iter().any(|h| l.starts_with(h))
         }) {
             return Err(format!(
                 "the diff holds the line `{}`, which would start another file operation; send one file's changes per call",

@@ -48,13 +48,19 @@ pub(crate) fn numbered(lines: &[&str], first: usize) -> String {
     out
 }
 
-/// 1-based numbers of the lines where `needle` starts in `text`.
+/// 1-based numbers of the lines where `needle` starts in `text`, each once. One
+/// pass: line breaks are counted from the previous match, not from the start, so a
+/// needle found everywhere costs no more than one search.
 pub(crate) fn occurrence_lines(text: &str, needle: &str) -> Vec<usize> {
-    let mut lines: Vec<usize> = text
-        .match_indices(needle)
-        .map(|(at, _)| text[..at].matches('\n').count() + 1)
-        .collect();
-    lines.dedup();
+    let mut lines: Vec<usize> = Vec::new();
+    let (mut line, mut counted) = (1, 0);
+    for (at, _) in text.match_indices(needle) {
+        line += text[counted..at].bytes().filter(|&b| b == b'\n').count();
+        counted = at;
+        if lines.last() != Some(&line) {
+            lines.push(line);
+        }
+    }
     lines
 }
 
@@ -124,6 +130,8 @@ mod tests {
         assert!(lines("").is_empty());
         assert_eq!(numbered(&["x", "y"], 9), "     9\tx\n    10\ty\n");
         assert_eq!(occurrence_lines("x\nab\nabab", "ab"), [2, 3]);
+        assert_eq!(occurrence_lines("a\n\naa\n", "a"), [1, 3]);
+        assert!(occurrence_lines("abc", "x").is_empty());
         assert_eq!(human(100), "100");
         assert_eq!(human(4096), "4.0K");
         assert_eq!(human(1536 * 1024), "1.5M");

@@ -17,12 +17,21 @@ struct Fixture {
 }
 
 fn fixture_with(policy: Policy, max_characters: Option<usize>) -> Fixture {
+    fixture_of(policy, max_characters, None)
+}
+
+fn fixture_of(
+    policy: Policy,
+    max_characters: Option<usize>,
+    timeout: Option<std::time::Duration>,
+) -> Fixture {
     let dir = tempfile::tempdir().unwrap();
     let root = dir.path().join("ws");
     let memories = dir.path().join("mem");
     std::fs::create_dir(&root).unwrap();
     let mut settings = SessionSettings::new(ToolConfig::new(&root));
     settings.policy = policy;
+    settings.timeout = timeout;
     let runtime = Runtime::new(settings).unwrap();
     let mut options = NativeOptions::new()
         .with_root("/repo")
@@ -792,4 +801,120 @@ async fn v4a_updates_apply_as_git_applies_the_same_change() {
             "case {case}\n{unified}"
         );
     }
+}
+
+/// An `old_str` found on every line is answered as fast as one search of the file
+/// (the line of each match was counted from the start of the file, so 200,000
+/// matches took minutes), and within the session's time limit.
+#[tokio::test]
+async fn a_str_replace_found_everywhere_answers_within_the_time_limit() {
+    let limit = std::time::Duration::from_secs(20);
+    let f = fixture_of(Policy::default(), None, Some(limit));
+    std::fs::write(f.root.join("many.txt"), "ab\n".repeat(200_000)).unwrap();
+    let started = std::time::Instant::now();
+    let text = f
+        .err(
+            EDITOR,
+            json!({"command": "str_replace", "path": "/repo/many.txt", "old_str": "ab", "new_str": "x"}),
+        )
+        .await;
+    let took = started.elapsed();
+    assert!(
+        text.starts_with(
+            "No replacement was performed. Multiple occurrences of old_str `ab` in lines [1, 2, 3,"
+        ),
+        "{}",
+        &text[..200.min(text.len())]
+    );
+    assert!(text.ends_with("199999, 200000]. Please ensure it is unique"));
+    assert!(
+        took < limit,
+        "the answer took {took:?}, over the limit of {limit:?}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("many.txt"))
+            .unwrap()
+            .len(),
+        600_000
+    );
+}
+
+/// A file over the size of one read is viewed in parts with `view_range` (it was
+/// refused, and the refusal named `offset` and `limit`, which the editor has not).
+#[tokio::test]
+async fn view_range_reads_part_of_a_file_too_large_to_view_whole() {
+    let f = fixture();
+    let big: String = (1..=150_000).map(|i| format!("line {i:06}\n")).collect();
+    assert!(big.len() > 1 << 20);
+    std::fs::write(f.root.join("big.log"), &big).unwrap();
+    let text = f
+        .ok(
+            EDITOR,
+            json!({"command": "view", "path": "/repo/big.log", "view_range": [3, 5]}),
+        )
+        .await;
+    assert_eq!(
+        text,
+        "Here's the result of running `cat -n` on /repo/big.log:\n     3\tline 000003\n     4\tline 000004\n     5\tline 000005\n"
+    );
+    let tail = f
+        .ok(
+            EDITOR,
+            json!({"command": "view", "path": "/repo/big.log", "view_range": [149_999, -1]}),
+        )
+        .await;
+    assert!(
+        tail.ends_with("149999\tline 149999\n150000\tline 150000\n"),
+        "{tail}"
+    );
+    let whole = f
+        .err(EDITOR, json!({"command": "view", "path": "/repo/big.log"}))
+        .await;
+    assert!(whole.contains("view_range"), "{whole}");
+    assert!(!whole.contains("offset"), "{whole}");
+    let past = f
+        .err(
+            EDITOR,
+            json!({"command": "view", "path": "/repo/big.log", "view_range": [150_001, -1]}),
+        )
+        .await;
+    assert!(past.contains("[1, 150000]"), "{past}");
+    // More than one read holds: the lines that fit, and where to go on.
+    let wide = f
+        .ok(
+            EDITOR,
+            json!({"command": "view", "path": "/repo/big.log", "view_range": [1, 150_000]}),
+        )
+        .await;
+    assert!(
+        wide.contains("View from line"),
+        "{}",
+        &wide[wide.len() - 300..]
+    );
+}
+
+/// A V4A diff's context line whose text begins with `*** ` (an org-mode heading) is
+/// text, not another file operation: it applies, as the Agents SDK applies it.
+#[tokio::test]
+async fn a_v4a_context_line_that_begins_with_stars_applies() {
+    let f = fixture();
+    std::fs::write(
+        f.root.join("notes.org"),
+        "*** Settings\nold value\n*** Other\n",
+    )
+    .unwrap();
+    let out = f
+        .openai(
+            json!({"type": "apply_patch_call", "call_id": "c", "operation": {
+                "type": "update_file",
+                "path": "notes.org",
+                "diff": "@@\n *** Settings\n-old value\n+new value\n *** Other\n",
+            }}),
+        )
+        .await;
+    assert_eq!(out["status"], "completed", "{out}");
+    assert_eq!(
+        std::fs::read_to_string(f.root.join("notes.org")).unwrap(),
+        "*** Settings\nnew value\n*** Other\n"
+    );
 }
