@@ -526,12 +526,30 @@ fn ranged(content: &str, range: Option<&Value>) -> Result<String, String> {
     let Some(range) = range.filter(|r| !r.is_null()) else {
         return Ok(numbered(&all, 1));
     };
+    let (start, end) = view_range(range)?;
+    check_range(start, end, all.len() as i64)?;
+    let from = usize::try_from(start - 1).unwrap_or(0).min(all.len());
+    let to = if end == -1 {
+        all.len()
+    } else {
+        usize::try_from(end).unwrap_or(0).min(all.len())
+    };
+    Ok(numbered(&all[from..to], from + 1))
+}
+
+/// `view_range`'s two numbers, or the reference's text for a malformed one.
+fn view_range(range: &Value) -> Result<(i64, i64), String> {
     let bad = || "Invalid `view_range`. It should be a list of two integers.".to_owned();
     let pair = range.as_array().filter(|a| a.len() == 2).ok_or_else(bad)?;
-    let (Some(start), Some(end)) = (pair[0].as_i64(), pair[1].as_i64()) else {
-        return Err(bad());
-    };
-    let n = all.len() as i64;
+    match (pair[0].as_i64(), pair[1].as_i64()) {
+        (Some(start), Some(end)) => Ok((start, end)),
+        _ => Err(bad()),
+    }
+}
+
+/// Whether `[start, end]` is a range of a file of `n` lines, in the reference's
+/// words when it is not.
+fn check_range(start: i64, end: i64, n: i64) -> Result<(), String> {
     let shown = format!("[{start}, {end}]");
     if start < 1 || start > n.max(1) {
         return Err(format!(
@@ -548,25 +566,14 @@ fn ranged(content: &str, range: Option<&Value>) -> Result<String, String> {
             "Invalid `view_range`: {shown}. Its second element `{end}` should be larger or equal than its first `{start}`"
         ));
     }
-    let from = usize::try_from(start - 1).unwrap_or(0).min(all.len());
-    let to = if end == -1 {
-        all.len()
-    } else {
-        usize::try_from(end).unwrap_or(0).min(all.len())
-    };
-    Ok(numbered(&all[from..to], from + 1))
+    Ok(())
 }
 
 /// The lines `range` asks for of a file too large to read whole, read as a window
 /// of `read_file` (which stops at its size limit, and says so), numbered; the same
 /// checks and texts as [`ranged`].
 async fn ranged_window(session: &Session, rel: &str, range: &Value) -> Result<String, String> {
-    let bad = || "Invalid `view_range`. It should be a list of two integers.".to_owned();
-    let pair = range.as_array().filter(|a| a.len() == 2).ok_or_else(bad)?;
-    let (Some(start), Some(end)) = (pair[0].as_i64(), pair[1].as_i64()) else {
-        return Err(bad());
-    };
-    let shown = format!("[{start}, {end}]");
+    let (start, end) = view_range(range)?;
     let first = u64::try_from(start).unwrap_or(0).max(1);
     let mut args = json!({"path": rel, "offset": first, "line_numbers": false});
     if end != -1 && end >= start {
@@ -579,22 +586,7 @@ async fn ranged_window(session: &Session, rel: &str, range: &Value) -> Result<St
     let data = out.structured.unwrap_or_default();
     let number = |key: &str| data.get(key).and_then(Value::as_u64).unwrap_or(0);
     let (n, got) = (number("total_lines"), number("lines"));
-    let n_shown = i64::try_from(n).unwrap_or(i64::MAX);
-    if start < 1 || start > n_shown.max(1) {
-        return Err(format!(
-            "Invalid `view_range`: {shown}. Its first element `{start}` should be within the range of lines of the file: [1, {n}]"
-        ));
-    }
-    if end != -1 && end > n_shown {
-        return Err(format!(
-            "Invalid `view_range`: {shown}. Its second element `{end}` should be smaller than the number of lines in the file: `{n}`"
-        ));
-    }
-    if end != -1 && end < start {
-        return Err(format!(
-            "Invalid `view_range`: {shown}. Its second element `{end}` should be larger or equal than its first `{start}`"
-        ));
-    }
+    check_range(start, end, i64::try_from(n).unwrap_or(i64::MAX))?;
     let all = lines(&out.text);
     let kept = &all[..usize::try_from(got).unwrap_or(0).min(all.len())];
     let mut body = numbered(kept, usize::try_from(first).unwrap_or(1));
