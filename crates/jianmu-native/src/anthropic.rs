@@ -146,13 +146,11 @@ async fn bash(native: &Native, input: &Value) -> Answer {
     let Some(command) = command else {
         return Err("no command provided.".to_owned());
     };
-    let out = native
-        .call(
-            "bash",
-            json!({"command": command, "session": ANTHROPIC_SHELL}),
-        )
-        .await
-        .map_err(|e| e.to_string())?;
+    let mut args = json!({"command": command, "session": ANTHROPIC_SHELL});
+    if let Some(secs) = native.bash_timeout(None) {
+        args["timeout"] = json!(secs);
+    }
+    let out = native.call("bash", args).await.map_err(|e| e.to_string())?;
     let data = out.structured.as_ref();
     if data
         .and_then(|d| d.get("exit_code"))

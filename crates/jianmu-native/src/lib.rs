@@ -196,6 +196,20 @@ impl Native {
         }
     }
 
+    /// The time limit to give `bash`, in seconds: the one `asked`, at most a little
+    /// under the session's limit, so that `bash` stops the command itself and keeps
+    /// what it printed (the session's limit would end the call with nothing).
+    fn bash_timeout(&self, asked: Option<f64>) -> Option<f64> {
+        let under = self.runtime.settings().timeout.map(|limit| {
+            let secs = limit.as_secs_f64();
+            (secs - (secs / 10.0).min(1.0)).max(0.001)
+        });
+        match (asked, under) {
+            (Some(asked), Some(under)) => Some(asked.min(under)),
+            (asked, under) => asked.or(under),
+        }
+    }
+
     /// Calls a tool of the workspace session.
     async fn call(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
         self.session.call(tool, args).await

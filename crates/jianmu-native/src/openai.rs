@@ -157,9 +157,10 @@ fn not_run(message: &str) -> Value {
 
 async fn run(native: &Native, command: &str, timeout_ms: Option<u64>) -> Value {
     let mut args = json!({"command": command, "session": OPENAI_SHELL});
-    if let Some(ms) = timeout_ms {
-        // Within what `bash` takes: a millisecond to a day.
-        args["timeout"] = json!((ms.clamp(1, MAX_TIMEOUT_MS) as f64) / 1000.0);
+    // Within what `bash` takes: a millisecond to a day.
+    let asked = timeout_ms.map(|ms| (ms.clamp(1, MAX_TIMEOUT_MS) as f64) / 1000.0);
+    if let Some(secs) = native.bash_timeout(asked) {
+        args["timeout"] = json!(secs);
     }
     match native.call("bash", args).await {
         Ok(out) => {

@@ -918,3 +918,25 @@ async fn a_v4a_context_line_that_begins_with_stars_applies() {
         "*** Settings\nnew value\n*** Other\n"
     );
 }
+
+/// A command stopped by the session's time limit answers with what it printed so
+/// far, as the docs promise (the session's limit ended the call first, with nothing).
+#[tokio::test]
+async fn a_bash_command_stopped_by_the_time_limit_keeps_its_output() {
+    let limit = std::time::Duration::from_secs(3);
+    let f = fixture_of(Policy::default(), None, Some(limit));
+    let text = f
+        .err("bash", json!({"command": "echo started; sleep 30"}))
+        .await;
+    assert!(text.contains("started"), "{text}");
+    assert!(text.contains("timed out"), "{text}");
+    let out = f
+        .openai(json!({"type": "shell_call", "call_id": "c", "action": {"commands": ["echo begun; sleep 30"]}}))
+        .await;
+    assert_eq!(
+        out["output"][0]["outcome"],
+        json!({"type": "timeout"}),
+        "{out}"
+    );
+    assert_eq!(out["output"][0]["stdout"], "begun\n", "{out}");
+}
