@@ -57,6 +57,10 @@ pub(crate) struct Mcp {
     /// `[mcp.http]`: `jianmu mcp --http`.
     #[serde(default)]
     pub(crate) http: HttpLimits,
+    /// Tools left out of `tools/list` until `tool_search` finds them: names, globs
+    /// (`git_*`), effect tags (`network`) or feature names (`lsp`).
+    #[serde(default)]
+    pub(crate) defer: Vec<String>,
 }
 
 /// `[mcp.http]`: the MCP service's own settings (`jianmu-mcp`).

@@ -167,13 +167,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
         }
         #[cfg(feature = "mcp")]
         Command::Mcp(mcp_args) => {
-            let mut settings = load()?;
-            // Clients edit by line numbers they read: number every read unless the
-            // configuration says otherwise.
-            settings.tools =
-                settings
-                    .tools
-                    .with_default_setting("read_file", "line_numbers", Value::Bool(true));
+            let settings = load()?.for_mcp();
             if let Some(addr) = mcp_args.http {
                 let options = jianmu_mcp::http::Options::new(
                     addr,
@@ -182,7 +176,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     &mcp_args.allow_origin,
                     mcp_args.workspace_per_session.clone(),
                     mcp_args.workspace_per_principal.clone(),
-                )?;
+                )?
+                .deferring(settings.deferral());
                 let rt = tokio::runtime::Builder::new_multi_thread()
                     .enable_all()
                     .build()
@@ -215,7 +210,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                         }
                     });
                 }
-                let server = jianmu_mcp::Server::new(std::sync::Arc::clone(&session));
+                let server =
+                    jianmu_mcp::Server::new(session.clone()).deferring(settings.deferral());
                 // A signal drops the server: its calls are cancelled, which stops them.
                 let served = tokio::select! {
                     served = server.serve_stdio() => served,

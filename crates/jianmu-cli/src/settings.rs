@@ -32,6 +32,9 @@ pub(crate) struct Settings {
     /// `[mcp.http]`.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     pub(crate) mcp_http: crate::config::HttpLimits,
+    /// `[mcp] defer`.
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    mcp_defer: Vec<String>,
 }
 
 impl Settings {
@@ -112,6 +115,7 @@ impl Settings {
             #[cfg(feature = "docker")]
             docker: config.execution.docker,
             mcp_http: config.mcp.http,
+            mcp_defer: config.mcp.defer,
         })
     }
 
@@ -136,6 +140,29 @@ impl Settings {
         session.audit_log = self.audit_log.clone();
         session.hidden.clone_from(&self.hidden);
         Ok(session)
+    }
+
+    /// The settings of `jianmu mcp`: every read numbered unless the configuration says
+    /// otherwise, since clients edit by the line numbers they read.
+    #[cfg(feature = "mcp")]
+    #[must_use]
+    pub(crate) fn for_mcp(mut self) -> Self {
+        self.tools = self.tools.with_default_setting(
+            "read_file",
+            "line_numbers",
+            serde_json::Value::Bool(true),
+        );
+        self
+    }
+
+    /// `[mcp] defer`, with each built-in tool's feature as its group, so that `lsp`
+    /// defers the language-server tools.
+    #[cfg(feature = "mcp")]
+    pub(crate) fn deferral(&self) -> jianmu_mcp::Deferral {
+        jianmu_provider::BUILTIN_TOOLS.iter().fold(
+            jianmu_mcp::Deferral::new(self.mcp_defer.iter().cloned()),
+            |deferral, (tool, feature)| deferral.with_group(*tool, *feature),
+        )
     }
 
     /// What no command may see: the settings file and the audit log.

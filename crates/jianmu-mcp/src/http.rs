@@ -54,6 +54,8 @@ pub struct Options {
     per_session: Option<PathBuf>,
     /// `--workspace-per-principal DIR` (or `principal_workspaces`).
     per_principal: Option<PathBuf>,
+    /// `[mcp] defer`.
+    deferral: crate::Deferral,
 }
 
 /// `dir`, made if missing, as an absolute path.
@@ -113,7 +115,16 @@ impl Options {
             limits,
             per_session,
             per_principal,
+            deferral: crate::Deferral::default(),
         })
+    }
+
+    /// Leaves the tools `deferral` names out of `tools/list`, for `tool_search` to
+    /// find ([`crate::Deferral`]).
+    #[must_use]
+    pub fn deferring(mut self, deferral: crate::Deferral) -> Self {
+        self.deferral = deferral;
+        self
     }
 }
 
@@ -552,7 +563,8 @@ pub async fn serve(
     let runtime = Runtime::new(session)?;
     // The first clients' sessions take warm containers.
     runtime.fill_pool();
-    let catalog = Catalog::new(runtime.tool_names(), runtime.policy());
+    let mut catalog = Catalog::new(runtime.tool_names(), runtime.policy());
+    catalog.deferral = Arc::new(options.deferral.clone());
     let scopes = Scopes::new(
         runtime.clone(),
         catalog.clone(),

@@ -15,7 +15,7 @@
 //! `tools/call` parameters, reused ids).
 
 use std::collections::HashSet;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 use std::time::Instant;
 
 use jianmu_runtime::{Policy, Session};
@@ -42,6 +42,7 @@ pub(crate) async fn until(changed: &tokio::sync::Notify, done: impl Fn() -> bool
 }
 
 mod config;
+mod defer;
 mod frame;
 pub mod http;
 mod metrics;
@@ -51,6 +52,7 @@ mod scopes;
 mod tasks;
 
 pub use config::{BadLimits, HttpLimits, PrincipalSettings};
+pub use defer::Deferral;
 
 /// How long a client may keep the tool list before asking again (`ttlMs`).
 const LIST_TTL_MS: u64 = 5 * 60 * 1000;
@@ -58,12 +60,14 @@ const LIST_TTL_MS: u64 = 5 * 60 * 1000;
 /// How long calls still running may take to answer once the client closed its input.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What every session of one server shares: the tool names, the policy, and the
-/// metrics.
+/// What every session of one server shares: the tool names, the policy, what is
+/// deferred, and the metrics.
 #[derive(Debug, Clone)]
 pub(crate) struct Catalog {
     /// The policy: tools it denies are not listed.
     policy: Policy,
+    /// Tools listed only once `tool_search` finds them.
+    deferral: Arc<Deferral>,
     /// Every compiled-in tool's name (metrics label only these).
     known: Arc<HashSet<String>>,
     metrics: Arc<metrics::Metrics>,
@@ -76,6 +80,7 @@ impl Catalog {
     fn new(names: impl IntoIterator<Item = String>, policy: &Policy) -> Self {
         Self {
             policy: policy.clone(),
+            deferral: Arc::default(),
             known: Arc::new(names.into_iter().collect()),
             metrics: Arc::new(metrics::Metrics::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
@@ -83,15 +88,15 @@ impl Catalog {
     }
 
     /// The tools `session` offers as `tools/list` describes them: its own specs
-    /// (built from its settings, a principal's included), those the policy allows.
-    fn listing(&self, session: &Session) -> Arc<Vec<Tool>> {
-        let listed = session
+    /// (built from its settings, a principal's included), those the policy allows,
+    /// the deferred ones apart.
+    fn listing(&self, session: &Session) -> defer::Made {
+        let specs: Vec<ToolSpec> = session
             .specs()
-            .iter()
+            .into_iter()
             .filter(|spec| self.policy.check(spec).is_ok())
-            .map(describe)
             .collect();
-        Arc::new(listed)
+        defer::Made::new(&specs, &self.deferral)
     }
 }
 
@@ -103,8 +108,9 @@ impl std::fmt::Debug for Server {
     }
 }
 
-/// A session's `tools/list`, made at the first listing and kept with the session.
-pub(crate) type Listing = Arc<OnceLock<Arc<Vec<Tool>>>>;
+/// A session's `tools/list`, made at the first listing and kept with the session,
+/// with the deferred tools it has found.
+pub(crate) type Listing = Arc<defer::Listed>;
 
 /// The MCP server of one client session: its session (tools and their state, the
 /// runner stack).
@@ -149,6 +155,14 @@ impl Server {
         }
     }
 
+    /// Leaves the tools `deferral` names out of `tools/list`, for `tool_search` to
+    /// find ([`Deferral`]).
+    #[must_use]
+    pub fn deferring(mut self, deferral: Deferral) -> Self {
+        self.catalog.deferral = Arc::new(deferral);
+        self
+    }
+
     /// Serves on stdin and stdout until the client goes away.
     ///
     /// # Errors
@@ -166,10 +180,9 @@ impl Server {
         }));
     }
 
-    /// The session's `tools/list`, made at the first call and kept.
-    fn listed(&self) -> &Arc<Vec<Tool>> {
-        self.listing
-            .get_or_init(|| self.catalog.listing(&self.session))
+    /// The session's listing, made at the first call and kept.
+    fn listed(&self) -> &defer::Made {
+        self.listing.made(|| self.catalog.listing(&self.session))
     }
 
     /// Serves the client on `input` and `output`, every line through `frame`.
@@ -295,10 +308,19 @@ impl ServerHandler for Server {
 
     fn get_info(&self) -> ServerConfig {
         ServerConfig::new(
-            ServerCapabilities::builder()
-                .enable_tools()
-                .enable_tasks()
-                .build(),
+            if self.catalog.deferral.is_empty() {
+                ServerCapabilities::builder()
+                    .enable_tools()
+                    .enable_tasks()
+                    .build()
+            } else {
+                // A tool found by `tool_search` joins the list.
+                ServerCapabilities::builder()
+                    .enable_tools()
+                    .enable_tool_list_changed()
+                    .enable_tasks()
+                    .build()
+            },
         )
             .with_server_info(Implementation::new("jianmu", env!("CARGO_PKG_VERSION")))
             .with_instructions("Built-in tools: files and search confined to one workspace, a calculator, and more. Tool errors come back as results to read and act on.")
@@ -311,13 +333,13 @@ impl ServerHandler for Server {
     ) -> Result<ListToolsResult, ErrorData> {
         // The session's own list, the same while it lives: a client may keep it for
         // a while; over HTTP, not in a cache shared with other principals.
-        let listed = self.listed();
+        let listed = self.listing.tools(self.listed());
         let scope = if self.public {
             rmcp::model::CacheScope::Public
         } else {
             rmcp::model::CacheScope::Private
         };
-        Ok(ListToolsResult::with_all_items(listed.as_ref().clone())
+        Ok(ListToolsResult::with_all_items(listed)
             .with_ttl_ms(LIST_TTL_MS)
             .with_cache_scope(scope))
     }
@@ -330,6 +352,25 @@ impl ServerHandler for Server {
         let args = request
             .arguments
             .map_or(Value::Object(Map::new()), Value::Object);
+        if !self.catalog.deferral.is_empty() {
+            let made = self.listed();
+            if request.name == defer::TOOL_SEARCH {
+                return match self.listing.search(made, &args) {
+                    Ok((found, text, changed)) => {
+                        if changed {
+                            // Best effort: a client that missed it lists again later.
+                            let _ = context.peer.notify_tool_list_changed().await;
+                        }
+                        result(Ok(ToolOutput::text(text).with_structured(found))).map(Into::into)
+                    }
+                    Err(why) => Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into()),
+                };
+            }
+            let canonical = self.session.canonical_name(&request.name);
+            if let Some(why) = self.listing.hidden(made, &canonical) {
+                return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
+            }
+        }
         // A background job asked for by a client that speaks the tasks extension is
         // answered as a task: `tasks/get` polls it, `tasks/cancel` stops it.
         let canonical = self.session.canonical_name(&request.name);
@@ -436,14 +477,19 @@ mod tests {
         let serving = tokio::spawn(server.serve_on(ours_in, ours_out));
         // Nothing is sent: the client has not even begun its handshake.
         let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
-        while listing.get().is_none() && std::time::Instant::now() < deadline {
+        while !listing.is_made() && std::time::Instant::now() < deadline {
             tokio::time::sleep(std::time::Duration::from_millis(10)).await;
         }
         assert!(
-            listing.get().is_some(),
+            listing.is_made(),
             "no listing was made before the first tools/list"
         );
-        assert!(listing.get().unwrap().iter().any(|t| t.name == "echo"));
+        assert!(
+            listing
+                .tools(listing.made(|| panic!("made already")))
+                .iter()
+                .any(|t| t.name == "echo")
+        );
         drop(client);
         let _ = serving.await;
     }

@@ -63,6 +63,22 @@ fn a_real_mcp_client_gets_the_same_answers_from_the_docker_sandbox() {
     );
 }
 
+/// Runs the client `script` with this build's `jianmu` and `args`; what it saw.
+fn run_client(script: &Path, args: &[&std::ffi::OsStr]) -> Value {
+    let out = jianmu_process::std_command(python())
+        .arg(script)
+        .arg(env!("CARGO_BIN_EXE_jianmu"))
+        .args(args)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "client failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
 /// Runs `mcp_client.py` against `jianmu mcp FLAGS` and checks what it saw;
 /// `prepare` gets the workspace before the server starts.
 fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
@@ -81,20 +97,9 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
     prepare(&ws);
     let audit = dir.path().join("audit.jsonl");
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_client.py");
-    let out = jianmu_process::std_command(python())
-        .arg(&script)
-        .arg(env!("CARGO_BIN_EXE_jianmu"))
-        .arg(&ws)
-        .arg(&audit)
-        .args(flags)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "client failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let seen: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let mut args = vec![ws.as_os_str(), audit.as_os_str()];
+    args.extend(flags.iter().map(std::ffi::OsStr::new));
+    let seen = run_client(&script, &args);
     assert_eq!(seen["server"], "jianmu");
     assert_eq!(seen["numbered"], "1\thi\n(lines 1-1 of 1)");
     let script = seen["script"][1].as_str().unwrap();
@@ -206,4 +211,62 @@ fn client_scenario(flags: &[&str], prepare: fn(&Path)) {
         (&grep[0]["outcome"], &grep[0]["error"]),
         (&json!("error"), &json!("cancelled"))
     );
+}
+
+/// `[mcp] defer` leaves tools out of `tools/list`; a real client finds them with
+/// `tool_search`, is told the list changed, and can call them from then on.
+#[test]
+fn a_real_mcp_client_finds_deferred_tools_with_tool_search() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let git = jianmu_process::std_command("git")
+        .args(["init", "-q", "-b", "main"])
+        .current_dir(&ws)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(&config, "[mcp]\ndefer = [\"git_*\", \"lsp\"]\n").unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_defer.py");
+    let seen = run_client(&script, &[ws.as_os_str(), config.as_os_str()]);
+    let names =
+        |key: &str| -> Vec<String> { serde_json::from_value(seen[key]["names"].clone()).unwrap() };
+    let (plain, deferred) = (names("plain"), names("deferred"));
+    assert!(plain.contains(&"git_status".to_owned()) && !plain.contains(&"tool_search".to_owned()));
+    assert!(
+        !deferred
+            .iter()
+            .any(|n| n.starts_with("git_") || n == "hover"),
+        "{deferred:?}"
+    );
+    assert!(
+        deferred.contains(&"tool_search".to_owned()) && deferred.contains(&"read_file".to_owned())
+    );
+    assert_eq!(seen["plain"]["list_changed"], false);
+    assert_eq!(seen["deferred"]["list_changed"], true);
+    let (plain_chars, deferred_chars) = (
+        seen["plain"]["chars"].as_u64().unwrap(),
+        seen["deferred"]["chars"].as_u64().unwrap(),
+    );
+    assert!(
+        deferred_chars < plain_chars,
+        "{deferred_chars} vs {plain_chars}"
+    );
+    eprintln!("tools/list: {plain_chars} characters, {deferred_chars} with git and lsp deferred");
+    assert_eq!(seen["early"][0], true);
+    assert!(
+        seen["early"][1].as_str().unwrap().contains("tool_search"),
+        "{seen}"
+    );
+    assert_eq!(seen["found"][0], false, "{seen}");
+    assert_eq!(seen["found"][1][0], "git_status", "{seen}");
+    assert_eq!(seen["found"][2], true, "{seen}");
+    assert_eq!(seen["bad"][0], true, "{seen}");
+    assert_eq!(seen["picked"], json!(["hover"]));
+    assert!(seen["changed"].as_u64().unwrap() >= 1, "{seen}");
+    let relisted: Vec<String> = serde_json::from_value(seen["relisted"].clone()).unwrap();
+    assert!(relisted.contains(&"git_status".to_owned()) && relisted.contains(&"hover".to_owned()));
+    assert!(!relisted.contains(&"git_log".to_owned()), "{relisted:?}");
+    assert_eq!(seen["status"][0], false, "{seen}");
 }
