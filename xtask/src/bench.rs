@@ -72,12 +72,15 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "jianmu-tool-git",
         "jianmu-tool-lsp",
         "jianmu-adapters",
+        "jianmu-tool-core",
+        "jianmu-native",
     ] {
         c.args(["-p", krate]);
     }
     c.args(["--features", "jianmu-adapters/rig"]);
     for bench in [
-        "dispatch", "calc", "read", "script", "loopback", "spawn", "git", "lsp", "rig",
+        "dispatch", "calc", "read", "script", "loopback", "spawn", "git", "lsp", "rig", "search",
+        "editor",
     ] {
         c.args(["--bench", bench]);
     }
@@ -168,6 +171,20 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             reference: "Python eval() of the same string",
             reference_ns: py_eval,
             goal: "<= 3 us",
+        },
+        Row {
+            what: "tool_search: BM25 over every built-in tool, 5 results",
+            ours_ns: median_ns("search/tool_index_all")?,
+            reference: "a substring scan of every description",
+            reference_ns: Some(median_ns("search/substring_scan_all")?),
+            goal: "<= 50 us",
+        },
+        Row {
+            what: "text editor str_replace, old_str 20,000 times in 1 MB",
+            ours_ns: median_ns("editor/str_replace_20000_matches_1mb")?,
+            reference: "one str::replace over the text",
+            reference_ns: Some(median_ns("editor/str_replace_reference")?),
+            goal: "<= 2x the reference",
         },
         Row {
             what: "read_file: 2,000-line window of a 700 KB file",

@@ -2,7 +2,8 @@
 //! listing tools cost, against a release `jianmu` of an older commit in the same run:
 //! `jianmu tools --json` (wall time; files and folders it leaves in an empty
 //! workspace and `TMPDIR`), MCP `tools/list` on stdio (the first answer after the
-//! handshake, then the median; processes below the server), the RSS an idle HTTP
+//! handshake, the way from starting the server to it, then the median; processes
+//! below the server), the RSS an idle HTTP
 //! session adds to the server, and a no-op call through `ToolSet` and the full
 //! runner stack (the `dispatch` criterion bench of each tree).
 
@@ -23,6 +24,7 @@ struct Figures {
     tools_ms: f64,
     tools_left: usize,
     first_list_ms: f64,
+    start_list_ms: f64,
     list_us: f64,
     children: usize,
     session_kib: f64,
@@ -49,14 +51,15 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         rows.push((format!("at {rev}"), measure(binary, tree)?));
     }
     println!(
-        "\nSessions and listing (medians; `jianmu tools` over 20 runs, tools/list over 200, {IDLE_SESSIONS} idle HTTP sessions)"
+        "\nSessions and listing (medians; `jianmu tools` over 20 runs, first lists of {FRESH_SERVERS} fresh servers, tools/list over 200, {IDLE_SESSIONS} idle HTTP sessions)"
     );
     println!(
-        "{:<16} {:>12} {:>10} {:>16} {:>12} {:>10} {:>16} {:>12}",
+        "{:<16} {:>12} {:>10} {:>16} {:>18} {:>12} {:>10} {:>16} {:>12}",
         "",
         "tools (ms)",
         "left",
         "1st list (ms)",
+        "start→list (ms)",
         "list (us)",
         "children",
         "KiB/session",
@@ -64,10 +67,11 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
     );
     for (name, f) in &rows {
         println!(
-            "{name:<16} {:>12.1} {:>10} {:>16.2} {:>12.0} {:>10} {:>16.0} {:>12}",
+            "{name:<16} {:>12.1} {:>10} {:>16.2} {:>18.2} {:>12.0} {:>10} {:>16.0} {:>12}",
             f.tools_ms,
             f.tools_left,
             f.first_list_ms,
+            f.start_list_ms,
             f.list_us,
             f.children,
             f.session_kib,
@@ -152,7 +156,7 @@ fn measure(jianmu: &Path, tree: &Path) -> anyhow::Result<Figures> {
         }
     }
     let tools_left = entries(&work) + entries(&tmp);
-    let (first_list_ms, list_us, children) = stdio_list(jianmu, &work, &tmp)?;
+    let (first_list_ms, start_list_ms, list_us, children) = stdio_list(jianmu, &work, &tmp)?;
     let session_kib = idle_sessions(jianmu, &work)?;
     let noop_ns = noop(tree)?;
     let _ = std::fs::remove_dir_all(&work);
@@ -161,6 +165,7 @@ fn measure(jianmu: &Path, tree: &Path) -> anyhow::Result<Figures> {
         tools_ms: median(runs),
         tools_left,
         first_list_ms,
+        start_list_ms,
         list_us,
         children,
         session_kib,
@@ -178,30 +183,46 @@ fn tempfile_dir(what: &str) -> anyhow::Result<PathBuf> {
     Ok(dir)
 }
 
-/// The first `tools/list` after the handshake (ms), the median of 200 more (µs), and
-/// how many processes the server has below it.
-fn stdio_list(jianmu: &Path, work: &Path, tmp: &Path) -> anyhow::Result<(f64, f64, usize)> {
-    let (mut child, input, output) = start_stdio(jianmu, work, Some(tmp))?;
-    let mut lines = Lines::new(input, output);
-    let mut ask = |line: &str| lines.ask(line);
-    ask(INITIALIZE)?;
+/// Fresh stdio servers asked for their first list.
+const FRESH_SERVERS: usize = 10;
+
+/// Over [`FRESH_SERVERS`] fresh servers, the medians of the first `tools/list` after
+/// the handshake (ms) and of the whole way from starting the server to that answer
+/// (ms, what a client waits); then, on the last server, the median of 200 more lists
+/// (µs) and how many processes the server has below it.
+fn stdio_list(jianmu: &Path, work: &Path, tmp: &Path) -> anyhow::Result<(f64, f64, f64, usize)> {
     let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-    let started = Instant::now();
-    let first = ask(list)?;
-    let first_ms = started.elapsed().as_secs_f64() * 1e3;
-    if !first.contains("calculator") {
-        bail!("tools/list did not list the tools: {first}");
-    }
-    let mut times = Vec::new();
-    for _ in 0..200 {
+    let (mut firsts, mut starts) = (Vec::new(), Vec::new());
+    for round in 0..FRESH_SERVERS {
+        let spawned = Instant::now();
+        let (mut child, input, output) = start_stdio(jianmu, work, Some(tmp))?;
+        let mut lines = Lines::new(input, output);
+        let mut ask = |line: &str| lines.ask(line);
+        ask(INITIALIZE)?;
         let started = Instant::now();
-        ask(list)?;
-        times.push(started.elapsed().as_secs_f64() * 1e6);
+        let first = ask(list)?;
+        firsts.push(started.elapsed().as_secs_f64() * 1e3);
+        starts.push(spawned.elapsed().as_secs_f64() * 1e3);
+        if !first.contains("calculator") {
+            bail!("tools/list did not list the tools: {first}");
+        }
+        if round + 1 < FRESH_SERVERS {
+            drop(lines);
+            let _ = child.wait();
+            continue;
+        }
+        let mut times = Vec::new();
+        for _ in 0..200 {
+            let started = Instant::now();
+            ask(list)?;
+            times.push(started.elapsed().as_secs_f64() * 1e6);
+        }
+        let children = children_of(child.id());
+        drop(lines);
+        let _ = child.wait();
+        return Ok((median(firsts), median(starts), median(times), children));
     }
-    let children = children_of(child.id());
-    drop(lines);
-    let _ = child.wait();
-    Ok((first_ms, median(times), children))
+    bail!("no server was asked")
 }
 
 /// Processes whose parent is `pid`.

@@ -36,7 +36,15 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             .ok_or_else(|| NotACall(format!("a `{kind}` has a string `call_id`")))
     };
     match kind {
-        "shell_call" => shell(native, call_id()?, obj).await,
+        "shell_call" => {
+            let mut item = shell(native, call_id()?, obj).await?;
+            // A call a program made (not the model) says so, and so does its answer.
+            if let Some(caller) = obj.get("caller") {
+                item["caller"] = caller.clone();
+            }
+            Ok(item)
+        }
+        "local_shell_call" => local_shell(native, call_id()?, obj).await,
         "apply_patch_call" => {
             let call_id = call_id()?;
             match native.within(apply_patch(native, call_id, obj)).await {
@@ -84,7 +92,7 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             Ok(json!({"type": "function_call_output", "call_id": call_id, "output": output}))
         }
         _ => Err(NotACall(format!(
-            "`type` is {}: expected shell_call, apply_patch_call, custom_tool_call or function_call",
+            "`type` is {}: expected shell_call, local_shell_call, apply_patch_call, custom_tool_call or function_call",
             obj.get("type").map_or("missing".to_owned(), |t| format!(
                 "`{}`",
                 t.as_str().unwrap_or("not a string")
@@ -181,6 +189,90 @@ async fn run(native: &Native, command: &str, timeout_ms: Option<u64>) -> Value {
         }
         Err(e) => not_run(&e.to_string()),
     }
+}
+
+/// `local_shell_call`, the older shell form: one command as an argument vector, run
+/// in the workspace (or `working_directory` under it) with `env` added, answered with
+/// its output as text (and the exit code when it is not 0).
+async fn local_shell(
+    native: &Native,
+    call_id: &str,
+    obj: &Map<String, Value>,
+) -> Result<Value, NotACall> {
+    let bad = || {
+        NotACall("a `local_shell_call` has an `action` with `\"type\": \"exec\"` and a `command` array of strings".into())
+    };
+    let action = obj
+        .get("action")
+        .and_then(Value::as_object)
+        .ok_or_else(bad)?;
+    if action.get("type").and_then(Value::as_str) != Some("exec") {
+        return Err(bad());
+    }
+    let argv: Vec<&str> = action
+        .get("command")
+        .and_then(Value::as_array)
+        .and_then(|a| a.iter().map(Value::as_str).collect::<Option<Vec<_>>>())
+        .filter(|a| !a.is_empty())
+        .ok_or_else(bad)?;
+    let output = match local_script(native, action, &argv) {
+        Ok(script) => {
+            let asked = action
+                .get("timeout_ms")
+                .and_then(Value::as_u64)
+                .map(|ms| (ms.clamp(1, MAX_TIMEOUT_MS) as f64) / 1000.0);
+            let mut args = json!({"command": script});
+            if let Some(secs) = native.bash_timeout(asked) {
+                args["timeout"] = json!(secs);
+            }
+            match native.call("bash", args).await {
+                Ok(out) => out.text,
+                Err(ToolError::Timeout { partial, after, .. }) => format!(
+                    "{}\n(the command was stopped after {:.1} s, its time limit)",
+                    partial.unwrap_or_default(),
+                    after.as_secs_f64()
+                ),
+                Err(e) => format!("error: {e}"),
+            }
+        }
+        Err(why) => format!("error: {why}"),
+    };
+    Ok(json!({"type": "local_shell_call_output", "call_id": call_id, "output": output}))
+}
+
+/// The shell line of a `local_shell_call`: `cd` to its folder, its `env`, and the
+/// argument vector quoted word by word.
+fn local_script(
+    native: &Native,
+    action: &Map<String, Value>,
+    argv: &[&str],
+) -> Result<String, String> {
+    let mut script = String::new();
+    if let Some(dir) = action.get("working_directory").and_then(Value::as_str) {
+        let rel = native.workspace_path(dir)?;
+        script.push_str(&format!("cd {} && ", quote(&rel)));
+    }
+    if let Some(env) = action.get("env").and_then(Value::as_object) {
+        for (key, value) in env {
+            let named = !key.is_empty()
+                && !key.starts_with(|c: char| c.is_ascii_digit())
+                && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_');
+            let Some(value) = value.as_str().filter(|_| named) else {
+                return Err(format!(
+                    "`env` entry `{key}` is not a variable name with a string value"
+                ));
+            };
+            script.push_str(&format!("export {key}={} && ", quote(value)));
+        }
+    }
+    let words: Vec<String> = argv.iter().map(|w| quote(w)).collect();
+    script.push_str(&words.join(" "));
+    Ok(script)
+}
+
+/// `word` as one shell word.
+fn quote(word: &str) -> String {
+    format!("'{}'", word.replace('\'', "'\\''"))
 }
 
 /// Splits `bash`'s output so far (stdout, then `[stderr]` and stderr) in two.
@@ -280,7 +372,14 @@ fn operation(
 
 #[cfg(test)]
 mod tests {
-    use super::split_partial;
+    use super::{quote, split_partial};
+
+    #[test]
+    fn a_quoted_word_stays_one_word() {
+        assert_eq!(quote("plain"), "'plain'");
+        assert_eq!(quote("it's"), "'it'\\''s'");
+        assert_eq!(quote(""), "''");
+    }
 
     #[test]
     fn partial_output_splits_at_its_stderr_mark() {

@@ -940,3 +940,56 @@ async fn a_bash_command_stopped_by_the_time_limit_keeps_its_output() {
     );
     assert_eq!(out["output"][0]["stdout"], "begun\n", "{out}");
 }
+
+/// The older `local_shell_call` is run (it ended `jianmu native` with exit 2): an
+/// argument vector, quoted word by word, in its folder with its environment; a
+/// `shell_call` made by a program carries its `caller` into the answer.
+#[tokio::test]
+async fn openai_local_shell_calls_run_and_callers_are_carried() {
+    let f = fixture();
+    std::fs::create_dir(f.root.join("sub")).unwrap();
+    let out = f
+        .openai(json!({"type": "local_shell_call", "id": "lsh_1", "call_id": "call_1", "status": "completed", "action": {
+            "type": "exec",
+            "command": ["sh", "-c", "echo \"$GREETING from $(basename \"$PWD\")\"; echo 'it'\"'\"'s'"],
+            "working_directory": "/repo/sub",
+            "env": {"GREETING": "hi; rm -rf /"},
+            "timeout_ms": 10_000,
+        }}))
+        .await;
+    assert_eq!(out["type"], "local_shell_call_output", "{out}");
+    assert_eq!(out["call_id"], "call_1");
+    assert_eq!(out["output"], "hi; rm -rf / from sub\nit's\n", "{out}");
+    let failed = f
+        .openai(json!({"type": "local_shell_call", "call_id": "call_2", "action": {"type": "exec", "command": ["false"]}}))
+        .await;
+    assert!(
+        failed["output"].as_str().unwrap().contains("Exit code: 1"),
+        "{failed}"
+    );
+    let outside = f
+        .openai(json!({"type": "local_shell_call", "call_id": "call_3", "action": {"type": "exec", "command": ["ls"], "working_directory": "/etc"}}))
+        .await;
+    assert!(
+        outside["output"].as_str().unwrap().starts_with("error: "),
+        "{outside}"
+    );
+    let bad_env = f
+        .openai(json!({"type": "local_shell_call", "call_id": "call_4", "action": {"type": "exec", "command": ["true"], "env": {"A=B": "x"}}}))
+        .await;
+    assert!(
+        bad_env["output"].as_str().unwrap().contains("`env` entry"),
+        "{bad_env}"
+    );
+    let caller = json!({"type": "program", "caller_id": "prog_7"});
+    let out = f
+        .openai(json!({"type": "shell_call", "call_id": "c", "caller": caller, "action": {"commands": ["echo ok"]}}))
+        .await;
+    assert_eq!(out["caller"], caller, "{out}");
+    assert_eq!(out["output"][0]["stdout"], "ok\n");
+    assert!(f
+        .native
+        .openai(&json!({"type": "local_shell_call", "call_id": "x", "action": {"type": "exec", "command": "ls"}}))
+        .await
+        .is_err());
+}
