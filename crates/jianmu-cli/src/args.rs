@@ -66,6 +66,11 @@ pub(crate) enum Command {
         /// Print the reference page `docs/tools.md` is made from.
         #[arg(long)]
         markdown: bool,
+        /// With `--format anthropic`: load these tools on demand (names, globs such as
+        /// `git_*`, features such as `lsp`, effect tags): they get `defer_loading`, and
+        /// Anthropic's BM25 tool search tool is added to find them.
+        #[arg(long, value_name = "PATTERN", requires = "format")]
+        defer: Vec<String>,
     },
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).
     Completions {

@@ -15,8 +15,7 @@ use std::process::ExitCode;
 #[cfg(any(feature = "mcp", feature = "docker"))]
 use anyhow::Context;
 use clap::{CommandFactory as _, FromArgMatches as _};
-use jianmu_tool_core::{ToolError, ToolSpec};
-use serde_json::Value;
+use jianmu_tool_core::{SchemaFormat, ToolError, ToolSpec};
 
 mod args;
 #[cfg(feature = "docker")]
@@ -91,6 +90,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             json,
             format,
             markdown,
+            ref defer,
         } => {
             let settings = load()?;
             let specs = jianmu_runtime::tool_specs(&settings.tools).map_err(lookup)?;
@@ -107,9 +107,8 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     return print(&pretty(&jianmu_native::openai_freeform_tools())?);
                 }
             };
-            let text = if json || format != jianmu_tool_core::SchemaFormat::Jianmu {
-                let exported: Vec<Value> = specs.iter().map(|s| s.export(format)).collect();
-                pretty(&exported)?
+            let text = if json || format != SchemaFormat::Jianmu {
+                render::exported(&specs, format, defer)?
             } else if markdown {
                 render::markdown(&specs)
             } else {

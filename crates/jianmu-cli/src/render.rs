@@ -64,3 +64,55 @@ pub(crate) fn markdown(specs: &[&ToolSpec]) -> String {
     }
     out
 }
+
+/// The built-in tools `patterns` name, with each one's feature as its group.
+pub(crate) fn deferral(patterns: &[String]) -> jianmu_tool_core::Deferral {
+    jianmu_provider::BUILTIN_TOOLS.iter().fold(
+        jianmu_tool_core::Deferral::new(patterns.iter().cloned()),
+        |deferral, (tool, feature)| deferral.with_group(*tool, *feature),
+    )
+}
+
+/// The specs in `format`, with the tools `defer` names loaded on demand (Anthropic's
+/// format only).
+///
+/// # Errors
+/// `defer` with another format.
+pub(crate) fn exported(
+    specs: &[&ToolSpec],
+    format: jianmu_tool_core::SchemaFormat,
+    defer: &[String],
+) -> anyhow::Result<String> {
+    let exported: Vec<Value> = specs.iter().map(|s| s.export(format)).collect();
+    match format {
+        jianmu_tool_core::SchemaFormat::Anthropic => {
+            crate::term::pretty(&anthropic_deferred(exported, specs, defer))
+        }
+        _ if !defer.is_empty() => anyhow::bail!("--defer goes with --format anthropic"),
+        _ => crate::term::pretty(&exported),
+    }
+}
+
+/// Anthropic's tool declarations with the tools `patterns` name loaded on demand:
+/// `defer_loading` on each, and the BM25 tool search tool that finds them.
+fn anthropic_deferred(
+    mut exported: Vec<Value>,
+    specs: &[&ToolSpec],
+    patterns: &[String],
+) -> Vec<Value> {
+    let deferral = deferral(patterns);
+    let mut any = false;
+    for (declaration, spec) in exported.iter_mut().zip(specs) {
+        if deferral.defers(spec) {
+            declaration["defer_loading"] = Value::Bool(true);
+            any = true;
+        }
+    }
+    if any {
+        exported.push(serde_json::json!({
+            "type": "tool_search_tool_bm25_20251119",
+            "name": "tool_search_tool_bm25",
+        }));
+    }
+    exported
+}

@@ -159,10 +159,7 @@ impl Settings {
     /// defers the language-server tools.
     #[cfg(feature = "mcp")]
     pub(crate) fn deferral(&self) -> jianmu_mcp::Deferral {
-        jianmu_provider::BUILTIN_TOOLS.iter().fold(
-            jianmu_mcp::Deferral::new(self.mcp_defer.iter().cloned()),
-            |deferral, (tool, feature)| deferral.with_group(*tool, *feature),
-        )
+        crate::render::deferral(&self.mcp_defer)
     }
 
     /// What no command may see: the settings file and the audit log.

@@ -69,7 +69,7 @@ pub use registry::{
     BuildFn, SavedOutputs, Scope, SpecFn, ToolConfig, ToolRegistration, registrations, static_spec,
 };
 pub use runner::{BoxFuture, DynRunner, InProcess, PreparedCall, Runner};
-pub use search::ToolIndex;
+pub use search::{Deferral, ToolIndex};
 pub use set::{ToolCall, ToolProvider, ToolSet};
 pub use spec::{ToolSpec, WHOLE_TEXT, output_schema_of, schema_for};
 pub use text::{ECHO_CHARS, echo, escape_controls, random_hex, rfc3339, shorten};

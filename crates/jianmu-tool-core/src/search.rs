@@ -189,6 +189,73 @@ fn words(text: &str) -> impl Iterator<Item = String> + '_ {
         })
 }
 
+/// Which tools are loaded on demand rather than listed up front (`[mcp] defer`,
+/// `jianmu tools --defer`): each entry is a tool's name or a glob of names (`git_*`),
+/// one of its effect tags (`network`), or the group a tool belongs to (`lsp`, given
+/// with [`Deferral::with_group`]).
+#[derive(Debug, Clone, Default)]
+pub struct Deferral {
+    patterns: Vec<String>,
+    groups: HashMap<String, String>,
+}
+
+impl Deferral {
+    /// Defers the tools `patterns` name.
+    pub fn new(patterns: impl IntoIterator<Item = String>) -> Self {
+        Self {
+            patterns: patterns.into_iter().collect(),
+            groups: HashMap::new(),
+        }
+    }
+
+    /// Says that `tool` belongs to `group` (the feature that adds it), so an entry
+    /// naming the group defers it.
+    #[must_use]
+    pub fn with_group(mut self, tool: impl Into<String>, group: impl Into<String>) -> Self {
+        self.groups.insert(tool.into(), group.into());
+        self
+    }
+
+    /// Whether nothing is deferred.
+    pub fn is_empty(&self) -> bool {
+        self.patterns.is_empty()
+    }
+
+    /// Whether `spec`'s tool is loaded on demand.
+    pub fn defers(&self, spec: &ToolSpec) -> bool {
+        let group = self.groups.get(&spec.name);
+        self.patterns.iter().any(|p| {
+            glob(p, &spec.name)
+                || spec.effect_tags.iter().any(|t| t == p)
+                || group.is_some_and(|g| g == p)
+        })
+    }
+}
+
+/// Whether `name` matches `pattern`, where `*` is any run of characters and `?` one.
+fn glob(pattern: &str, name: &str) -> bool {
+    let (p, n): (Vec<char>, Vec<char>) = (pattern.chars().collect(), name.chars().collect());
+    // The classic two-pointer match with one backtrack point: linear in practice.
+    let (mut i, mut j, mut star, mut mark) = (0, 0, None, 0);
+    while j < n.len() {
+        if i < p.len() && (p[i] == '?' || p[i] == n[j]) {
+            i += 1;
+            j += 1;
+        } else if i < p.len() && p[i] == '*' {
+            star = Some(i);
+            mark = j;
+            i += 1;
+        } else if let Some(s) = star {
+            i = s + 1;
+            mark += 1;
+            j = mark;
+        } else {
+            return false;
+        }
+    }
+    p[i..].iter().all(|&c| c == '*')
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -275,5 +342,29 @@ mod tests {
         );
         assert_eq!(index.search("select:web_fetch,git_log", 1), ["web_fetch"]);
         assert_eq!(index.search("path", 1).len(), 1);
+    }
+    #[test]
+    fn globs_match_whole_names() {
+        assert!(glob("git_*", "git_log"));
+        assert!(glob("*", "anything"));
+        assert!(glob("h?ver", "hover"));
+        assert!(glob("*_file", "read_file"));
+        assert!(!glob("git_*", "digit_log"));
+        assert!(!glob("read", "read_file"));
+        assert!(glob("a*b*c", "aXbYbc"));
+    }
+
+    #[test]
+    fn an_entry_defers_by_name_effect_or_group() {
+        let spec = |name: &str, tags: &[&str]| {
+            ToolSpec::new(name, "A tool.").with_effect_tags(tags.iter().copied())
+        };
+        let deferral = Deferral::new(["git_*".to_owned(), "network".to_owned(), "lsp".to_owned()])
+            .with_group("hover", "lsp");
+        assert!(deferral.defers(&spec("git_log", &[])));
+        assert!(deferral.defers(&spec("web_fetch", &["network"])));
+        assert!(deferral.defers(&spec("hover", &["filesystem:read"])));
+        assert!(!deferral.defers(&spec("read_file", &["filesystem:read"])));
+        assert!(Deferral::default().is_empty());
     }
 }

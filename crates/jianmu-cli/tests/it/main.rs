@@ -116,6 +116,59 @@ fn expected_names_and_aliases() -> Vec<&'static str> {
     names
 }
 
+/// `--defer` marks the tools it names `defer_loading` in Anthropic's format and adds
+/// Anthropic's BM25 tool search tool to find them; another format refuses it.
+#[test]
+fn tools_for_anthropic_can_be_loaded_on_demand() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = jianmu(
+        &[
+            "tools",
+            "--format",
+            "anthropic",
+            "--defer",
+            "git_*",
+            "--defer",
+            "lsp",
+        ],
+        dir.path(),
+    );
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let tools: Vec<Value> = serde_json::from_slice(&out.stdout).unwrap();
+    let deferred = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["name"] == name)
+            .map(|t| t.get("defer_loading") == Some(&Value::Bool(true)))
+    };
+    assert_eq!(deferred("git_log"), Some(true));
+    assert_eq!(deferred("hover"), Some(true));
+    assert_eq!(deferred("read_file"), Some(false));
+    assert_eq!(
+        tools.last().unwrap(),
+        &serde_json::json!({"type": "tool_search_tool_bm25_20251119", "name": "tool_search_tool_bm25"})
+    );
+    let plain = jianmu(&["tools", "--format", "anthropic"], dir.path());
+    let plain: Vec<Value> = serde_json::from_slice(&plain.stdout).unwrap();
+    assert!(
+        plain
+            .iter()
+            .all(|t| t.get("defer_loading").is_none() && t.get("type").is_none())
+    );
+    let other = jianmu(
+        &["tools", "--format", "openai", "--defer", "git_*"],
+        dir.path(),
+    );
+    assert_eq!(other.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&other.stderr).contains("--defer goes with --format anthropic")
+    );
+}
+
 #[test]
 fn tools_lists_exactly_the_compiled_in_tools() {
     let dir = tempfile::tempdir().unwrap();
