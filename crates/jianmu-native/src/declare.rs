@@ -42,7 +42,9 @@ followed by its lines, each prefixed with `+`; `*** Delete File: PATH`; or `*** 
 File: PATH` (optionally followed by `*** Move to: NEW_PATH`) and hunks: an optional `@@ \
 LINE` naming a line the hunk comes after, then lines prefixed with ` ` (unchanged \
 context, about 3 before and after each change), `-` (removed) or `+` (added), and \
-`*** End of File` when the hunk ends at the end of the file. Paths are relative to the \
+`*** End of File` when the hunk ends at the end of the file. A hunk of only `+` lines \
+goes at the end of the file whatever its `@@` line: to insert lines elsewhere, give \
+unchanged context lines around them. Paths are relative to the \
 workspace root. No line numbers. Every file changes or none does.";
 
 /// The patch format as a Lark grammar.

@@ -61,7 +61,7 @@ fn openai_items_share_one_session_and_a_bad_line_exits_2_naming_it() {
     assert_eq!(out.status.code(), Some(2), "{answers:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "jianmu: line 5: not a call item: `type` is `message`: expected shell_call, apply_patch_call, custom_tool_call or function_call\n"
+        "jianmu: line 5: not a call item: `type` is `message`: expected shell_call, local_shell_call, apply_patch_call, custom_tool_call or function_call\n"
     );
     assert_eq!(answers.len(), 3);
     assert_eq!(answers[0]["status"], "completed", "{}", answers[0]);

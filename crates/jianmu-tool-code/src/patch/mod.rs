@@ -95,6 +95,11 @@ pub struct PatchedFile {
     /// Hunks (1-based) that matched only when whitespace was ignored.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub loose_hunks: Vec<usize>,
+    /// Hunks (1-based) of only added lines under an `@@` line, appended at the end of
+    /// the file (the answer's text says so).
+    #[serde(skip)]
+    #[schemars(skip)]
+    pub appended_hunks: Vec<usize>,
 }
 
 /// The `apply_patch` tool.
@@ -276,6 +281,19 @@ impl ApplyPatch {
                 f.path
             ));
         }
+        for f in files.iter().filter(|f| !f.appended_hunks.is_empty()) {
+            let list: Vec<String> = f.appended_hunks.iter().map(ToString::to_string).collect();
+            let one = list.len() == 1;
+            text.push_str(&format!(
+                "Note: hunk{} {} of {} only {} lines, so {} appended at the end of the file (as codex places such hunks), not after {} `@@` line; to put lines elsewhere, give the unchanged lines around them as context.\n",
+                if one { "" } else { "s" },
+                list.join(", "),
+                f.path,
+                if one { "adds" } else { "add" },
+                if one { "it was" } else { "they were" },
+                if one { "its" } else { "their" },
+            ));
+        }
         let out = Structured::new(
             text.trim_end(),
             PatchOutput {
@@ -380,6 +398,7 @@ impl ApplyPatch {
                 let mut planned = Planned {
                     report: PatchedFile {
                         loose_hunks: placed.loose,
+                        appended_hunks: placed.appended,
                         ..report(shown.clone(), "M", added, removed)
                     },
                     write: Some((rel.clone(), new_bytes)),
@@ -548,6 +567,7 @@ fn report(path: String, status: &str, added: usize, removed: usize) -> PatchedFi
         added,
         removed,
         loose_hunks: Vec::new(),
+        appended_hunks: Vec::new(),
     }
 }
 

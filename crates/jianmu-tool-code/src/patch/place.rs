@@ -101,6 +101,9 @@ pub(crate) struct Placed<'a> {
     pub lines: Vec<&'a str>,
     /// 1-based numbers of hunks matched ignoring whitespace.
     pub loose: Vec<usize>,
+    /// 1-based numbers of hunks of only added lines, with an `@@` line, that went at
+    /// the end of the file as codex places them (not after their `@@` line).
+    pub appended: Vec<usize>,
 }
 
 /// Line hashes of the file under one fit, computed when first needed, with a seed
@@ -159,6 +162,7 @@ pub(crate) fn place<'a>(
     // (start, old length, hunk index, the hunk's steps) of every placed hunk.
     let mut spots: Vec<(usize, usize, usize, Vec<Step<'a>>)> = Vec::with_capacity(chunks.len());
     let mut loose = Vec::new();
+    let mut appended = Vec::new();
     let mut cursor = 0usize;
     for (k, chunk) in chunks.iter().enumerate() {
         let number = k + 1;
@@ -191,6 +195,13 @@ pub(crate) fn place<'a>(
             spots.push((at, 0, k, steps(&chunk.lines)));
             if placing == Placing::Strict {
                 cursor = at;
+            } else if chunk
+                .anchor
+                .as_deref()
+                .is_some_and(|a| !a.trim().is_empty())
+                && !chunk.eof
+            {
+                appended.push(number);
             }
             continue;
         }
@@ -245,7 +256,11 @@ pub(crate) fn place<'a>(
         from = at + len;
     }
     out.extend_from_slice(&lines[from..]);
-    Ok(Placed { lines: out, loose })
+    Ok(Placed {
+        lines: out,
+        loose,
+        appended,
+    })
 }
 
 /// Finds the `@@` line at or after `cursor`, with the loosest fit needed.

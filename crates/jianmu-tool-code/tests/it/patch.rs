@@ -165,7 +165,8 @@ async fn patches_apply_as_codex_applies_them() {
     .await;
     assert_eq!(
         out,
-        "Applied the patch: 4 files changed (+4 -1)\nA a.txt (+1)\nR b.txt -> c.txt (+1 -1)\nM m.py (+1 -0)\nM e.txt (+1 -0)"
+        "Applied the patch: 4 files changed (+4 -1)\nA a.txt (+1)\nR b.txt -> c.txt (+1 -1)\nM m.py (+1 -0)\nM e.txt (+1 -0)\n\
+         Note: hunk 1 of m.py only adds lines, so it was appended at the end of the file (as codex places such hunks), not after its `@@` line; to put lines elsewhere, give the unchanged lines around them as context."
     );
     let files = snapshot(root);
     let text = |k: &str| String::from_utf8(files[k].clone()).unwrap();
@@ -555,4 +556,39 @@ async fn generated_patches_apply_as_git_applies_them() {
         assert_eq!(ours, snapshot(git_dir.path()), "case {case}:\n{patch}");
         assert_eq!(ours, expected, "case {case}");
     }
+}
+
+/// A hunk of only added lines under an `@@` line goes at the end of the file, as
+/// codex places it, and the answer says so (the model was told neither the rule nor
+/// where its lines went).
+#[tokio::test]
+async fn an_added_only_hunk_under_an_anchor_says_it_went_to_the_end() {
+    let (dir, t) = fixture();
+    put(dir.path(), "f.py", "def f():\n    pass\n\nx = 1\n");
+    let out = t
+        .execute(
+            json!("*** Begin Patch\n*** Update File: f.py\n@@ def f():\n+    return 2\n*** End Patch\n"),
+            ExecuteOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("f.py")).unwrap(),
+        "def f():\n    pass\n\nx = 1\n    return 2\n"
+    );
+    assert!(
+        out.text
+            .contains("hunk 1 of f.py only adds lines, so it was appended at the end of the file"),
+        "{}",
+        out.text
+    );
+    // With context, or without an `@@` line, nothing needs saying.
+    let out = t
+        .execute(
+            json!("*** Begin Patch\n*** Update File: f.py\n+y = 2\n*** End Patch\n"),
+            ExecuteOptions::default(),
+        )
+        .await
+        .unwrap();
+    assert!(!out.text.contains("Note:"), "{}", out.text);
 }
