@@ -69,7 +69,7 @@ pub(crate) enum Command {
         /// With `--format anthropic`: load these tools on demand (names, globs such as
         /// `git_*`, features such as `lsp`, effect tags): they get `defer_loading`, and
         /// Anthropic's BM25 tool search tool is added to find them.
-        #[arg(long, value_name = "PATTERN", requires = "format")]
+        #[arg(long, value_name = "PATTERN")]
         defer: Vec<String>,
     },
     /// Print a completion script for SHELL (bash, zsh, fish, elvish, powershell).

@@ -92,6 +92,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             markdown,
             ref defer,
         } => {
+            if !defer.is_empty() && format != args::ListFormat::Specs(SchemaFormat::Anthropic) {
+                Err(anyhow::anyhow!("--defer goes with --format anthropic"))?;
+            }
             let settings = load()?;
             let specs = jianmu_runtime::tool_specs(&settings.tools).map_err(lookup)?;
             let specs: Vec<&ToolSpec> = specs.iter().collect();

@@ -74,10 +74,10 @@ pub(crate) fn deferral(patterns: &[String]) -> jianmu_tool_core::Deferral {
 }
 
 /// The specs in `format`, with the tools `defer` names loaded on demand (Anthropic's
-/// format only).
+/// format only: the command refuses `--defer` with another).
 ///
 /// # Errors
-/// `defer` with another format.
+/// The JSON cannot be written.
 pub(crate) fn exported(
     specs: &[&ToolSpec],
     format: jianmu_tool_core::SchemaFormat,
@@ -88,7 +88,6 @@ pub(crate) fn exported(
         jianmu_tool_core::SchemaFormat::Anthropic => {
             crate::term::pretty(&anthropic_deferred(exported, specs, defer))
         }
-        _ if !defer.is_empty() => anyhow::bail!("--defer goes with --format anthropic"),
         _ => crate::term::pretty(&exported),
     }
 }

@@ -151,6 +151,11 @@ impl Listed {
 }
 
 impl Made {
+    /// Whether any tool is deferred here.
+    pub(crate) fn defers_any(&self) -> bool {
+        !self.deferred.is_empty()
+    }
+
     fn index_names(&self) -> Vec<&str> {
         let mut names: Vec<&str> = self.deferred.keys().map(String::as_str).collect();
         names.sort_unstable();

@@ -122,6 +122,9 @@ pub struct Server {
     /// Whether the listing may be kept by a cache shared between users (stdio: one
     /// client; over HTTP principals may see different tools).
     public: bool,
+    /// Whether a deferred tool must be found before it is called: not where no
+    /// session remembers what was found (the stateless revision).
+    gated: bool,
     /// What an HTTP session holds beyond its session (its place in the metrics);
     /// released when the last clone is dropped.
     _held: Option<Arc<dyn Send + Sync>>,
@@ -151,6 +154,7 @@ impl Server {
             session,
             listing,
             public: false,
+            gated: true,
             _held: held,
         }
     }
@@ -160,6 +164,13 @@ impl Server {
     #[must_use]
     pub fn deferring(mut self, deferral: Deferral) -> Self {
         self.catalog.deferral = Arc::new(deferral);
+        self
+    }
+
+    /// A server of requests that stand alone: deferred tools are left out of the
+    /// list, but a call of one is not refused, since nothing remembers a search.
+    pub(crate) fn stateless(mut self) -> Self {
+        self.gated = false;
         self
     }
 
@@ -352,7 +363,7 @@ impl ServerHandler for Server {
         let args = request
             .arguments
             .map_or(Value::Object(Map::new()), Value::Object);
-        if !self.catalog.deferral.is_empty() {
+        if !self.catalog.deferral.is_empty() && self.listed().defers_any() {
             let made = self.listed();
             if request.name == defer::TOOL_SEARCH {
                 return match self.listing.search(made, &args) {
@@ -367,7 +378,7 @@ impl ServerHandler for Server {
                 };
             }
             let canonical = self.session.canonical_name(&request.name);
-            if let Some(why) = self.listing.hidden(made, &canonical) {
+            if let Some(why) = self.listing.hidden(made, &canonical).filter(|_| self.gated) {
                 return Ok(CallToolResult::error(vec![ContentBlock::text(why)]).into());
             }
         }

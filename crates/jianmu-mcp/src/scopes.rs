@@ -301,7 +301,8 @@ impl Scopes {
                 Arc::clone(session),
                 None,
                 Arc::clone(listing),
-            ));
+            )
+            .stateless());
         }
         let session = Arc::new(
             self.runtime
@@ -313,12 +314,7 @@ impl Scopes {
             Arc::clone(name),
             (Arc::clone(&session), Arc::clone(&listing), Instant::now()),
         );
-        Ok(Server::session(
-            self.catalog.clone(),
-            session,
-            None,
-            listing,
-        ))
+        Ok(Server::session(self.catalog.clone(), session, None, listing).stateless())
     }
 
     /// Whether `principal` may use the protocol session `id`: not when another

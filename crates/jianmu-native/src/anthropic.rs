@@ -574,8 +574,12 @@ async fn ranged_window(session: &Session, rel: &str, range: &Value) -> Result<St
     let (start, end) = view_range(range)?;
     let first = u64::try_from(start).unwrap_or(0).max(1);
     let mut args = json!({"path": rel, "offset": first, "line_numbers": false});
-    if end != -1 && end >= start {
-        args["limit"] = json!(end - start + 1);
+    if let Some(count) = end
+        .checked_sub(start)
+        .and_then(|d| d.checked_add(1))
+        .filter(|&c| end != -1 && c > 0)
+    {
+        args["limit"] = json!(count);
     }
     let out = session
         .call("read_file", args)
@@ -585,6 +589,11 @@ async fn ranged_window(session: &Session, rel: &str, range: &Value) -> Result<St
     let number = |key: &str| data.get(key).and_then(Value::as_u64).unwrap_or(0);
     let (n, got) = (number("total_lines"), number("lines"));
     check_range(start, end, i64::try_from(n).unwrap_or(i64::MAX))?;
+    if got == 0 {
+        return Err(format!(
+            "Line {first} is longer than one read can hold; it cannot be viewed here."
+        ));
+    }
     let all = lines(&out.text);
     let kept = &all[..usize::try_from(got).unwrap_or(0).min(all.len())];
     let mut body = numbered(kept, usize::try_from(first).unwrap_or(1));

@@ -102,6 +102,11 @@ impl NativeOptions {
     }
 }
 
+/// `bash`'s own time limit when its settings do not set one.
+const BASH_DEFAULT_SECS: f64 = 120.0;
+/// The longest time limit `bash` takes, a day.
+const BASH_MAX_SECS: f64 = 86_400.0;
+
 /// An item that is not a call of the contract it was given to.
 #[derive(Debug, thiserror::Error)]
 #[error("not a call item: {0}")]
@@ -188,7 +193,8 @@ impl Native {
             Some(limit) => tokio::time::timeout(limit, work).await.map_err(|_| {
                 format!(
                     "the call did not finish within {:.1} s, the time limit here, and was stopped; \
-                     split the work into smaller calls",
+                     a change it was making may have been written: look before trying again, \
+                     and split the work into smaller calls",
                     limit.as_secs_f64()
                 )
             }),
@@ -196,17 +202,26 @@ impl Native {
         }
     }
 
-    /// The time limit to give `bash`, in seconds: the one `asked`, at most a little
-    /// under the session's limit, so that `bash` stops the command itself and keeps
-    /// what it printed (the session's limit would end the call with nothing).
+    /// The time limit to give `bash`, in seconds: the one `asked` (else `bash`'s own
+    /// default), at most a little under the session's limit, so that `bash` stops the
+    /// command itself and keeps what it printed (the session's limit would end the
+    /// call with nothing); `None` leaves `bash`'s default as it is.
     fn bash_timeout(&self, asked: Option<f64>) -> Option<f64> {
-        let under = self.runtime.settings().timeout.map(|limit| {
+        let settings = self.runtime.settings();
+        let default = settings
+            .tools
+            .raw_settings("bash")
+            .and_then(|b| b.get("timeout_secs"))
+            .and_then(serde_json::Value::as_f64)
+            .unwrap_or(BASH_DEFAULT_SECS);
+        let under = settings.timeout.map(|limit| {
             let secs = limit.as_secs_f64();
             (secs - (secs / 10.0).min(1.0)).max(0.001)
         });
-        match (asked, under) {
-            (Some(asked), Some(under)) => Some(asked.min(under)),
-            (asked, under) => asked.or(under),
+        let wanted = asked.unwrap_or(default);
+        match under {
+            Some(under) if under < wanted => Some(under.min(BASH_MAX_SECS)),
+            _ => asked.map(|a| a.min(BASH_MAX_SECS)),
         }
     }
 

@@ -12,15 +12,16 @@ use crate::{Native, NotACall, OPENAI_SHELL};
 const NOT_RUN: i64 = 126;
 /// Most commands one `shell_call` may carry.
 const MAX_COMMANDS: usize = 64;
-/// The lines that begin a patch's sections: in one operation's diff they would
-/// start another.
+/// The lines that begin a patch's sections, as the patch parser knows them (after
+/// leading whitespace, with or without a space after the colon): in one operation's
+/// diff they would start another.
 const HEADERS: [&str; 6] = [
     "*** Begin Patch",
     "*** End Patch",
-    "*** Add File: ",
-    "*** Delete File: ",
-    "*** Update File: ",
-    "*** Move to: ",
+    "*** Add File:",
+    "*** Delete File:",
+    "*** Update File:",
+    "*** Move to:",
 ];
 /// The longest time limit `bash` takes, a day.
 const MAX_TIMEOUT_MS: u64 = 86_400_000;
@@ -250,7 +251,8 @@ fn local_script(
     let mut script = String::new();
     if let Some(dir) = action.get("working_directory").and_then(Value::as_str) {
         let rel = native.workspace_path(dir)?;
-        script.push_str(&format!("cd {} && ", quote(&rel)));
+        // `./` so that neither `-` nor `CDPATH` sends it anywhere else.
+        script.push_str(&format!("cd ./{} && ", quote(&rel)));
     }
     if let Some(env) = action.get("env").and_then(Value::as_object) {
         for (key, value) in env {
@@ -336,11 +338,11 @@ fn operation(
     let rel = native.workspace_path(path)?;
     let body = |diff: Option<&str>| -> Result<String, String> {
         let diff = diff.ok_or_else(|| format!("`{kind}` needs a `diff`"))?;
-        // The diff is one file's: a header line in it would reach other files. A
-        // header starts its line; a context line holding `*** ` (an org-mode
-        // heading, a Robot Framework section) starts with its space and is text.
+        // The diff is one file's: a header line in it would reach other files,
+        // wherever the parser would take it for one. Any other line holding `*** `
+        // (an org-mode heading, a Robot Framework section) is text.
         if let Some(line) = diff.lines().find(|l| {
-            let l = l.trim_end();
+            let l = l.trim();
             HEADERS.iter().any(|h| l.starts_with(h))
         }) {
             return Err(format!(

@@ -603,6 +603,20 @@ async fn openai_apply_patch_applies_v4a_operations_and_fails_inside_the_item() {
             json!({"type": "update_file", "path": "lib/fib.py", "diff": "@@\n-def fibonacci(n):\n+x\n*** Delete File: other.txt\n"}),
             "would start another file operation",
         ),
+        // However the parser would still read a header: no space after the colon,
+        // whitespace before it.
+        (
+            json!({"type": "update_file", "path": "lib/fib.py", "diff": "@@\n-def fibonacci(n):\n+x\n*** Delete File:other.txt\n"}),
+            "would start another file operation",
+        ),
+        (
+            json!({"type": "create_file", "path": "lib/new.py", "diff": "+x\n *** Update File: lib/fib.py\n@@\n-def fibonacci(n):\n+y\n"}),
+            "would start another file operation",
+        ),
+        (
+            json!({"type": "update_file", "path": "lib/fib.py", "diff": " *** Move to: elsewhere.py\n@@\n-def fibonacci(n):\n+x\n"}),
+            "would start another file operation",
+        ),
         (
             json!({"type": "delete_file", "path": "../outside.txt"}),
             "outside the workspace /repo",

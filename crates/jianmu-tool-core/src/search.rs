@@ -81,13 +81,16 @@ impl ToolIndex {
     /// first; otherwise words are matched (case, `_`, `-` and a plural `s` aside).
     pub fn search(&self, query: &str, max: usize) -> Vec<&str> {
         if let Some(names) = query.trim().strip_prefix("select:") {
-            return names
-                .split(',')
-                .map(str::trim)
-                .filter_map(|want| self.docs.iter().find(|d| d.name == want))
-                .map(|d| d.name.as_str())
-                .take(max)
-                .collect();
+            let mut picked: Vec<&str> = Vec::new();
+            for want in names.split(',').map(str::trim) {
+                if let Some(doc) = self.docs.iter().find(|d| d.name == want)
+                    && !picked.contains(&doc.name.as_str())
+                    && picked.len() < max
+                {
+                    picked.push(&doc.name);
+                }
+            }
+            return picked;
         }
         let words: Vec<String> = words(query).collect();
         let exact = query.trim();
@@ -341,6 +344,7 @@ mod tests {
             ["web_fetch", "git_log"]
         );
         assert_eq!(index.search("select:web_fetch,git_log", 1), ["web_fetch"]);
+        assert_eq!(index.search("select:hover,hover, hover", 5), ["hover"]);
         assert_eq!(index.search("path", 1).len(), 1);
     }
     #[test]

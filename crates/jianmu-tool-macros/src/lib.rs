@@ -215,9 +215,13 @@ fn expand(attr: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
             })
         }
     };
-    let output = match &func.sig.output {
-        syn::ReturnType::Default => quote!(()),
-        syn::ReturnType::Type(_, ty) => quote!(#ty),
+    // An `impl Trait` return type cannot be named: such a tool answers with text.
+    let output_schema = match &func.sig.output {
+        syn::ReturnType::Default => quote!(.with_output_schema(#core::output_schema_of::<()>())),
+        syn::ReturnType::Type(_, ty) if matches!(**ty, Type::ImplTrait(_)) => quote!(),
+        syn::ReturnType::Type(_, ty) => {
+            quote!(.with_output_schema(#core::output_schema_of::<#ty>()))
+        }
     };
     let doc = format!("Builds the `{}` tool from [`{fn_ident}`].", name.value());
 
@@ -235,7 +239,7 @@ fn expand(attr: TokenStream2, item: TokenStream2) -> syn::Result<TokenStream2> {
             let __effects: &[&str] = &[#(#effects),*];
             let __spec = #core::ToolSpec::new(#name, #description)
                 .with_input_schema(#core::schema_for::<__Args>())
-                .with_output_schema(#core::output_schema_of::<#output>())
+                #output_schema
                 .with_parallel_safe(#parallel_safe)
                 .with_effect_tags(__effects.iter().copied());
             #body

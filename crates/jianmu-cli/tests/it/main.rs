@@ -118,6 +118,7 @@ fn expected_names_and_aliases() -> Vec<&'static str> {
 
 /// `--defer` marks the tools it names `defer_loading` in Anthropic's format and adds
 /// Anthropic's BM25 tool search tool to find them; another format refuses it.
+#[cfg(all(feature = "git", feature = "lsp", feature = "fs"))]
 #[test]
 fn tools_for_anthropic_can_be_loaded_on_demand() {
     let dir = tempfile::tempdir().unwrap();
@@ -159,14 +160,19 @@ fn tools_for_anthropic_can_be_loaded_on_demand() {
             .iter()
             .all(|t| t.get("defer_loading").is_none() && t.get("type").is_none())
     );
-    let other = jianmu(
-        &["tools", "--format", "openai", "--defer", "git_*"],
-        dir.path(),
-    );
-    assert_eq!(other.status.code(), Some(2));
-    assert!(
-        String::from_utf8_lossy(&other.stderr).contains("--defer goes with --format anthropic")
-    );
+    for other in [
+        &["tools", "--format", "openai", "--defer", "git_*"][..],
+        &["tools", "--defer", "git_*"],
+        &["tools", "--format", "anthropic-native", "--defer", "git_*"],
+    ] {
+        let out = jianmu(other, dir.path());
+        assert_eq!(out.status.code(), Some(2), "{other:?}");
+        assert!(
+            String::from_utf8_lossy(&out.stderr).contains("--defer goes with --format anthropic"),
+            "{other:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
 }
 
 #[test]

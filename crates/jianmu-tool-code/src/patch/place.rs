@@ -200,7 +200,9 @@ pub(crate) fn place<'a>(
                 .as_deref()
                 .is_some_and(|a| !a.trim().is_empty())
                 && !chunk.eof
+                && at != cursor
             {
+                // Not where its `@@` line put it: the answer says so.
                 appended.push(number);
             }
             continue;

@@ -53,6 +53,12 @@ fn locate(x: i64) -> Result<jianmu_tool_core::Json<Point>, String> {
     Ok(jianmu_tool_core::Json(Point { x, y: 2 * x }))
 }
 
+/// Returns something that can answer.
+#[tool]
+fn opaque() -> impl jianmu_tool_core::IntoToolOutput {
+    "opaque"
+}
+
 async fn call(tool: jianmu_tool_core::FunctionTool, args: serde_json::Value) -> String {
     let handle = ToolHandle::new(tool).unwrap();
     match handle.execute(args, ExecuteOptions::default()).await {
@@ -143,6 +149,9 @@ async fn a_typed_return_declares_its_output_schema() {
         .await
         .unwrap();
     assert_eq!(out.structured, Some(json!({"x": 3, "y": 6})));
+    // An `impl Trait` return cannot be named: the text schema.
+    assert_eq!(opaque_tool().spec().output_schema["type"], "string");
+    assert_eq!(call(opaque_tool(), json!({})).await, "opaque");
     // A function that returns text keeps the text schema.
     let text = nothing_tool().spec().clone();
     assert!(text.structured_output_schema().is_none());
