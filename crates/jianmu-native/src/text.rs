@@ -64,16 +64,30 @@ pub(crate) fn occurrence_lines(text: &str, needle: &str) -> Vec<usize> {
     lines
 }
 
-/// `text` cut to `max` characters, keeping its start and end, with the cut said.
+/// `text` cut to `max` characters, keeping its start and end, with the cut said: the
+/// note states exactly how many characters were left out. When `max` is too small to
+/// hold the note and a character of each end, the answer is the note alone (every
+/// character cut), which may be longer than `max`: a cut is never silent.
 pub(crate) fn cut(text: &str, max: usize) -> String {
     let total = text.chars().count();
     if total <= max {
         return text.to_owned();
     }
-    let note = format!("\n[... {} characters cut ...]\n", total - max);
-    let room = max.saturating_sub(note.chars().count());
+    let notice = |n: usize| format!("\n[... {n} characters cut ...]\n");
+    // The note's length depends on the count it states, and the count on the room
+    // the note leaves: start from the longest note and let the room grow until both
+    // agree (the room only grows, and is bounded by `max`).
+    let mut room = max.saturating_sub(notice(total).chars().count());
+    let note = loop {
+        let note = notice(total - room);
+        let fits = max.saturating_sub(note.chars().count());
+        if fits <= room {
+            break note;
+        }
+        room = fits;
+    };
     if room < 2 {
-        return text.chars().take(max).collect();
+        return notice(total).trim().to_owned();
     }
     let head: String = text.chars().take(room / 2).collect();
     let tail: String = text.chars().skip(total - (room - room / 2)).collect();
@@ -118,9 +132,37 @@ mod tests {
         let out = cut(&text, 60);
         assert!(out.chars().count() <= 60, "{out}");
         assert!(out.starts_with('a') && out.ends_with('b'), "{out}");
-        assert!(out.contains("[... 40 characters cut ...]"), "{out}");
+        // 31 characters kept around a 29-character note: 69 cut.
+        assert!(out.contains("[... 69 characters cut ...]"), "{out}");
         assert_eq!(cut("short", 60), "short");
-        assert_eq!(cut("abcdef", 3), "abc");
+        assert_eq!(cut("abcdef", 3), "[... 6 characters cut ...]");
+    }
+
+    /// At every size the note says exactly how many characters are missing, and the
+    /// answer stays within `max` whenever the note fits at all.
+    #[test]
+    fn cut_notes_are_exact_at_every_size() {
+        for total in [1usize, 9, 10, 11, 99, 100, 101, 999, 1000, 1001, 12_345] {
+            let text: String = (0..total)
+                .map(|i| char::from(b'a' + (i % 26) as u8))
+                .collect();
+            for max in 0..total.min(300) {
+                let out = cut(&text, max);
+                let start = out
+                    .find("[... ")
+                    .unwrap_or_else(|| panic!("no note: {total} {max} {out:?}"));
+                let rest = &out[start + 5..];
+                let end = rest.find(" characters cut ...]").unwrap();
+                let said: usize = rest[..end].parse().unwrap();
+                let note_chars = format!("[... {said} characters cut ...]").len();
+                let kept =
+                    out.chars().count() - note_chars - 2 * usize::from(out.len() > note_chars);
+                assert_eq!(said + kept, total, "{total} {max} {out:?}");
+                if max >= note_chars + 4 {
+                    assert!(out.chars().count() <= max, "{total} {max} {out:?}");
+                }
+            }
+        }
     }
 
     #[test]
