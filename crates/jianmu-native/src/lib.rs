@@ -241,7 +241,12 @@ impl Native {
         }
         let session = self
             .runtime
-            .open_with(Opening::new().in_folder(&self.memories))
+            // A folder's rename or delete is one patch of up to 10,000 files.
+            .open_with(Opening::new().in_folder(&self.memories).with_setting(
+                "apply_patch",
+                "max_files",
+                serde_json::Value::from(10_000),
+            ))
             .map_err(|e| format!("the memory folder cannot be opened: {e}"))?;
         let session = Arc::new(session);
         *slot = Some(session.clone());

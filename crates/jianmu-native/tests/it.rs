@@ -1007,3 +1007,48 @@ async fn openai_local_shell_calls_run_and_callers_are_carried() {
         .await
         .is_err());
 }
+
+/// A memory folder of more than 1,000 files is renamed and deleted whole (up to the
+/// 10,000 entries the tool takes), and the folders a rename or delete empties are
+/// gone, so the path can be used again.
+#[tokio::test]
+async fn memory_folders_of_many_files_move_and_leave_nothing_behind() {
+    let f = fixture();
+    const M: &str = "memory";
+    f.ok(
+        M,
+        json!({"command": "create", "path": "/memories/seed.md", "file_text": "x\n"}),
+    )
+    .await;
+    let big = f.memories.join("big");
+    for i in 0..1500 {
+        let dir = big.join(format!("d{}", i % 3));
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join(format!("f{i}.md")), "m\n").unwrap();
+    }
+    let out = f
+        .ok(M, json!({"command": "rename", "old_path": "/memories/big", "new_path": "/memories/moved"}))
+        .await;
+    assert_eq!(out, "Successfully renamed /memories/big to /memories/moved");
+    assert!(!big.exists(), "the emptied folder stayed");
+    assert_eq!(
+        std::fs::read_dir(f.memories.join("moved/d0"))
+            .unwrap()
+            .count(),
+        500
+    );
+    let out = f
+        .ok(M, json!({"command": "delete", "path": "/memories/moved"}))
+        .await;
+    assert_eq!(out, "Successfully deleted /memories/moved");
+    assert!(
+        !f.memories.join("moved").exists(),
+        "the emptied folder stayed"
+    );
+    f.ok(
+        M,
+        json!({"command": "create", "path": "/memories/big", "file_text": "reused\n"}),
+    )
+    .await;
+    assert_eq!(std::fs::read_to_string(&big).unwrap(), "reused\n");
+}

@@ -242,6 +242,33 @@ impl Workspace {
             .map_err(|e| WorkspaceError::from_io(rel, e))
     }
 
+    /// Removes the folders above `rel` that are empty, deepest first, up to the first
+    /// that is not (or is protected, or the root): what a deletion or a move leaves
+    /// behind, as `git rm` and `git apply` remove them. Errors stop it quietly.
+    pub fn remove_empty_folders_above(&self, rel: &Path) {
+        let mut folder = rel.parent();
+        while let Some(dir) = folder.filter(|d| !d.as_os_str().is_empty()) {
+            let Some((parent, name)) = split(dir) else {
+                return;
+            };
+            if self.check_protected(dir).is_err() {
+                return;
+            }
+            let Ok(pdir) = self.open_dir(parent) else {
+                return;
+            };
+            // Fails on a folder with anything in it, which ends the walk.
+            if pdir
+                .remove_dir(name)
+                .and_then(|()| sync_dir(&pdir))
+                .is_err()
+            {
+                return;
+            }
+            folder = dir.parent();
+        }
+    }
+
     /// The path to write: `rel` itself, or where the symlink `rel` points (beneath the
     /// root). Creates the parent directories when asked.
     /// Refuses a path [`crate::PROTECTED`] covers, as given or with the links of its

@@ -514,7 +514,16 @@ impl ApplyPatch {
                 }
             }
         }
-        let Some(e) = failure else { return Ok(()) };
+        let Some(e) = failure else {
+            // The folders the deletions and moves emptied go too, as `git apply`
+            // removes them.
+            for plan in plans {
+                if let Some((rel, _)) = &plan.remove {
+                    self.ws.remove_empty_folders_above(rel);
+                }
+            }
+            return Ok(());
+        };
         if done.is_empty() && removed.is_empty() {
             return Err(ToolError::failed(format!("{}; {NOTHING}", e.message())));
         }

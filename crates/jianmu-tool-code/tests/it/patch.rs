@@ -592,3 +592,27 @@ async fn an_added_only_hunk_under_an_anchor_says_it_went_to_the_end() {
         .unwrap();
     assert!(!out.text.contains("Note:"), "{}", out.text);
 }
+
+/// The folders a patch's deletions and moves empty are removed, as `git apply`
+/// removes them; a folder with anything left in it stays.
+#[tokio::test]
+async fn folders_a_patch_empties_are_removed() {
+    let (dir, t) = fixture();
+    put(dir.path(), "a/b/only.txt", "x\n");
+    put(dir.path(), "k/gone.txt", "y\n");
+    put(dir.path(), "k/kept.txt", "z\n");
+    put(dir.path(), "m/n/moved.txt", "w\n");
+    let out = call(
+        &t,
+        json!({"patch": "*** Begin Patch\n*** Delete File: a/b/only.txt\n*** Delete File: k/gone.txt\n*** Update File: m/n/moved.txt\n*** Move to: moved.txt\n*** End Patch"}),
+    )
+    .await;
+    assert!(out.starts_with("Applied the patch"), "{out}");
+    assert!(!dir.path().join("a").exists());
+    assert!(!dir.path().join("m").exists());
+    assert!(dir.path().join("k/kept.txt").exists());
+    assert_eq!(
+        std::fs::read_to_string(dir.path().join("moved.txt")).unwrap(),
+        "w\n"
+    );
+}
