@@ -363,8 +363,10 @@ impl ServerHandler for Server {
         let args = request
             .arguments
             .map_or(Value::Object(Map::new()), Value::Object);
-        if !self.catalog.deferral.is_empty() && self.listed().defers_any() {
-            let made = self.listed();
+        let deferring = (!self.catalog.deferral.is_empty())
+            .then(|| self.listed())
+            .filter(|made| made.defers_any());
+        if let Some(made) = deferring {
             if request.name == defer::TOOL_SEARCH {
                 return match self.listing.search(made, &args) {
                     Ok((found, text, changed)) => {

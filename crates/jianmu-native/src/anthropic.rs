@@ -18,8 +18,9 @@ const MEMORIES: &str = "/memories";
 const SNIPPET: usize = 4;
 /// Most entries a folder view lists.
 const MAX_LISTED: u32 = 1000;
-/// Most entries a folder's delete or rename changes at once.
-const MAX_CHANGED: u32 = 10_000;
+/// Most entries a folder's delete or rename changes at once (one patch: the memory
+/// session's patches take as many files).
+pub(crate) const MAX_CHANGED: u32 = 10_000;
 /// A folder's entries and theirs: what a folder view shows.
 const TWO_LEVELS: &str = "{*,*/*}";
 
@@ -146,10 +147,7 @@ async fn bash(native: &Native, input: &Value) -> Answer {
     let Some(command) = command else {
         return Err("no command provided.".to_owned());
     };
-    let mut args = json!({"command": command, "session": ANTHROPIC_SHELL});
-    if let Some(secs) = native.bash_timeout(None) {
-        args["timeout"] = json!(secs);
-    }
+    let args = native.bash_args(command, Some(ANTHROPIC_SHELL), None);
     let out = native.call("bash", args).await.map_err(|e| e.to_string())?;
     let data = out.structured.as_ref();
     if data
@@ -573,12 +571,13 @@ fn check_range(start: i64, end: i64, n: i64) -> Result<(), String> {
 async fn ranged_window(session: &Session, rel: &str, range: &Value) -> Result<String, String> {
     let (start, end) = view_range(range)?;
     let first = u64::try_from(start).unwrap_or(0).max(1);
-    let mut args = json!({"path": rel, "offset": first, "line_numbers": false});
-    if let Some(count) = end
+    // The lines asked for, when the range ends (checked: the range is not yet).
+    let count = end
         .checked_sub(start)
         .and_then(|d| d.checked_add(1))
-        .filter(|&c| end != -1 && c > 0)
-    {
+        .filter(|&c| end != -1 && c > 0);
+    let mut args = json!({"path": rel, "offset": first, "line_numbers": false});
+    if let Some(count) = count {
         args["limit"] = json!(count);
     }
     let out = session
@@ -597,17 +596,12 @@ async fn ranged_window(session: &Session, rel: &str, range: &Value) -> Result<St
     let all = lines(&out.text);
     let kept = &all[..usize::try_from(got).unwrap_or(0).min(all.len())];
     let mut body = numbered(kept, usize::try_from(first).unwrap_or(1));
-    let wanted = if end == -1 {
-        n + 1 - first
-    } else {
-        u64::try_from(end - start + 1).unwrap_or(0)
-    };
+    let wanted = count.map_or(n + 1 - first, |c| u64::try_from(c).unwrap_or(0));
     if got < wanted {
         let next = first + got;
         body.push_str(&format!(
-            "[Only lines {first}-{} are shown: the rest is over the size of one read. View from line {next} with `view_range` [{next}, {}].]\n",
+            "[Only lines {first}-{} are shown: the rest is over the size of one read. View from line {next} with `view_range` [{next}, {end}].]\n",
             next - 1,
-            if end == -1 { -1 } else { end }
         ));
     }
     Ok(body)

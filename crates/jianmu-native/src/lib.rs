@@ -50,7 +50,7 @@ use std::sync::{Arc, Mutex};
 
 use jianmu_runtime::{Closed, Opening, Runtime, Session, SessionError};
 use jianmu_tool_core::{ToolError, ToolOutput};
-use serde_json::Value;
+use serde_json::{Value, json};
 
 pub use declare::{PATCH_GRAMMAR, anthropic_tools, openai_freeform_tools, openai_tools};
 
@@ -106,6 +106,8 @@ impl NativeOptions {
 const BASH_DEFAULT_SECS: f64 = 120.0;
 /// The longest time limit `bash` takes, a day.
 const BASH_MAX_SECS: f64 = 86_400.0;
+/// The same, in the milliseconds the OpenAI items give.
+const BASH_MAX_MS: u64 = 86_400_000;
 
 /// An item that is not a call of the contract it was given to.
 #[derive(Debug, thiserror::Error)]
@@ -202,27 +204,36 @@ impl Native {
         }
     }
 
-    /// The time limit to give `bash`, in seconds: the one `asked` (else `bash`'s own
-    /// default), at most a little under the session's limit, so that `bash` stops the
-    /// command itself and keeps what it printed (the session's limit would end the
-    /// call with nothing); `None` leaves `bash`'s default as it is.
-    fn bash_timeout(&self, asked: Option<f64>) -> Option<f64> {
+    /// The arguments of a `bash` call of `command` (in the shell session `session`,
+    /// if any), with a time limit: the `timeout_ms` asked (a millisecond to a day;
+    /// else `bash`'s own default), at most a little under the session's limit, so
+    /// that `bash` stops the command itself and keeps what it printed (the session's
+    /// limit would end the call with nothing). Without either, `bash`'s default stands.
+    fn bash_args(&self, command: &str, session: Option<&str>, timeout_ms: Option<u64>) -> Value {
+        let mut args = json!({ "command": command });
+        if let Some(session) = session {
+            args["session"] = json!(session);
+        }
         let settings = self.runtime.settings();
         let default = settings
             .tools
             .raw_settings("bash")
             .and_then(|b| b.get("timeout_secs"))
-            .and_then(serde_json::Value::as_f64)
+            .and_then(Value::as_f64)
             .unwrap_or(BASH_DEFAULT_SECS);
+        let asked = timeout_ms.map(|ms| (ms.clamp(1, BASH_MAX_MS) as f64) / 1000.0);
         let under = settings.timeout.map(|limit| {
             let secs = limit.as_secs_f64();
             (secs - (secs / 10.0).min(1.0)).max(0.001)
         });
-        let wanted = asked.unwrap_or(default);
-        match under {
-            Some(under) if under < wanted => Some(under.min(BASH_MAX_SECS)),
-            _ => asked.map(|a| a.min(BASH_MAX_SECS)),
+        let timeout = match under {
+            Some(under) if under < asked.unwrap_or(default) => Some(under.min(BASH_MAX_SECS)),
+            _ => asked,
+        };
+        if let Some(secs) = timeout {
+            args["timeout"] = json!(secs);
         }
+        args
     }
 
     /// Calls a tool of the workspace session.
@@ -245,7 +256,7 @@ impl Native {
             .open_with(Opening::new().in_folder(&self.memories).with_setting(
                 "apply_patch",
                 "max_files",
-                serde_json::Value::from(10_000),
+                Value::from(anthropic::MAX_CHANGED),
             ))
             .map_err(|e| format!("the memory folder cannot be opened: {e}"))?;
         let session = Arc::new(session);

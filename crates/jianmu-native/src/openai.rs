@@ -23,8 +23,6 @@ const HEADERS: [&str; 6] = [
     "*** Update File:",
     "*** Move to:",
 ];
-/// The longest time limit `bash` takes, a day.
-const MAX_TIMEOUT_MS: u64 = 86_400_000;
 
 pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotACall> {
     let Some(obj) = item.as_object() else {
@@ -165,12 +163,7 @@ fn not_run(message: &str) -> Value {
 }
 
 async fn run(native: &Native, command: &str, timeout_ms: Option<u64>) -> Value {
-    let mut args = json!({"command": command, "session": OPENAI_SHELL});
-    // Within what `bash` takes: a millisecond to a day.
-    let asked = timeout_ms.map(|ms| (ms.clamp(1, MAX_TIMEOUT_MS) as f64) / 1000.0);
-    if let Some(secs) = native.bash_timeout(asked) {
-        args["timeout"] = json!(secs);
-    }
+    let args = native.bash_args(command, Some(OPENAI_SHELL), timeout_ms);
     match native.call("bash", args).await {
         Ok(out) => {
             let data = out.structured.unwrap_or_default();
@@ -218,14 +211,8 @@ async fn local_shell(
         .ok_or_else(bad)?;
     let output = match local_script(native, action, &argv) {
         Ok(script) => {
-            let asked = action
-                .get("timeout_ms")
-                .and_then(Value::as_u64)
-                .map(|ms| (ms.clamp(1, MAX_TIMEOUT_MS) as f64) / 1000.0);
-            let mut args = json!({"command": script});
-            if let Some(secs) = native.bash_timeout(asked) {
-                args["timeout"] = json!(secs);
-            }
+            let timeout_ms = action.get("timeout_ms").and_then(Value::as_u64);
+            let args = native.bash_args(&script, None, timeout_ms);
             match native.call("bash", args).await {
                 Ok(out) => out.text,
                 Err(ToolError::Timeout { partial, after, .. }) => format!(
