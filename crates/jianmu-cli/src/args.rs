@@ -59,8 +59,9 @@ pub(crate) enum Command {
         json: bool,
         /// The JSON shape to print (implies --json): jianmu, openai, openai-strict,
         /// anthropic, gemini, mcp; or the declarations of the model APIs' built-in
-        /// tools that `jianmu native` executes: anthropic-native, openai-native,
-        /// openai-freeform (apply_patch as a grammar-constrained tool).
+        /// tools that `jianmu native` executes: anthropic-native, anthropic-agent (the
+        /// agent toolset), openai-native, openai-freeform (apply_patch as a
+        /// grammar-constrained tool).
         #[arg(long, conflicts_with = "markdown", default_value = "jianmu")]
         format: ListFormat,
         /// Print the reference page `docs/tools.md` is made from.
@@ -119,6 +120,8 @@ pub(crate) enum ListFormat {
     Specs(SchemaFormat),
     /// Anthropic's built-in tool declarations.
     AnthropicNative,
+    /// Anthropic's agent toolset, `agent_toolset_20260401`.
+    AnthropicAgent,
     /// OpenAI's built-in `shell` and `apply_patch`.
     OpenAiNative,
     /// OpenAI's `shell`, and `apply_patch` as a freeform tool with its grammar.
@@ -131,11 +134,12 @@ impl std::str::FromStr for ListFormat {
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "anthropic-native" => Ok(Self::AnthropicNative),
+            "anthropic-agent" => Ok(Self::AnthropicAgent),
             "openai-native" => Ok(Self::OpenAiNative),
             "openai-freeform" => Ok(Self::OpenAiFreeform),
             other => other.parse().map(Self::Specs).map_err(|_| {
                 format!(
-                    "unknown format `{other}`: one of jianmu, openai, openai-strict, anthropic, gemini, mcp, anthropic-native, openai-native, openai-freeform"
+                    "unknown format `{other}`: one of jianmu, openai, openai-strict, anthropic, gemini, mcp, anthropic-native, anthropic-agent, openai-native, openai-freeform"
                 )
             }),
         }
@@ -146,7 +150,8 @@ impl std::str::FromStr for ListFormat {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
 pub(crate) enum NativeApi {
     /// `tool_use` blocks in, `tool_result` blocks out: `bash`,
-    /// `str_replace_based_edit_tool`, `memory`, and any tool by name.
+    /// `str_replace_based_edit_tool`, `memory`, and any tool by name; and the agent
+    /// toolset's `agent.tool_use` events, answered with `user.tool_result`.
     Anthropic,
     /// Responses API call items in, their output items out: `shell_call`,
     /// `apply_patch_call`, `custom_tool_call`, `function_call`.
@@ -170,6 +175,10 @@ pub(crate) struct NativeArgs {
     /// The text editor's max_characters: a longer view is cut, saying so.
     #[arg(long, value_name = "N")]
     pub(crate) max_characters: Option<usize>,
+    /// Anthropic: `tool_use` blocks named bash, read, write, edit, glob or grep are
+    /// calls of the agent toolset (agent_toolset_20260401), as its events always are.
+    #[arg(long)]
+    pub(crate) agent_toolset: bool,
 }
 
 /// `jianmu mcp`'s flags.

@@ -103,6 +103,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
                 args::ListFormat::AnthropicNative => {
                     return print(&pretty(&jianmu_native::anthropic_tools(None))?);
                 }
+                args::ListFormat::AnthropicAgent => {
+                    return print(&pretty(&jianmu_native::anthropic_agent_toolset())?);
+                }
                 args::ListFormat::OpenAiNative => {
                     return print(&pretty(&jianmu_native::openai_tools())?);
                 }

@@ -20,6 +20,7 @@ pub(crate) async fn run(settings: &Settings, args: &NativeArgs) -> Result<(), Fa
     options.root = args.root.clone();
     options.memories = args.memories.clone();
     options.max_characters = args.max_characters;
+    options.agent_toolset = args.agent_toolset;
     let native = Native::open(&runtime, options).map_err(anyhow::Error::from)?;
     let served = tokio::select! {
         served = serve(&native, args.api) => served,

@@ -8,7 +8,7 @@ use jianmu_tool_core::{Image, ToolOutput};
 use serde_json::{Value, json};
 
 use crate::text::{self, human, lines, numbered, occurrence_lines};
-use crate::{ANTHROPIC_SHELL, Native, NotACall};
+use crate::{ANTHROPIC_SHELL, Native, NotACall, agent};
 
 /// The names the text editor has had.
 const EDITOR: [&str; 2] = ["str_replace_based_edit_tool", "str_replace_editor"];
@@ -56,9 +56,13 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             "expected a JSON object (a `tool_use` block)".into(),
         ));
     };
-    if obj.get("type").and_then(Value::as_str) != Some("tool_use") {
+    let kind = obj.get("type").and_then(Value::as_str);
+    if !matches!(
+        kind,
+        Some("tool_use" | "agent.tool_use" | "agent.custom_tool_use")
+    ) {
         return Err(NotACall(format!(
-            "expected `\"type\": \"tool_use\"`, not {}",
+            "expected `\"type\": \"tool_use\"` (or an `agent.tool_use` event), not {}",
             obj.get("type").map_or("none".to_owned(), Value::to_string)
         )));
     }
@@ -66,15 +70,50 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
         obj.get("id").and_then(Value::as_str),
         obj.get("name").and_then(Value::as_str),
     ) else {
-        return Err(NotACall(
-            "a `tool_use` block has a string `id` and `name`".into(),
-        ));
+        return Err(NotACall(format!(
+            "a `{}` item has a string `id` and `name`",
+            kind.unwrap_or_default()
+        )));
     };
     let input = obj.get("input").cloned().unwrap_or_else(|| json!({}));
     if !input.is_object() {
-        return Err(NotACall("a `tool_use` block's `input` is an object".into()));
+        return Err(NotACall("a tool call's `input` is an object".into()));
+    }
+    if kind == Some("agent.tool_use") {
+        let permission = obj.get("evaluated_permission").and_then(Value::as_str);
+        let answer = match permission {
+            Some("deny") => Err(format!(
+                "{name}: not run: the session's permission policy denied this call"
+            )),
+            Some("ask") => Err(format!(
+                "{name}: not run: this call waits for the user's confirmation, which is not given here; allow the tool in the agent's permission policy"
+            )),
+            _ => {
+                let work = async {
+                    match agent::run(native, name, &input).await {
+                        Some(answer) => answer,
+                        None => Err(format!(
+                            "{name}: not a tool of agent_toolset_20260401 (bash, read, write, edit, glob, grep)"
+                        )),
+                    }
+                };
+                native
+                    .within(work)
+                    .await
+                    .unwrap_or_else(|stopped| Err(format!("{name}: {stopped}")))
+            }
+        };
+        return Ok(agent::event_result(id, answer));
     }
     let work = async {
+        if native.agent_toolset
+            && let Some(answer) = agent::run(native, name, &input).await
+        {
+            return answer.map(|r| Reply {
+                text: r.text,
+                images: r.images,
+            });
+        }
         match name {
             "bash" => bash(native, &input).await,
             name if EDITOR.contains(&name) => editor(native, &input).await,
@@ -90,6 +129,21 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
         .within(work)
         .await
         .unwrap_or_else(|stopped| Err(format!("Error: {stopped}")));
+    if kind == Some("agent.custom_tool_use") {
+        let mut event = agent::event_result(
+            id,
+            answer.map(|r| agent::Reply {
+                text: r.text,
+                images: r.images,
+            }),
+        );
+        event["type"] = json!("user.custom_tool_result");
+        if let Some(map) = event.as_object_mut() {
+            map.remove("tool_use_id");
+            map.insert("custom_tool_use_id".into(), json!(id));
+        }
+        return Ok(event);
+    }
     Ok(result(id, answer))
 }
 

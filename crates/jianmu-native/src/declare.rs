@@ -17,6 +17,12 @@ pub fn anthropic_tools(max_characters: Option<usize>) -> Value {
     ])
 }
 
+/// Anthropic's agent toolset, as an agent's `tools` list declares it: `bash`,
+/// `read`, `write`, `edit`, `glob` and `grep`, run by the client.
+pub fn anthropic_agent_toolset() -> Value {
+    json!([{"type": "agent_toolset_20260401"}])
+}
+
 /// OpenAI Responses' declarations of the built-in `shell` and `apply_patch` tools.
 pub fn openai_tools() -> Value {
     json!([{"type": "shell"}, {"type": "apply_patch"}])

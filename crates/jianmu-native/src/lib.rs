@@ -40,22 +40,28 @@
 //! ```
 #![deny(missing_docs)]
 
+mod agent;
 mod anthropic;
 mod declare;
 mod openai;
 mod text;
 
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use jianmu_runtime::{Closed, Opening, Runtime, Session, SessionError};
 use jianmu_tool_core::{ToolError, ToolOutput};
 use serde_json::{Value, json};
 
-pub use declare::{PATCH_GRAMMAR, anthropic_tools, openai_freeform_tools, openai_tools};
+pub use declare::{
+    PATCH_GRAMMAR, anthropic_agent_toolset, anthropic_tools, openai_freeform_tools, openai_tools,
+};
 
 /// The shell session Anthropic's `bash` keeps for the conversation.
 const ANTHROPIC_SHELL: &str = "anthropic-bash";
+/// The shell session the agent toolset's `bash` keeps for the conversation.
+const AGENT_SHELL: &str = "anthropic-agent-bash";
 /// The shell session OpenAI's `shell` commands run in.
 const OPENAI_SHELL: &str = "openai-shell";
 
@@ -72,6 +78,10 @@ pub struct NativeOptions {
     /// The text editor's `max_characters`: a `view` longer than this is cut, and the
     /// answer says so.
     pub max_characters: Option<usize>,
+    /// `tool_use` blocks named `bash`, `read`, `write`, `edit`, `glob` or `grep` are
+    /// calls of Anthropic's agent toolset (`agent_toolset_20260401`); `agent.tool_use`
+    /// events always are.
+    pub agent_toolset: bool,
 }
 
 impl NativeOptions {
@@ -91,6 +101,13 @@ impl NativeOptions {
     #[must_use]
     pub fn with_memories(mut self, dir: impl Into<PathBuf>) -> Self {
         self.memories = Some(dir.into());
+        self
+    }
+
+    /// `tool_use` blocks of the agent toolset's names are its calls.
+    #[must_use]
+    pub fn with_agent_toolset(mut self) -> Self {
+        self.agent_toolset = true;
         self
     }
 
@@ -121,6 +138,11 @@ pub struct Native {
     runtime: Runtime,
     session: Arc<Session>,
     memory: Mutex<Option<Arc<Session>>>,
+    agent: Mutex<Option<Arc<Session>>>,
+    agent_shell_gone: AtomicBool,
+    agent_toolset: bool,
+    /// The agent toolset's saved `bash` outputs, outside the workspace.
+    saved: Mutex<Option<tempfile::TempDir>>,
     root: String,
     memories: PathBuf,
     max_characters: Option<usize>,
@@ -148,6 +170,10 @@ impl Native {
             runtime: runtime.clone(),
             session: Arc::new(session),
             memory: Mutex::new(None),
+            agent: Mutex::new(None),
+            agent_shell_gone: AtomicBool::new(false),
+            agent_toolset: options.agent_toolset,
+            saved: Mutex::new(None),
             root,
             memories: options
                 .memories
@@ -161,10 +187,11 @@ impl Native {
         &self.root
     }
 
-    /// Executes an Anthropic `tool_use` block and returns its `tool_result` block.
+    /// Executes an Anthropic `tool_use` block and returns its `tool_result` block, or
+    /// an agent toolset's `agent.tool_use` event and returns its `user.tool_result`.
     ///
     /// # Errors
-    /// [`NotACall`] when `item` is not a `tool_use` block.
+    /// [`NotACall`] when `item` is neither.
     pub async fn anthropic(&self, item: &Value) -> Result<Value, NotACall> {
         anthropic::execute(self, item).await
     }
@@ -178,11 +205,16 @@ impl Native {
         openai::execute(self, item).await
     }
 
-    /// Closes both sessions: every shell, job and process they started ends.
+    /// Closes its sessions: every shell, job and process they started ends.
     pub async fn close(&self) -> Closed {
-        let memory = self.memory.lock().map(|mut m| m.take()).unwrap_or_default();
-        if let Some(memory) = memory {
-            memory.close().await;
+        if let Ok(mut saved) = self.saved.lock() {
+            saved.take();
+        }
+        for slot in [&self.memory, &self.agent] {
+            let session = slot.lock().map(|mut m| m.take()).unwrap_or_default();
+            if let Some(session) = session {
+                session.close().await;
+            }
         }
         self.session.close().await
     }
@@ -262,6 +294,83 @@ impl Native {
         let session = Arc::new(session);
         *slot = Some(session.clone());
         Ok(session)
+    }
+
+    /// Calls a tool of the agent toolset's session: the workspace, with `bash` keeping
+    /// 8 MiB of each stream (the answer keeps 30,000 characters) and answering
+    /// non-zero exits. Opened on first use.
+    async fn agent_call(&self, tool: &str, args: Value) -> Result<ToolOutput, ToolError> {
+        let session = {
+            let mut slot = self
+                .agent
+                .lock()
+                .map_err(|_| ToolError::failed("the agent toolset's session is unavailable"))?;
+            match slot.as_ref() {
+                Some(session) => session.clone(),
+                None => {
+                    let opening = Opening::new()
+                        .with_setting("bash", "nonzero_exit", "result".into())
+                        .with_setting("bash", "keep_head", Value::from(agent::KEPT_BYTES))
+                        .with_setting("bash", "keep_tail", Value::from(0));
+                    let session = Arc::new(self.runtime.open_with(opening).map_err(|e| {
+                        ToolError::failed(format!(
+                            "the agent toolset's session cannot be opened: {e}"
+                        ))
+                    })?);
+                    *slot = Some(session.clone());
+                    session
+                }
+            }
+        };
+        session.call(tool, args).await
+    }
+
+    /// Saves a long `bash` output whole (its first [`agent::SAVED_BYTES`]) in a folder
+    /// of this conversation outside the workspace, removed when it closes; the file's
+    /// path, or `None` when it could not be written.
+    fn save_output(&self, text: &str) -> Option<PathBuf> {
+        use std::io::Write as _;
+        let mut slot = self.saved.lock().ok()?;
+        if slot.is_none() {
+            *slot = Some(
+                tempfile::Builder::new()
+                    .prefix("bash-output-")
+                    .tempdir()
+                    .ok()?,
+            );
+        }
+        let dir = slot.as_ref()?;
+        let mut file = tempfile::Builder::new()
+            .prefix("tmp")
+            .suffix(".txt")
+            .tempfile_in(dir.path())
+            .ok()?;
+        let mut end = text.len().min(agent::SAVED_BYTES);
+        while !text.is_char_boundary(end) {
+            end -= 1;
+        }
+        file.write_all(&text.as_bytes()[..end]).ok()?;
+        let (_, path) = file.keep().ok()?;
+        Some(path)
+    }
+
+    /// The text of a saved `bash` output, when `path` names one.
+    fn saved_output(&self, path: &str) -> Option<std::io::Result<String>> {
+        let slot = self.saved.lock().ok()?;
+        let dir = slot.as_ref()?.path();
+        let rel = std::path::Path::new(path).strip_prefix(dir).ok()?;
+        let name = rel
+            .to_str()
+            .filter(|n| !n.contains('/') && !n.starts_with('.'))?;
+        Some(std::fs::read_to_string(dir.join(name)))
+    }
+
+    fn agent_shell_gone(&self) -> bool {
+        self.agent_shell_gone.load(Ordering::Relaxed)
+    }
+
+    fn set_agent_shell_gone(&self, gone: bool) {
+        self.agent_shell_gone.store(gone, Ordering::Relaxed);
     }
 
     /// `path` as the model wrote it (absolute under the root, or relative to it),

@@ -30,6 +30,9 @@ pub struct GlobArgs {
     /// Most paths to return.
     #[serde(default)]
     pub limit: Limit,
+    /// Sort by last modification, newest first, instead of by path.
+    #[serde(default)]
+    pub newest_first: bool,
 }
 
 /// The `glob_search` tool.
@@ -58,7 +61,8 @@ impl GlobSearch {
             .compile_matcher();
         let walk = walk::walker(&root, args.include_hidden).build_parallel();
         let limit = args.limit.get();
-        let (paths, total) = walk::collect(walk, limit, |mut local| {
+        let newest = args.newest_first;
+        let (found, total) = walk::collect(walk, limit, |mut local| {
             let matcher = matcher.clone();
             let root = root.clone();
             Box::new(move |entry| {
@@ -79,11 +83,23 @@ impl GlobSearch {
                     if entry.file_type().is_some_and(|t| t.is_dir()) {
                         shown.push('/');
                     }
-                    local.top.push(shown);
+                    // Newest first: the key sorts later times first, then by path.
+                    let age = if newest {
+                        let modified = entry
+                            .metadata()
+                            .ok()
+                            .and_then(|m| m.modified().ok())
+                            .unwrap_or(std::time::UNIX_EPOCH);
+                        std::cmp::Reverse(modified)
+                    } else {
+                        std::cmp::Reverse(std::time::UNIX_EPOCH)
+                    };
+                    local.top.push((age, shown));
                 }
                 WalkState::Continue
             })
         });
+        let paths: Vec<String> = found.into_iter().map(|(_, path)| path).collect();
         let none = format!(
             "(no paths match `{}` under `{}`)",
             jianmu_tool_core::echo(&args.pattern),
@@ -100,7 +116,8 @@ impl GlobSearch {
 /// The structured result of `glob_search`.
 #[derive(Debug, Serialize, schemars::JsonSchema)]
 pub struct GlobOutput {
-    /// The first `limit` matching paths, relative to the workspace, sorted.
+    /// The first `limit` matching paths, relative to the workspace, sorted by path
+    /// (or newest first, with `newest_first`).
     pub paths: Vec<String>,
     /// How many paths matched in all, shown or not.
     pub total: u64,
@@ -114,7 +131,8 @@ impl Tool for GlobSearch {
     const NAME: &'static str = "glob_search";
 
     const DESCRIPTION: &'static str = "Finds files and folders whose names match a glob, like `fd --glob`: one \
-     workspace-relative path per line, sorted, folders ending in `/`.\n\
+     workspace-relative path per line, sorted (or newest first with `newest_first`), \
+     folders ending in `/`.\n\
      Respects .gitignore (inside git repositories) and .ignore, skips hidden entries \
      unless `include_hidden`, does not follow symbolic links. A pattern with `/` \
      matches the path below `path` (`src/**/*.rs`); `**` crosses folders, `*` does not.";

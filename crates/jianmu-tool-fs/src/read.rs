@@ -167,6 +167,7 @@ impl ReadFile {
                     cells: None,
                     pages: None,
                     pages_read: None,
+                    end_newline: None,
                 },
             ))
         };
@@ -250,6 +251,7 @@ impl ReadFile {
                     cells: None,
                     pages: None,
                     pages_read: None,
+                    end_newline: None,
                 },
             ));
         }
@@ -262,6 +264,7 @@ impl ReadFile {
         }
         let last = first + window.lines.saturating_sub(1);
         let mut text = utf8(&rel, window.bytes, window.start_byte)?;
+        let end_newline = (window.lines > 0 && last == window.total).then(|| text.ends_with('\n'));
         if numbers {
             text = numbered(&text, first);
         }
@@ -295,6 +298,7 @@ impl ReadFile {
                 cells: None,
                 pages: None,
                 pages_read: None,
+                end_newline,
             },
         ))
     }
@@ -330,6 +334,7 @@ impl ReadFile {
                 cells: Some(rendered.cells as u64),
                 pages: None,
                 pages_read: None,
+                end_newline: None,
             },
         );
         for image in rendered.images {
@@ -387,6 +392,7 @@ impl ReadFile {
                 image: None,
                 cells: None,
                 pages: Some(u64::from(reading.page_count)),
+                end_newline: None,
                 pages_read: Some(pdf::page_list(
                     &reading.pages.iter().map(|p| p.number).collect::<Vec<_>>(),
                 )),
@@ -452,6 +458,7 @@ impl ReadFile {
                 cells: None,
                 pages: None,
                 pages_read: None,
+                end_newline: None,
             },
         )
         .with_image(Image {
@@ -600,6 +607,10 @@ pub struct ReadOutput {
     /// For a PDF: the pages shown, such as `1-5,7`.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pages_read: Option<String>,
+    /// For a window that reaches the end of the file: whether its last line ends with
+    /// a line break (the text shown always ends with one).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub end_newline: Option<bool>,
 }
 
 /// An image file's content.

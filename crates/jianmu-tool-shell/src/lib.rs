@@ -321,12 +321,13 @@ impl Bash {
                 .await?
             }
         };
-        let (code, stdout, stderr) = match ended {
+        let (code, stdout, stderr, shell_ended) = match ended {
             shells::Ended::Finished {
                 code,
                 stdout,
                 stderr,
-            } => (code, stdout.text(), stderr.text()),
+                shell_ended,
+            } => (code, stdout.text(), stderr.text(), shell_ended),
             shells::Ended::TimedOut { stdout, stderr } => {
                 // What it printed until the limit goes back with the error.
                 let mut partial = stdout.text();
@@ -352,6 +353,7 @@ impl Bash {
                     exit_code: Some(0),
                     stdout: Some(stdout),
                     stderr: Some(stderr),
+                    shell_ended,
                     ..BashResult::default()
                 },
             )),
@@ -373,6 +375,7 @@ impl Bash {
                         exit_code: code,
                         stdout: Some(stdout),
                         stderr: Some(stderr),
+                        shell_ended,
                         ..BashResult::default()
                     },
                 ))
@@ -435,6 +438,7 @@ impl Bash {
                     code: status.code(),
                     stdout,
                     stderr,
+                    shell_ended: false,
                 })
             }
             None => Ok(shells::Ended::TimedOut { stdout, stderr }),
@@ -552,6 +556,10 @@ pub struct BashResult {
     /// The background job's stdout and stderr so far, in the order they came.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// True when the command ended its `session`'s shell (`exit`, `exec`): the next
+    /// call starts a new one, in the last directory and with the last exports kept.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub shell_ended: bool,
 }
 
 impl Tool for Bash {

@@ -69,6 +69,8 @@ pub(crate) enum Ended {
         code: Option<i32>,
         stdout: Captured,
         stderr: Captured,
+        /// The command ended the session's shell (`exit`, `exec`, closed output).
+        shell_ended: bool,
     },
     /// The time limit passed; the shell and everything in it were stopped.
     TimedOut { stdout: Captured, stderr: Captured },
@@ -342,6 +344,7 @@ impl Shell {
                     code,
                     stdout,
                     stderr,
+                    shell_ended: !alive,
                 })
             }
             Err(_) => {

@@ -148,6 +148,10 @@ fn tools_prints_the_native_declarations() {
         declared("openai-native"),
         json!([{"type": "shell"}, {"type": "apply_patch"}])
     );
+    assert_eq!(
+        declared("anthropic-agent"),
+        json!([{"type": "agent_toolset_20260401"}])
+    );
     let freeform = declared("openai-freeform");
     assert_eq!(freeform[1]["type"], "custom");
     assert_eq!(freeform[1]["name"], "apply_patch");
@@ -169,4 +173,232 @@ fn tools_prints_the_native_declarations() {
     );
     let out = crate::jianmu(&["tools", "--format", "nope"], dir.path());
     assert_eq!(out.status.code(), Some(2));
+}
+
+/// The Python SDK's reference executor of the agent toolset, in a venv the test
+/// makes (once) under `target/`.
+fn anthropic_python() -> std::path::PathBuf {
+    const VERSION: &str = "2.17.0";
+    let venv = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../target/anthropic-venv");
+    let python = venv.join("bin/python");
+    let ready = |p: &Path| {
+        jianmu_process::std_command(p)
+            .args([
+                "-c",
+                &format!(
+                    "import importlib.metadata as m; assert m.version('anthropic') == '{VERSION}'"
+                ),
+            ])
+            .status()
+            .is_ok_and(|s| s.success())
+    };
+    if !ready(&python) {
+        let status = jianmu_process::std_command("python3")
+            .args(["-m", "venv"])
+            .arg(&venv)
+            .status()
+            .expect("python3 is needed for the agent toolset's differential test");
+        assert!(status.success(), "cannot create {}", venv.display());
+        let status = jianmu_process::std_command(&python)
+            .args(["-m", "pip", "install", "-q", "--disable-pip-version-check"])
+            .arg(format!("anthropic=={VERSION}"))
+            .status()
+            .unwrap();
+        assert!(
+            status.success(),
+            "cannot install anthropic=={VERSION} from PyPI"
+        );
+    }
+    python
+}
+
+/// The same calls of `agent_toolset_20260401`, run by the SDK's reference executor
+/// in one folder and by `jianmu native anthropic` in a copy: every answer (with
+/// each folder's path written as ROOT) and every file afterwards are the same.
+#[test]
+fn the_agent_toolset_answers_as_the_sdks_reference_executor_does() {
+    let python = anthropic_python();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/agent_toolset.py");
+    let (reference, ours) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+    let (reference_dir, ours_dir) = (
+        reference.path().canonicalize().unwrap(),
+        ours.path().canonicalize().unwrap(),
+    );
+    for dir in [&reference_dir, &ours_dir] {
+        let status = jianmu_process::std_command(&python)
+            .arg(&script)
+            .arg("fixture")
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(status.success());
+    }
+    let calls = json!([
+        {"name": "bash", "input": {"command": "echo hi; echo err >&2"}},
+        {"name": "bash", "input": {"command": "cd src && export X=7"}},
+        {"name": "bash", "input": {"command": "pwd; echo $X"}},
+        {"name": "bash", "input": {"command": "echo out; echo bad >&2; false"}},
+        {"name": "bash", "input": {"command": "false"}},
+        {"name": "bash", "input": {"command": "printf '\\033[1;31mred\\033[0m\\n\\n\\n'"}},
+        {"name": "bash", "input": {"command": "seq 1 10000; echo done >&2"}},
+        {"name": "read", "input": {"file_path": "$SAVED", "view_range": [9999, 10002]}},
+        {"name": "read", "input": {"file_path": "$SAVED"}},
+        {"name": "bash", "input": {"command": "seq 1 10000 >&2; exit 4"}},
+        {"name": "bash", "input": {"command": "echo not run"}},
+        {"name": "bash", "input": {}},
+        {"name": "bash", "input": {"restart": true}},
+        {"name": "bash", "input": {"command": "pwd; echo \"[$X]\""}},
+        {"name": "bash", "input": {"command": "echo partial; sleep 5", "timeout_ms": 400}},
+        {"name": "bash", "input": {"command": "echo after"}},
+        {"name": "bash", "input": {"restart": true, "command": "echo fresh"}},
+        {"name": "read", "input": {"file_path": "README.md"}},
+        {"name": "read", "input": {"file_path": "src/util.py", "view_range": [2, 5]}},
+        {"name": "read", "input": {"file_path": "src/util.py", "view_range": [4, 0]}},
+        {"name": "read", "input": {"file_path": "src/util.py", "view_range": [3]}},
+        {"name": "read", "input": {"file_path": "crlf.txt"}},
+        {"name": "read", "input": {"file_path": "unicode.txt"}},
+        {"name": "read", "input": {"file_path": "big.txt"}},
+        {"name": "read", "input": {"file_path": "big.txt", "view_range": [1999, 2001]}},
+        {"name": "read", "input": {"file_path": "big.txt", "view_range": [1, 2000]}},
+        {"name": "read", "input": {"file_path": "nope.txt"}},
+        {"name": "read", "input": {"file_path": "src"}},
+        {"name": "read", "input": {"file_path": "../outside.txt"}},
+        {"name": "read", "input": {"file_path": "/etc/hostname"}},
+        {"name": "write", "input": {"file_path": "new/deep/file.txt", "content": "héllo\n"}},
+        {"name": "write", "input": {"file_path": "README.md", "content": "replaced\n"}},
+        {"name": "write", "input": {"file_path": "../escape.txt", "content": "x"}},
+        {"name": "edit", "input": {"file_path": "src/app.py", "old_string": "hello", "new_string": "bye"}},
+        {"name": "edit", "input": {"file_path": "src/data/notes.txt", "old_string": "beta", "new_string": "BETA"}},
+        {"name": "edit", "input": {"file_path": "src/data/notes.txt", "old_string": "beta", "new_string": "BETA", "replace_all": true}},
+        {"name": "edit", "input": {"file_path": "src/app.py", "old_string": "absent", "new_string": "x"}},
+        {"name": "edit", "input": {"file_path": "missing.py", "old_string": "a", "new_string": "b"}},
+        {"name": "glob", "input": {"pattern": "**/*.py"}},
+        {"name": "glob", "input": {"pattern": "*.txt"}},
+        {"name": "glob", "input": {"pattern": "*.md", "path": "docs"}},
+        {"name": "glob", "input": {"pattern": "*.rs"}},
+        {"name": "glob", "input": {"pattern": "/etc/*"}},
+        {"name": "glob", "input": {"pattern": "../*"}},
+        {"name": "grep", "input": {"pattern": "helper", "path": "src/util.py"}},
+        {"name": "grep", "input": {"pattern": "def (main|other)", "path": "src/app.py"}},
+        {"name": "grep", "input": {"pattern": "zzz_absent"}},
+    ]);
+    let calls_file = reference_dir
+        .join("..")
+        .join(format!("agent-calls-{}.json", std::process::id()));
+    std::fs::write(&calls_file, calls.to_string()).unwrap();
+    let out = jianmu_process::std_command(&python)
+        .arg(&script)
+        .arg("reference")
+        .arg(&reference_dir)
+        .arg(&calls_file)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&calls_file);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let expected: Vec<(String, bool)> = serde_json::from_slice(&out.stdout).unwrap();
+
+    // One call at a time: a `$SAVED` path is taken from an answer before it.
+    let mut child = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .args([
+            "--workspace",
+            ours_dir.to_str().unwrap(),
+            "native",
+            "anthropic",
+        ])
+        .current_dir(&ours_dir)
+        .env_remove("JIANMU_LOG")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut answers: Vec<Value> = Vec::new();
+    for (i, call) in calls.as_array().unwrap().iter().enumerate() {
+        let mut input = call["input"].clone();
+        if input["file_path"] == "$SAVED" {
+            let before = answers
+                .iter()
+                .rev()
+                .filter_map(|a| a["content"][0]["text"].as_str())
+                .find(|t| t.contains("saved to: "))
+                .unwrap();
+            let path = before
+                .split("saved to: ")
+                .nth(1)
+                .unwrap()
+                .split(" — ")
+                .next()
+                .unwrap();
+            input["file_path"] = json!(path);
+        }
+        let event = json!({"type": "agent.tool_use", "id": format!("sevt_{i}"), "name": call["name"],
+                           "input": input, "evaluated_permission": "allow"});
+        writeln!(stdin, "{event}").unwrap();
+        let mut line = String::new();
+        std::io::BufRead::read_line(&mut stdout, &mut line).unwrap();
+        answers.push(serde_json::from_str(&line).unwrap());
+    }
+    drop(stdin);
+    assert!(child.wait().unwrap().success());
+    assert_eq!(answers.len(), expected.len());
+    // Each side's folder is ROOT, and each saved output's file is FILE.
+    let strip = |text: &str, dir: &Path| {
+        let text = text.replace(dir.to_str().unwrap(), "ROOT");
+        match text.split_once("saved to: ") {
+            Some((before, after)) => match after.split_once(" — ") {
+                Some((_, rest)) => format!("{before}saved to: FILE — {rest}"),
+                None => text,
+            },
+            None => text,
+        }
+    };
+    for (i, (answer, (text, is_error))) in answers.iter().zip(&expected).enumerate() {
+        assert_eq!(answer["type"], "user.tool_result");
+        assert_eq!(answer["tool_use_id"], format!("sevt_{i}"));
+        let ours_text = answer["content"][0]["text"].as_str().unwrap();
+        let (mut ours_text, mut text) = (strip(ours_text, &ours_dir), strip(text, &reference_dir));
+        if calls[i]["name"] == "grep" {
+            // Without `rg` the reference's own search ends the last line without a
+            // line break; `rg`, which it prefers, ends it with one, as here.
+            ours_text = ours_text.trim_end_matches('\n').to_owned();
+            text = text.trim_end_matches('\n').to_owned();
+        }
+        assert_eq!(
+            (&ours_text, answer["is_error"].as_bool().unwrap()),
+            (&text, *is_error),
+            "call {i}: {}",
+            calls[i]
+        );
+    }
+    // The files are the same afterwards (jianmu's own folder aside).
+    let tree = |root: &Path| -> Vec<(String, Vec<u8>)> {
+        let mut files = Vec::new();
+        let mut stack = vec![root.to_path_buf()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let rel = path
+                    .strip_prefix(root)
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned();
+                if rel == ".jianmu" {
+                    continue;
+                }
+                if path.is_dir() {
+                    stack.push(path);
+                } else {
+                    files.push((rel, std::fs::read(&path).unwrap()));
+                }
+            }
+        }
+        files.sort();
+        files
+    };
+    assert_eq!(tree(&ours_dir), tree(&reference_dir));
 }
