@@ -681,7 +681,8 @@ async fn glob(native: &Native, input: &Value) -> Answer {
     text(paths.join("\n"))
 }
 
-/// `grep`: lines matching a regular expression, as `rg -n` prints them.
+/// `grep`: lines matching a regular expression, as `rg -n --no-heading` prints them
+/// (the reference executor uses `rg` when it finds one).
 async fn grep(native: &Native, input: &Value) -> Answer {
     let pattern = required(input, "grep", "pattern")?;
     let path = input
@@ -729,7 +730,12 @@ async fn grep(native: &Native, input: &Value) -> Answer {
         }
         let line = hit.get("line").and_then(Value::as_u64).unwrap_or(0);
         let body = hit.get("text").and_then(Value::as_str).unwrap_or("");
-        lines.push(format!("{root}/{file}:{line}:{body}"));
+        // As `rg` prints them: a file searched alone without its name.
+        if only.is_some() {
+            lines.push(format!("{line}:{body}"));
+        } else {
+            lines.push(format!("{root}/{file}:{line}:{body}"));
+        }
     }
     if lines.is_empty() {
         return text("no matches");

@@ -28,6 +28,12 @@ pub fn openai_tools() -> Value {
     json!([{"type": "shell"}, {"type": "apply_patch"}])
 }
 
+/// OpenAI Responses' client-executed `tool_search` tool, which `jianmu native openai`
+/// answers with the session's matching tools (declare them with `defer_loading`).
+pub fn openai_tool_search() -> Value {
+    crate::openai::tool_search_declaration()
+}
+
 /// OpenAI Responses' `shell`, and `apply_patch` declared as a freeform tool whose
 /// input is a whole patch, constrained by a Lark grammar of the patch format.
 pub fn openai_freeform_tools() -> Value {

@@ -55,7 +55,8 @@ use jianmu_tool_core::{ToolError, ToolOutput};
 use serde_json::{Value, json};
 
 pub use declare::{
-    PATCH_GRAMMAR, anthropic_agent_toolset, anthropic_tools, openai_freeform_tools, openai_tools,
+    PATCH_GRAMMAR, anthropic_agent_toolset, anthropic_tools, openai_freeform_tools,
+    openai_tool_search, openai_tools,
 };
 
 /// The shell session Anthropic's `bash` keeps for the conversation.
@@ -196,8 +197,9 @@ impl Native {
         anthropic::execute(self, item).await
     }
 
-    /// Executes an OpenAI Responses call item (`shell_call`, `apply_patch_call`,
-    /// `custom_tool_call`, `function_call`) and returns its output item.
+    /// Executes an OpenAI Responses call item (`shell_call`, `local_shell_call`,
+    /// `apply_patch_call`, `custom_tool_call`, `function_call`, a client
+    /// `tool_search_call`) and returns its output item.
     ///
     /// # Errors
     /// [`NotACall`] when `item` is none of those.

@@ -7,6 +7,11 @@ use serde_json::{Map, Value, json};
 use crate::text::cut;
 use crate::{Native, NotACall, OPENAI_SHELL};
 
+/// Most definitions one `tool_search_call` answers.
+const MAX_FOUND: u64 = 20;
+/// Definitions a `tool_search_call` answers when it does not say.
+const DEFAULT_FOUND: u64 = 5;
+
 /// The exit code a command gets when it could not be run at all (refused by the
 /// policy, no shell in this build): the error text is its stderr.
 const NOT_RUN: i64 = 126;
@@ -44,6 +49,7 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             Ok(item)
         }
         "local_shell_call" => local_shell(native, call_id()?, obj).await,
+        "tool_search_call" => tool_search(native, obj),
         "apply_patch_call" => {
             let call_id = call_id()?;
             match native.within(apply_patch(native, call_id, obj)).await {
@@ -91,7 +97,7 @@ pub(crate) async fn execute(native: &Native, item: &Value) -> Result<Value, NotA
             Ok(json!({"type": "function_call_output", "call_id": call_id, "output": output}))
         }
         _ => Err(NotACall(format!(
-            "`type` is {}: expected shell_call, local_shell_call, apply_patch_call, custom_tool_call or function_call",
+            "`type` is {}: expected shell_call, local_shell_call, apply_patch_call, custom_tool_call, function_call or tool_search_call",
             obj.get("type").map_or("missing".to_owned(), |t| format!(
                 "`{}`",
                 t.as_str().unwrap_or("not a string")
@@ -357,6 +363,76 @@ fn operation(
         }
     };
     Ok(format!("*** Begin Patch\n{ops}\n*** End Patch"))
+}
+
+/// The client-executed `tool_search` tool as a Responses request declares it: the
+/// session's deferred function tools are found with it.
+pub(crate) fn tool_search_declaration() -> Value {
+    json!({
+        "type": "tool_search",
+        "execution": "client",
+        "description": "Finds tools that are not loaded yet and loads their definitions: give words for what the tool should do (\"commit history\"), or `select:NAME,NAME` for tools you know by name.",
+        "parameters": {
+            "type": "object",
+            "properties": {
+                "query": {"type": "string", "description": "Words for what the tool should do, or `select:NAME,NAME`."},
+                "max_results": {"type": "integer", "minimum": 1, "maximum": MAX_FOUND, "description": "Most tools to load (default 5)."}
+            },
+            "required": ["query"],
+            "additionalProperties": false
+        }
+    })
+}
+
+/// A client-executed `tool_search_call`: the session's tools that match its `query`
+/// (BM25 over names, descriptions and parameter names, or `select:NAME,...`), as
+/// function definitions in a `tool_search_output`.
+fn tool_search(native: &Native, obj: &Map<String, Value>) -> Result<Value, NotACall> {
+    if obj.get("execution").and_then(Value::as_str) == Some("server") {
+        return Err(NotACall(
+            "this `tool_search_call` was executed by the server (`execution: \"server\"`): there is nothing to answer"
+                .into(),
+        ));
+    }
+    let call_id = obj
+        .get("call_id")
+        .or_else(|| obj.get("id"))
+        .and_then(Value::as_str)
+        .ok_or_else(|| NotACall("a `tool_search_call` has a string `call_id`".into()))?;
+    // `arguments` is an object, or the JSON text of one.
+    let arguments = match obj.get("arguments") {
+        Some(Value::String(text)) => serde_json::from_str(text).unwrap_or(Value::Null),
+        Some(other) => other.clone(),
+        None => Value::Null,
+    };
+    let query = arguments.get("query").and_then(Value::as_str).unwrap_or("");
+    let max = arguments
+        .get("max_results")
+        .and_then(Value::as_u64)
+        .unwrap_or(DEFAULT_FOUND)
+        .clamp(1, MAX_FOUND);
+    let specs = native.session.specs();
+    let index = jianmu_tool_core::ToolIndex::new(&specs);
+    let found = index.search(query, usize::try_from(max).unwrap_or(5));
+    let tools: Vec<Value> = found
+        .iter()
+        .filter_map(|name| specs.iter().find(|s| s.name == *name))
+        .map(|spec| {
+            json!({
+                "type": "function",
+                "name": spec.name,
+                "description": spec.description,
+                "parameters": spec.input_schema,
+            })
+        })
+        .collect();
+    Ok(json!({
+        "type": "tool_search_output",
+        "call_id": call_id,
+        "execution": "client",
+        "status": "completed",
+        "tools": tools,
+    }))
 }
 
 #[cfg(test)]

@@ -61,7 +61,7 @@ fn openai_items_share_one_session_and_a_bad_line_exits_2_naming_it() {
     assert_eq!(out.status.code(), Some(2), "{answers:?}");
     assert_eq!(
         String::from_utf8_lossy(&out.stderr),
-        "jianmu: line 5: not a call item: `type` is `message`: expected shell_call, local_shell_call, apply_patch_call, custom_tool_call or function_call\n"
+        "jianmu: line 5: not a call item: `type` is `message`: expected shell_call, local_shell_call, apply_patch_call, custom_tool_call, function_call or tool_search_call\n"
     );
     assert_eq!(answers.len(), 3);
     assert_eq!(answers[0]["status"], "completed", "{}", answers[0]);
@@ -217,6 +217,12 @@ fn anthropic_python() -> std::path::PathBuf {
 /// each folder's path written as ROOT) and every file afterwards are the same.
 #[test]
 fn the_agent_toolset_answers_as_the_sdks_reference_executor_does() {
+    // The reference searches with `rg` when there is one, as jianmu's `grep` answers.
+    let rg = jianmu_process::std_command("rg").arg("--version").output();
+    assert!(
+        rg.is_ok_and(|o| o.status.success()),
+        "rg must be installed (.ci/run installs it)"
+    );
     let python = anthropic_python();
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/agent_toolset.py");
     let (reference, ours) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
@@ -361,13 +367,7 @@ fn the_agent_toolset_answers_as_the_sdks_reference_executor_does() {
         assert_eq!(answer["type"], "user.tool_result");
         assert_eq!(answer["tool_use_id"], format!("sevt_{i}"));
         let ours_text = answer["content"][0]["text"].as_str().unwrap();
-        let (mut ours_text, mut text) = (strip(ours_text, &ours_dir), strip(text, &reference_dir));
-        if calls[i]["name"] == "grep" {
-            // Without `rg` the reference's own search ends the last line without a
-            // line break; `rg`, which it prefers, ends it with one, as here.
-            ours_text = ours_text.trim_end_matches('\n').to_owned();
-            text = text.trim_end_matches('\n').to_owned();
-        }
+        let (ours_text, text) = (strip(ours_text, &ours_dir), strip(text, &reference_dir));
         assert_eq!(
             (&ours_text, answer["is_error"].as_bool().unwrap()),
             (&text, *is_error),
@@ -401,4 +401,46 @@ fn the_agent_toolset_answers_as_the_sdks_reference_executor_does() {
         files
     };
     assert_eq!(tree(&ours_dir), tree(&reference_dir));
+}
+
+/// A client-executed `tool_search_call` is answered with the definitions of the
+/// session's matching tools; a server-executed one is not a call for the client.
+#[test]
+fn a_client_tool_search_call_is_answered_with_matching_definitions() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().to_str().unwrap();
+    let input = lines(&[
+        json!({"type": "tool_search_call", "id": "ts_0", "call_id": "call_ts1", "execution": "client",
+               "status": "completed", "arguments": {"query": "select:grep_search,glob_search,no_such"}}),
+        json!({"type": "tool_search_call", "call_id": "call_ts2", "execution": "client",
+               "arguments": "{\"query\": \"apply a patch\", \"max_results\": 2}"}),
+        json!({"type": "tool_search_call", "call_id": "call_ts3", "execution": "server", "arguments": {}}),
+    ]);
+    let out = native(&["--workspace", ws, "native", "openai"], dir.path(), &input);
+    let answers = items(&out);
+    assert_eq!(answers.len(), 2, "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("line 3"));
+    let first = &answers[0];
+    assert_eq!(first["type"], "tool_search_output");
+    assert_eq!(first["call_id"], "call_ts1");
+    assert_eq!(first["execution"], "client");
+    assert_eq!(first["status"], "completed");
+    let names: Vec<&str> = first["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["grep_search", "glob_search"]);
+    for tool in first["tools"].as_array().unwrap() {
+        assert_eq!(tool["type"], "function");
+        assert_eq!(tool["parameters"]["type"], "object");
+        assert!(tool["description"].as_str().unwrap().len() > 20);
+    }
+    let second = &answers[1];
+    assert_eq!(second["call_id"], "call_ts2");
+    let tools = second["tools"].as_array().unwrap();
+    assert!(!tools.is_empty() && tools.len() <= 2);
+    assert_eq!(tools[0]["name"], "apply_patch");
 }
