@@ -51,7 +51,7 @@ pub(crate) struct Outputs {
 }
 
 /// `[mcp]`.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(crate) struct Mcp {
     /// `[mcp.http]`: `jianmu mcp --http`.
@@ -61,6 +61,25 @@ pub(crate) struct Mcp {
     /// (`git_*`), effect tags (`network`) or feature names (`lsp`).
     #[serde(default)]
     pub(crate) defer: Vec<String>,
+    /// Serve skills (`io.modelcontextprotocol/skills`): jianmu's own and the
+    /// workspace's `.agents/skills` (and `.claude`, `.codex`, `.github`) folders.
+    #[serde(default = "yes")]
+    #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
+    pub(crate) skills: bool,
+}
+
+fn yes() -> bool {
+    true
+}
+
+impl Default for Mcp {
+    fn default() -> Self {
+        Self {
+            http: HttpLimits::default(),
+            defer: Vec::new(),
+            skills: true,
+        }
+    }
 }
 
 /// `[mcp.http]`: the MCP service's own settings (`jianmu-mcp`).

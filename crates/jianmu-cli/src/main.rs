@@ -182,7 +182,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     mcp_args.workspace_per_session.clone(),
                     mcp_args.workspace_per_principal.clone(),
                 )?
-                .deferring(settings.deferral());
+                .offering(settings.offer());
                 let rt = tokio::runtime::Builder::new_multi_thread()
                     .enable_all()
                     .build()
@@ -215,8 +215,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                         }
                     });
                 }
-                let server =
-                    jianmu_mcp::Server::new(session.clone()).deferring(settings.deferral());
+                let server = jianmu_mcp::Server::new(session.clone()).offering(settings.offer());
                 // A signal drops the server: its calls are cancelled, which stops them.
                 let served = tokio::select! {
                     served = server.serve_stdio() => served,

@@ -35,6 +35,9 @@ pub(crate) struct Settings {
     /// `[mcp] defer`.
     #[cfg_attr(not(feature = "mcp"), allow(dead_code))]
     mcp_defer: Vec<String>,
+    /// `[mcp] skills`: whether skills are served.
+    #[cfg(feature = "mcp")]
+    mcp_skills: bool,
 }
 
 impl Settings {
@@ -116,6 +119,8 @@ impl Settings {
             docker: config.execution.docker,
             mcp_http: config.mcp.http,
             mcp_defer: config.mcp.defer,
+            #[cfg(feature = "mcp")]
+            mcp_skills: config.mcp.skills,
         })
     }
 
@@ -156,10 +161,13 @@ impl Settings {
     }
 
     /// `[mcp] defer`, with each built-in tool's feature as its group, so that `lsp`
-    /// defers the language-server tools.
+    /// defers the language-server tools; and `[mcp] skills`.
     #[cfg(feature = "mcp")]
-    pub(crate) fn deferral(&self) -> jianmu_mcp::Deferral {
-        crate::render::deferral(&self.mcp_defer)
+    pub(crate) fn offer(&self) -> jianmu_mcp::Offer {
+        jianmu_mcp::Offer {
+            deferral: crate::render::deferral(&self.mcp_defer),
+            skills: self.mcp_skills,
+        }
     }
 
     /// What no command may see: the settings file and the audit log.

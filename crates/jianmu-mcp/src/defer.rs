@@ -151,6 +151,15 @@ impl Listed {
 }
 
 impl Made {
+    /// Every tool the session offers, listed or deferred (the policy's already).
+    pub(crate) fn names(&self) -> Vec<String> {
+        self.shown
+            .iter()
+            .map(|t| t.name.to_string())
+            .chain(self.deferred.keys().cloned())
+            .collect()
+    }
+
     /// Whether any tool is deferred here.
     pub(crate) fn defers_any(&self) -> bool {
         !self.deferred.is_empty()

@@ -55,7 +55,7 @@ pub struct Options {
     /// `--workspace-per-principal DIR` (or `principal_workspaces`).
     per_principal: Option<PathBuf>,
     /// `[mcp] defer`.
-    deferral: crate::Deferral,
+    offer: crate::Offer,
 }
 
 /// `dir`, made if missing, as an absolute path.
@@ -115,15 +115,15 @@ impl Options {
             limits,
             per_session,
             per_principal,
-            deferral: crate::Deferral::default(),
+            offer: crate::Offer::default(),
         })
     }
 
-    /// Leaves the tools `deferral` names out of `tools/list`, for `tool_search` to
-    /// find ([`crate::Deferral`]).
+    /// Leaves the tools `offer.deferral` names out of `tools/list`, for `tool_search`
+    /// to find ([`crate::Deferral`]), and serves skills or not.
     #[must_use]
-    pub fn deferring(mut self, deferral: crate::Deferral) -> Self {
-        self.deferral = deferral;
+    pub fn offering(mut self, offer: crate::Offer) -> Self {
+        self.offer = offer;
         self
     }
 }
@@ -564,7 +564,8 @@ pub async fn serve(
     // The first clients' sessions take warm containers.
     runtime.fill_pool();
     let mut catalog = Catalog::new(runtime.tool_names(), runtime.policy());
-    catalog.deferral = Arc::new(options.deferral.clone());
+    catalog.deferral = Arc::new(options.offer.deferral.clone());
+    catalog.skills = options.offer.skills;
     let scopes = Scopes::new(
         runtime.clone(),
         catalog.clone(),

@@ -49,10 +49,30 @@ mod metrics;
 mod principals;
 mod progress;
 mod scopes;
+mod skills;
 mod tasks;
 
 pub use config::{BadLimits, HttpLimits, PrincipalSettings};
 pub use defer::Deferral;
+
+/// What a server offers beyond its tools' list: tools loaded on demand, and skills.
+#[derive(Debug, Clone)]
+pub struct Offer {
+    /// Tools left out of `tools/list` until `tool_search` finds them.
+    pub deferral: Deferral,
+    /// Whether skills are served (`io.modelcontextprotocol/skills`): jianmu's own and
+    /// the workspace's skill folders.
+    pub skills: bool,
+}
+
+impl Default for Offer {
+    fn default() -> Self {
+        Self {
+            deferral: Deferral::default(),
+            skills: true,
+        }
+    }
+}
 
 /// How long a client may keep the tool list before asking again (`ttlMs`).
 const LIST_TTL_MS: u64 = 5 * 60 * 1000;
@@ -68,6 +88,8 @@ pub(crate) struct Catalog {
     policy: Policy,
     /// Tools listed only once `tool_search` finds them.
     deferral: Arc<Deferral>,
+    /// Whether skills are served.
+    skills: bool,
     /// Every compiled-in tool's name (metrics label only these).
     known: Arc<HashSet<String>>,
     metrics: Arc<metrics::Metrics>,
@@ -81,6 +103,7 @@ impl Catalog {
         Self {
             policy: policy.clone(),
             deferral: Arc::default(),
+            skills: true,
             known: Arc::new(names.into_iter().collect()),
             metrics: Arc::new(metrics::Metrics::new()),
             stopping: tokio_util::sync::CancellationToken::new(),
@@ -159,12 +182,21 @@ impl Server {
         }
     }
 
-    /// Leaves the tools `deferral` names out of `tools/list`, for `tool_search` to
-    /// find ([`Deferral`]).
+    /// Leaves the tools `offer.deferral` names out of `tools/list`, for `tool_search`
+    /// to find ([`Deferral`]), and serves skills or not.
     #[must_use]
-    pub fn deferring(mut self, deferral: Deferral) -> Self {
-        self.catalog.deferral = Arc::new(deferral);
+    pub fn offering(mut self, offer: Offer) -> Self {
+        self.catalog.deferral = Arc::new(offer.deferral);
+        self.catalog.skills = offer.skills;
         self
+    }
+
+    /// The skills this session serves, when it serves them.
+    fn skills(&self) -> Option<skills::Skills> {
+        self.catalog.skills.then(|| {
+            let tools = self.listed().names();
+            skills::Skills::new(self.session.workspace(), tools)
+        })
     }
 
     /// A server of requests that stand alone: deferred tools are left out of the
@@ -318,21 +350,28 @@ impl ServerHandler for Server {
     }
 
     fn get_info(&self) -> ServerConfig {
-        ServerConfig::new(
-            if self.catalog.deferral.is_empty() {
-                ServerCapabilities::builder()
-                    .enable_tools()
-                    .enable_tasks()
-                    .build()
-            } else {
-                // A tool found by `tool_search` joins the list.
-                ServerCapabilities::builder()
-                    .enable_tools()
-                    .enable_tool_list_changed()
-                    .enable_tasks()
-                    .build()
-            },
-        )
+        let mut capabilities = ServerCapabilities::builder()
+            .enable_tools()
+            .enable_tasks()
+            .build();
+        if !self.catalog.deferral.is_empty() {
+            // A tool found by `tool_search` joins the list.
+            capabilities = ServerCapabilities::builder()
+                .enable_tools()
+                .enable_tool_list_changed()
+                .enable_tasks()
+                .build();
+        }
+        if self.catalog.skills {
+            // Skill files are resources; the extension adds `skills/list` and `skills/get`.
+            let declared = ServerCapabilities::builder()
+                .enable_resources()
+                .enable_skills()
+                .build();
+            capabilities.resources = declared.resources;
+            capabilities.extensions = declared.extensions;
+        }
+        ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("jianmu", env!("CARGO_PKG_VERSION")))
             .with_instructions("Built-in tools: files and search confined to one workspace, a calculator, and more. Tool errors come back as results to read and act on.")
     }
@@ -353,6 +392,67 @@ impl ServerHandler for Server {
         Ok(ListToolsResult::with_all_items(listed)
             .with_ttl_ms(LIST_TTL_MS)
             .with_cache_scope(scope))
+    }
+
+    async fn list_resources(
+        &self,
+        _request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListResourcesResult, ErrorData> {
+        let skills = self.skills();
+        let resources =
+            tokio::task::spawn_blocking(move || skills.map(|s| s.resources()).unwrap_or_default())
+                .await
+                .map_err(|e| ErrorData::internal_error(e.to_string(), None))?;
+        Ok(rmcp::model::ListResourcesResult::with_all_items(resources)
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(rmcp::model::CacheScope::Private))
+    }
+
+    async fn read_resource(
+        &self,
+        request: rmcp::model::ReadResourceRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ReadResourceResponse, ErrorData> {
+        let uri = request.uri;
+        let skills = self.skills();
+        let task =
+            tokio::task::spawn_blocking(move || skills.and_then(|s| s.read(&uri)).ok_or(uri));
+        match task.await {
+            Ok(Ok(read)) => read.map(Into::into),
+            Ok(Err(uri)) => Err(ErrorData::invalid_params(
+                format!("no resource is served at {uri}"),
+                None,
+            )),
+            Err(e) => Err(ErrorData::internal_error(e.to_string(), None)),
+        }
+    }
+
+    async fn list_skills(
+        &self,
+        request: Option<PaginatedRequestParams>,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::ListSkillsResult, ErrorData> {
+        let skills = self
+            .skills()
+            .ok_or_else(ErrorData::method_not_found::<rmcp::model::ListSkillsRequestMethod>)?;
+        let cursor = request.and_then(|r| r.cursor);
+        tokio::task::spawn_blocking(move || skills.list(cursor.as_deref()))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
+    }
+
+    async fn get_skill(
+        &self,
+        request: rmcp::model::GetSkillRequestParams,
+        _context: RequestContext<RoleServer>,
+    ) -> Result<rmcp::model::GetSkillResult, ErrorData> {
+        let skills = self
+            .skills()
+            .ok_or_else(ErrorData::method_not_found::<rmcp::model::GetSkillRequestMethod>)?;
+        tokio::task::spawn_blocking(move || skills.get(&request.uri))
+            .await
+            .map_err(|e| ErrorData::internal_error(e.to_string(), None))?
     }
 
     async fn call_tool(

@@ -329,3 +329,185 @@ fn a_signal_releases_the_sessions_private_network() {
         "the network outlived the server"
     );
 }
+
+/// The SHA-256 digest of `bytes` as the skills extension writes it.
+fn sha256(bytes: &[u8]) -> String {
+    let mut child = jianmu_process::std_command("sha256sum")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .spawn()
+        .unwrap();
+    child.stdin.take().unwrap().write_all(bytes).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let hex = String::from_utf8(out.stdout).unwrap();
+    format!("sha256:{}", hex.split_whitespace().next().unwrap())
+}
+
+impl Server {
+    /// Sends request `id` and waits for its answer.
+    fn request(&mut self, id: u64, method: &str, params: Value) -> Value {
+        self.send(json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params}));
+        loop {
+            let answer = self.next();
+            if answer["id"] == id {
+                return answer;
+            }
+        }
+    }
+}
+
+/// Skills over MCP (`io.modelcontextprotocol/skills`): jianmu's own and the
+/// workspace's `.agents/skills` are listed with verbatim frontmatter and every file's
+/// digest and size, got by URI, and read as resources; a link, a skill not named as
+/// its folder and one over 512 files are not served, and `[mcp] skills = false`
+/// turns it all off.
+#[test]
+fn skills_are_listed_got_and_read_with_their_digests() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    let outside = dir.path().join("secret.txt");
+    std::fs::write(&outside, "not for the client").unwrap();
+    let demo = ws.join(".agents/skills/demo");
+    std::fs::create_dir_all(demo.join("refs")).unwrap();
+    let skill_md = "---\nname: demo\ndescription: Shows a demo\nlicense: MIT\nmetadata:\n  version: \"1.0\"\n---\n# Demo\nRead refs/more.md.\n";
+    std::fs::write(demo.join("SKILL.md"), skill_md).unwrap();
+    std::fs::write(demo.join("refs/more.md"), "more\n").unwrap();
+    std::fs::write(demo.join("bin.dat"), [0u8, 159, 146, 150]).unwrap();
+    std::os::unix::fs::symlink(&outside, demo.join("refs/link.txt")).unwrap();
+    let mismatch = ws.join(".claude/skills/mismatch");
+    std::fs::create_dir_all(&mismatch).unwrap();
+    std::fs::write(
+        mismatch.join("SKILL.md"),
+        "---\nname: other\ndescription: x\n---\n",
+    )
+    .unwrap();
+    let big = ws.join(".codex/skills/big");
+    std::fs::create_dir_all(&big).unwrap();
+    std::fs::write(
+        big.join("SKILL.md"),
+        "---\nname: big\ndescription: too many files\n---\n",
+    )
+    .unwrap();
+    for i in 0..512 {
+        std::fs::write(big.join(format!("f{i}.txt")), "x").unwrap();
+    }
+
+    let mut server = Server::start(&ws);
+    let listed = server.request(1, "skills/list", json!({}));
+    let skills = listed["result"]["skills"]
+        .as_array()
+        .unwrap_or_else(|| panic!("{listed}"));
+    let uris: Vec<&str> = skills.iter().map(|s| s["uri"].as_str().unwrap()).collect();
+    for builtin in ["shell-sessions-and-jobs", "saved-outputs", "run-script"] {
+        assert!(
+            uris.contains(&format!("skill://jianmu/{builtin}/SKILL.md").as_str()),
+            "{uris:?}"
+        );
+    }
+    assert!(uris.contains(&"skill://agents/demo/SKILL.md"), "{uris:?}");
+    assert!(
+        !uris
+            .iter()
+            .any(|u| u.contains("mismatch") || u.contains("other") || u.contains("/big/")),
+        "{uris:?}"
+    );
+    assert_eq!(listed["result"]["cacheScope"], "private");
+    assert!(listed["result"]["ttlMs"].as_u64().is_some());
+
+    let entry = skills
+        .iter()
+        .find(|s| s["uri"] == "skill://agents/demo/SKILL.md")
+        .unwrap();
+    assert_eq!(
+        entry["frontmatter"],
+        json!({"name": "demo", "description": "Shows a demo", "license": "MIT", "metadata": {"version": "1.0"}})
+    );
+    assert_eq!(
+        entry["resources"],
+        json!([
+            {"uri": "skill://agents/demo/SKILL.md", "digest": sha256(skill_md.as_bytes()), "size": skill_md.len()},
+            {"uri": "skill://agents/demo/bin.dat", "digest": sha256(&[0, 159, 146, 150]), "size": 4},
+            {"uri": "skill://agents/demo/refs/more.md", "digest": sha256(b"more\n"), "size": 5},
+        ])
+    );
+    let got = server.request(
+        2,
+        "skills/get",
+        json!({"uri": "skill://agents/demo/SKILL.md"}),
+    );
+    assert_eq!(&got["result"]["skill"], entry);
+    let unknown = server.request(
+        3,
+        "skills/get",
+        json!({"uri": "skill://agents/nope/SKILL.md"}),
+    );
+    assert_eq!(unknown["error"]["code"], -32602, "{unknown}");
+
+    // Every listed file reads back as the bytes its digest describes.
+    let read = server.request(
+        4,
+        "resources/read",
+        json!({"uri": "skill://agents/demo/refs/more.md"}),
+    );
+    assert_eq!(read["result"]["contents"][0]["text"], "more\n", "{read}");
+    let blob = server.request(
+        5,
+        "resources/read",
+        json!({"uri": "skill://agents/demo/bin.dat"}),
+    );
+    assert_eq!(blob["result"]["contents"][0]["blob"], "AJ+Slg==", "{blob}");
+    for (i, skill) in skills.iter().enumerate() {
+        if !skill["uri"]
+            .as_str()
+            .unwrap()
+            .starts_with("skill://jianmu/")
+        {
+            continue;
+        }
+        let file = &skill["resources"][0];
+        let read = server.request(10 + i as u64, "resources/read", json!({"uri": file["uri"]}));
+        let text = read["result"]["contents"][0]["text"].as_str().unwrap();
+        assert_eq!(sha256(text.as_bytes()), file["digest"].as_str().unwrap());
+        assert_eq!(text.len() as u64, file["size"].as_u64().unwrap());
+    }
+    // A link inside a skill is neither listed nor read.
+    let link = server.request(
+        6,
+        "resources/read",
+        json!({"uri": "skill://agents/demo/refs/link.txt"}),
+    );
+    assert_eq!(link["error"]["code"], -32602, "{link}");
+    assert!(!link.to_string().contains("not for the client"));
+    // The entry is made afresh: a changed file has a new digest.
+    std::fs::write(demo.join("refs/more.md"), "changed\n").unwrap();
+    let got = server.request(
+        7,
+        "skills/get",
+        json!({"uri": "skill://agents/demo/SKILL.md"}),
+    );
+    assert_eq!(
+        got["result"]["skill"]["resources"][2]["digest"],
+        sha256(b"changed\n")
+    );
+    let resources = server.request(8, "resources/list", json!({}));
+    let listed_files = resources["result"]["resources"].as_array().unwrap();
+    assert!(
+        listed_files
+            .iter()
+            .any(|r| r["uri"] == "skill://agents/demo/bin.dat")
+    );
+    assert!(
+        !listed_files
+            .iter()
+            .any(|r| r["uri"].as_str().unwrap().contains("link"))
+    );
+    server.close();
+
+    // Turned off: no skills, no resources.
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(&config, "[mcp]\nskills = false\n").unwrap();
+    let mut server = Server::start_in(&ws, &[], &["--config", config.to_str().unwrap()]);
+    let off = server.request(1, "skills/list", json!({}));
+    assert_eq!(off["error"]["code"], -32601, "{off}");
+    server.close();
+}
