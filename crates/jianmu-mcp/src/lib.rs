@@ -369,7 +369,9 @@ impl ServerHandler for Server {
                 .enable_skills()
                 .build();
             capabilities.resources = declared.resources;
-            capabilities.extensions = declared.extensions;
+            // Beside the extensions already declared (tasks).
+            let extensions = capabilities.extensions.get_or_insert_with(Default::default);
+            extensions.extend(declared.extensions.unwrap_or_default());
         }
         ServerConfig::new(capabilities)
             .with_server_info(Implementation::new("jianmu", env!("CARGO_PKG_VERSION")))
@@ -420,10 +422,7 @@ impl ServerHandler for Server {
             tokio::task::spawn_blocking(move || skills.and_then(|s| s.read(&uri)).ok_or(uri));
         match task.await {
             Ok(Ok(read)) => read.map(Into::into),
-            Ok(Err(uri)) => Err(ErrorData::invalid_params(
-                format!("no resource is served at {uri}"),
-                None,
-            )),
+            Ok(Err(uri)) => Err(skills::not_found(&uri)),
             Err(e) => Err(ErrorData::internal_error(e.to_string(), None)),
         }
     }

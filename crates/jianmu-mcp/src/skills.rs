@@ -129,6 +129,15 @@ fn digest(bytes: &[u8]) -> String {
     rmcp::model::sha256_digest(bytes)
 }
 
+/// The answer to a `resources/read` of a URI that is not served (SEP-2164): -32602,
+/// with the URI in `data`.
+pub(crate) fn not_found(uri: &str) -> ErrorData {
+    ErrorData::invalid_params(
+        format!("Resource not found: {uri} (skills/get lists a skill's files)"),
+        Some(json!({ "uri": uri })),
+    )
+}
+
 fn invalid(message: impl Into<String>) -> ErrorData {
     ErrorData::invalid_params(message.into(), None)
 }
@@ -240,9 +249,7 @@ impl Skills {
             .flat_map(|s| s.files)
             .find(|f| f.uri == uri);
         let Some(file) = file else {
-            return Some(Err(invalid(format!(
-                "no skill file is served at {uri}: skills/get lists a skill's files"
-            ))));
+            return Some(Err(not_found(uri)));
         };
         let bytes = match &file.origin {
             Origin::Builtin(text) => text.as_bytes().to_vec(),

@@ -236,11 +236,16 @@ async def tools_call_unknown_tool(conn):
 
 
 async def resources_read_unknown(conn):
-    r, msgs = await conn.send("resources/read", {"uri": "test://nonexistent-resource-for-conformance-testing"})
+    uri = "test://nonexistent-resource-for-conformance-testing"
+    r, msgs = await conn.send("resources/read", {"uri": uri})
     errors = [m["error"] for m in msgs if "error" in m]
-    # No resources are offered (the capability is not declared): method not found.
-    if not errors or errors[0].get("code") != -32601:
-        return f"expected -32601, got HTTP {r.status_code}: {msgs}"
+    # SEP-2164: no empty result; -32602 with the URI asked for in `data`.
+    if any("result" in m for m in msgs):
+        return f"a result for an unknown resource: {msgs}"
+    if not errors or errors[0].get("code") != -32602:
+        return f"expected -32602, got HTTP {r.status_code}: {msgs}"
+    if (errors[0].get("data") or {}).get("uri") != uri:
+        return f"the error's data does not name the URI: {errors[0]}"
 
 
 TOOLS = {
@@ -265,7 +270,7 @@ async def discover(c):
         return f"supportedVersions is {result.get('supportedVersions')!r}"
     if "tools" not in result.get("capabilities", {}):
         return "the tools capability is not declared"
-    if "prompts" in result["capabilities"] or "resources" in result["capabilities"]:
+    if "prompts" in result["capabilities"]:
         return "declares capabilities it does not serve"
 
 
