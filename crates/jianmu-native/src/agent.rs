@@ -28,6 +28,9 @@ const MAX_EDIT_BYTES: u64 = 256 * 1024;
 const MAX_IMAGE_BASE64_BYTES: u64 = 5 * 1024 * 1024;
 /// Most bytes of a PDF `read` takes.
 const MAX_PDF_BYTES: u64 = 20 * 1024 * 1024;
+/// Most characters of the `grep_search` answers `grep` is made from: all of them,
+/// never saved to a file (the answer keeps [`GREP_OUTPUT_LIMIT`]).
+pub(crate) const GREP_ANSWER: usize = 8 * 1024 * 1024;
 /// Most bytes of a `grep` answer.
 const GREP_OUTPUT_LIMIT: usize = 100 * 1024;
 /// Most paths `glob` answers.
@@ -116,25 +119,77 @@ fn resolve(native: &Native, tool: &str, path: &str) -> Result<String, String> {
         .map_err(|_| format!("{tool}: path \"{path}\" is outside the session's working directory"))
 }
 
-/// What `rel` is and its size, or the toolset's text for a missing path.
+/// Most links followed to find what a path names.
+const MAX_LINKS: usize = 40;
+
+/// What `rel` names, its links followed (each inside the workspace), as the
+/// workspace-relative path of the file or folder itself, its kind and its size; or
+/// the toolset's text for a missing path or one that leads outside.
 async fn info(
     native: &Native,
     tool: &str,
     rel: &str,
     shown: &str,
-) -> Result<(String, u64), String> {
-    match native.agent_call("file_info", json!({"path": rel})).await {
-        Ok(out) => {
-            let data = out.structured.unwrap_or_default();
-            let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
+) -> Result<(String, String, u64), String> {
+    let mut rel = rel.to_owned();
+    for _ in 0..=MAX_LINKS {
+        let data = match native.agent_call("file_info", json!({"path": &rel})).await {
+            Ok(out) => out.structured.unwrap_or_default(),
+            Err(e) if e.to_string().contains("does not exist") => {
+                return Err(format!("{tool}: {shown}: no such file or directory"));
+            }
+            Err(e) => return Err(format!("{tool}: {shown}: {e}")),
+        };
+        let kind = data.get("type").and_then(Value::as_str).unwrap_or_default();
+        if kind != "symlink" {
             let size = data.get("size").and_then(Value::as_u64).unwrap_or(0);
-            Ok((kind.to_owned(), size))
+            return Ok((rel, kind.to_owned(), size));
         }
-        Err(e) if e.to_string().contains("does not exist") => {
-            Err(format!("{tool}: {shown}: no such file or directory"))
-        }
-        Err(e) => Err(format!("{tool}: {shown}: {e}")),
+        let target = data
+            .get("target")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        rel = link_target(native, &rel, target).ok_or_else(|| {
+            format!("{tool}: path \"{shown}\" is outside the session's working directory")
+        })?;
     }
+    Err(format!(
+        "{tool}: {shown}: too many levels of symbolic links"
+    ))
+}
+
+/// Where the link at `rel` (workspace-relative) to `target` leads, relative to the
+/// workspace; `None` when that is outside it.
+fn link_target(native: &Native, rel: &str, target: &str) -> Option<String> {
+    let mut parts: Vec<&str> = Vec::new();
+    let rest = if let Some(absolute) = target.strip_prefix('/') {
+        // Absolute: under the workspace's real path (or the root the model sees).
+        let real = native.workspace_real();
+        let under = |base: &str| {
+            let base = base.trim_matches('/');
+            let rest = absolute.strip_prefix(base)?;
+            (rest.is_empty() || rest.starts_with('/')).then_some(rest)
+        };
+        under(real.trim_start_matches('/')).or_else(|| under(native.root()))?
+    } else {
+        parts.extend(rel.split('/').filter(|p| !p.is_empty() && *p != "."));
+        parts.pop();
+        target
+    };
+    for part in rest.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                parts.pop()?;
+            }
+            other => parts.push(other),
+        }
+    }
+    Some(if parts.is_empty() {
+        ".".to_owned()
+    } else {
+        parts.join("/")
+    })
 }
 
 /// `bash`: one shell for the conversation, ended by a time limit; `restart`
@@ -159,6 +214,7 @@ async fn bash(native: &Native, input: &Value) -> Answer {
             .await
             .map_err(|e| format!("bash: {e}"))?;
         native.set_agent_shell_gone(false);
+        native.drop_saved_output();
         if command.is_none() {
             return text("bash session restarted");
         }
@@ -173,6 +229,11 @@ async fn bash(native: &Native, input: &Value) -> Answer {
     }
     let ms = (timeout * 1000.0).round().max(1.0) as u64;
     let args = native.bash_args(command, Some(AGENT_SHELL), Some(ms));
+    // The limit `bash` was given: the session's own may be shorter than the one asked.
+    let given = args
+        .get("timeout")
+        .and_then(Value::as_f64)
+        .unwrap_or(timeout);
     let root = native.root();
     let (stdout, stderr, code) = match native.agent_call("bash", args).await {
         Ok(out) => {
@@ -197,10 +258,8 @@ async fn bash(native: &Native, input: &Value) -> Answer {
                 },
             };
             let mut err = Stream::parse(err, root);
-            err.text.push_str(&format!(
-                "\ncommand timed out after {}s\n",
-                seconds(timeout)
-            ));
+            err.text
+                .push_str(&format!("\ncommand timed out after {}s\n", seconds(given)));
             native.set_agent_shell_gone(true);
             let answer = combine(Some(native), &Stream::parse(out, root), &err, false);
             return Err(format!("{answer}\n[The shell is gone. {HOW_TO_RESTART}]"));
@@ -240,14 +299,26 @@ impl Stream {
     fn parse(raw: &str, root: &str) -> Self {
         const NOTE: &str = " bytes cut from the middle; ";
         const SAVED: &str = "the whole output is saved in ";
-        let Some(at) = raw.find(NOTE) else {
-            return Self {
-                text: raw.to_owned(),
-                cut: false,
-                saved: None,
-            };
+        // `bash` cuts a stream only once its head (KEPT_BYTES) is full, and then its
+        // note ends the text (no tail is kept): output shorter than that is whole,
+        // whatever it says.
+        let whole = || Self {
+            text: raw.to_owned(),
+            cut: false,
+            saved: None,
         };
-        let start = raw[..at].rfind("\n... (").unwrap_or(at);
+        if !raw.ends_with(") ...\n") {
+            return whole();
+        }
+        let Some(start) = raw.rfind("\n... (") else {
+            return whole();
+        };
+        let Some(at) = raw[start..].find(NOTE).map(|i| start + i) else {
+            return whole();
+        };
+        if start + 4 < KEPT_BYTES {
+            return whole();
+        }
         let saved = raw[at..].find(SAVED).map(|i| {
             let rest = &raw[at + i + SAVED.len()..];
             let end = rest
@@ -401,7 +472,7 @@ async fn read(native: &Native, input: &Value) -> Answer {
         return text(body);
     }
     let rel = resolve(native, "read", file_path)?;
-    let (kind, size) = info(native, "read", &rel, file_path).await?;
+    let (rel, kind, size) = info(native, "read", &rel, file_path).await?;
     if kind != "file" {
         return Err(format!("read: {file_path}: not a regular file"));
     }
@@ -440,21 +511,13 @@ async fn read(native: &Native, input: &Value) -> Answer {
         };
         return lines_of_large(native, &rel, file_path, start, end).await;
     }
-    // A window reads the raw text of any file, a notebook's JSON included.
-    let out = native
-        .agent_call(
-            "read_file",
-            json!({"path": rel, "offset": 1, "line_numbers": false}),
-        )
-        .await
-        .map_err(|e| format!("read: {file_path}: {e}"))?;
-    let data = out.structured.unwrap_or_default();
-    if data.get("binary").and_then(Value::as_bool) == Some(true) {
-        return Err(format!(
+    match raw_text(native, &rel).await {
+        Ok(whole) => text(select(&whole, range)),
+        Err(Raw::NotText) => Err(format!(
             "read: {file_path}: not valid UTF-8 text (binary files are only supported for image/PDF extensions)"
-        ));
+        )),
+        Err(Raw::Failed(e)) => Err(format!("read: {file_path}: {e}")),
     }
-    text(select(&out.text, range))
 }
 
 /// Lines `[start, end]` of `whole` (`end` 0 or less: to the end), as Python's
@@ -509,11 +572,23 @@ async fn lines_of_large(
     if let Some(last) = last {
         args["limit"] = json!(last - first + 1);
     }
-    let out = native
-        .agent_call("read_file", args)
-        .await
-        .map_err(|e| format!("read: {file_path}: {e}"))?;
+    let not_text = || {
+        format!(
+            "read: {file_path}: not valid UTF-8 text (binary files are only supported for image/PDF extensions)"
+        )
+    };
+    let out = native.agent_call("read_file", args).await.map_err(|e| {
+        let e = e.to_string();
+        if e.contains("UTF-8") {
+            not_text()
+        } else {
+            format!("read: {file_path}: {e}")
+        }
+    })?;
     let data = out.structured.unwrap_or_default();
+    if data.get("binary").and_then(Value::as_bool) == Some(true) {
+        return Err(not_text());
+    }
     let got = usize::try_from(data.get("lines").and_then(Value::as_u64).unwrap_or(0)).unwrap_or(0);
     let window_cut = data.get("cut").and_then(Value::as_bool) == Some(true);
     let all: Vec<&str> = out.text.split('\n').collect();
@@ -525,12 +600,39 @@ async fn lines_of_large(
         body.push('\n');
     }
     if window_cut || body.len() as u64 > MAX_READ_BYTES {
-        if got == 0 {
-            return Err(over_limit(file_path, (first, first)));
-        }
         return Err(over_limit(file_path, (start, end)));
     }
     text(body)
+}
+
+/// Why a file's text could not be read.
+enum Raw {
+    /// Binary, or not UTF-8.
+    NotText,
+    Failed(String),
+}
+
+/// The file's whole text, byte for byte (a notebook's JSON, not its cells).
+async fn raw_text(native: &Native, rel: &str) -> Result<String, Raw> {
+    let out = native
+        .agent_call(
+            "read_file",
+            json!({"path": rel, "offset": 1, "line_numbers": false}),
+        )
+        .await
+        .map_err(|e| {
+            let e = e.to_string();
+            if e.contains("UTF-8") {
+                Raw::NotText
+            } else {
+                Raw::Failed(e)
+            }
+        })?;
+    let data = out.structured.unwrap_or_default();
+    if data.get("binary").and_then(Value::as_bool) == Some(true) {
+        return Err(Raw::NotText);
+    }
+    Ok(out.text)
 }
 
 /// `write`: the whole file, folders made as needed.
@@ -555,7 +657,7 @@ async fn edit(native: &Native, input: &Value) -> Answer {
     let new = required(input, "edit", "new_string")?;
     let all = input.get("replace_all").and_then(Value::as_bool) == Some(true);
     let rel = resolve(native, "edit", file_path)?;
-    let (kind, size) = info(native, "edit", &rel, file_path).await?;
+    let (rel, kind, size) = info(native, "edit", &rel, file_path).await?;
     if kind != "file" {
         return Err(format!("edit: {file_path}: not a regular file"));
     }
@@ -564,22 +666,15 @@ async fn edit(native: &Native, input: &Value) -> Answer {
             "edit: {file_path} is {size} bytes, exceeds {MAX_EDIT_BYTES}-byte limit. The edit tool loads the whole file and cannot modify a file this large."
         ));
     }
-    let out = native
-        .agent_call("read_file", json!({"path": &rel, "line_numbers": false}))
-        .await
-        .map_err(|e| format!("edit: {file_path}: {e}"))?;
-    if out
-        .structured
-        .as_ref()
-        .and_then(|d| d.get("binary"))
-        .and_then(Value::as_bool)
-        == Some(true)
-    {
-        return Err(format!(
-            "edit: {file_path}: not valid UTF-8 text (cannot edit binary files)"
-        ));
-    }
-    let content = out.text;
+    let content = match raw_text(native, &rel).await {
+        Ok(content) => content,
+        Err(Raw::NotText) => {
+            return Err(format!(
+                "edit: {file_path}: not valid UTF-8 text (cannot edit binary files)"
+            ));
+        }
+        Err(Raw::Failed(e)) => return Err(format!("edit: {file_path}: {e}")),
+    };
     // As Python's `str.count`: an empty string occurs before every character and at the end.
     let count = if old.is_empty() {
         content.chars().count() + 1
@@ -602,8 +697,9 @@ async fn edit(native: &Native, input: &Value) -> Answer {
             ));
         }
     }
-    if old.is_empty() {
-        let updated = if all {
+    // Replaced here, as Python's `str.replace` does, and written back byte for byte.
+    let updated = if old.is_empty() {
+        if all {
             let mut s = String::with_capacity(content.len() + count * new.len());
             for c in content.chars() {
                 s.push_str(new);
@@ -613,20 +709,16 @@ async fn edit(native: &Native, input: &Value) -> Answer {
             s
         } else {
             format!("{new}{content}")
-        };
-        native
-            .agent_call("write_file", json!({"path": &rel, "content": updated}))
-            .await
-            .map_err(|e| format!("edit: {file_path}: {e}"))?;
+        }
+    } else if all {
+        content.replace(old, new)
     } else {
-        native
-            .agent_call(
-                "edit_file",
-                json!({"path": &rel, "edits": [{"old": old, "new": new, "replace_all": all, "expected_count": count}]}),
-            )
-            .await
-            .map_err(|e| format!("edit: {file_path}: {e}"))?;
-    }
+        content.replacen(old, new, 1)
+    };
+    native
+        .agent_call("write_file", json!({"path": &rel, "content": updated}))
+        .await
+        .map_err(|e| format!("edit: {file_path}: {e}"))?;
     text(format!(
         "edited {file_path} ({} replacement(s))",
         if all { count } else { 1 }
@@ -636,6 +728,9 @@ async fn edit(native: &Native, input: &Value) -> Answer {
 /// `glob`: paths matching a relative glob under `path`, newest first.
 async fn glob(native: &Native, input: &Value) -> Answer {
     let pattern = required(input, "glob", "pattern")?;
+    if pattern.is_empty() {
+        return Err("glob: Unacceptable pattern: ''".to_owned());
+    }
     if pattern.starts_with('/') {
         return Err(
             "glob: absolute pattern not permitted; pass a relative pattern (and optionally path)"
@@ -655,14 +750,24 @@ async fn glob(native: &Native, input: &Value) -> Answer {
     };
     // Matched against the path below `path`, as `Path.glob` does: `*.py` only there.
     let anchored = format!("./{}", pattern.trim_start_matches("./"));
-    let out = native
+    let out = match native
         .agent_call(
             "glob_search",
             json!({"path": rel, "pattern": anchored, "include_hidden": true,
                    "newest_first": true, "limit": GLOB_RESULT_LIMIT}),
         )
         .await
-        .map_err(|e| format!("glob: {e}"))?;
+    {
+        Ok(out) => out,
+        // Under a file or a missing folder, `Path.glob` finds nothing.
+        Err(e)
+            if e.to_string().contains("not a directory")
+                || e.to_string().contains("does not exist") =>
+        {
+            return text("no matches");
+        }
+        Err(e) => return Err(format!("glob: {e}")),
+    };
     let data = out.structured.unwrap_or_default();
     let root = native.root().trim_end_matches('/');
     let paths: Vec<String> = data
@@ -693,8 +798,8 @@ async fn grep(native: &Native, input: &Value) -> Answer {
         Some(p) => resolve(native, "grep", p)?,
         None => ".".to_owned(),
     };
-    let (kind, _) = info(native, "grep", &rel, path.unwrap_or(".")).await?;
-    // A file is searched as its folder, narrowed to its name.
+    let (rel, kind, _) = info(native, "grep", &rel, path.unwrap_or(".")).await?;
+    // A file is searched as its folder, narrowed to its name there.
     let (folder, only) = if kind == "file" {
         match rel.rsplit_once('/') {
             Some((dir, name)) => (dir.to_owned(), Some(name.to_owned())),
@@ -705,7 +810,7 @@ async fn grep(native: &Native, input: &Value) -> Answer {
     };
     let mut args = json!({"query": pattern, "path": folder, "regex": true, "limit": GREP_MAX_HITS});
     if let Some(name) = &only {
-        args["glob"] = json!(globset_escape(name));
+        args["glob"] = json!(glob_for(name));
     }
     let out = native.agent_call("grep_search", args).await.map_err(|e| {
         let e = e.to_string();
@@ -725,9 +830,6 @@ async fn grep(native: &Native, input: &Value) -> Answer {
         .flatten()
     {
         let file = hit.get("path").and_then(Value::as_str).unwrap_or("");
-        if only.is_some() && file != rel {
-            continue;
-        }
         let line = hit.get("line").and_then(Value::as_u64).unwrap_or(0);
         let body = hit.get("text").and_then(Value::as_str).unwrap_or("");
         // As `rg` prints them: a file searched alone without its name.
@@ -742,6 +844,13 @@ async fn grep(native: &Native, input: &Value) -> Answer {
     }
     let mut out = lines.join("\n");
     out.push('\n');
+    let total = data.get("total").and_then(Value::as_u64).unwrap_or(0);
+    if total > lines.len() as u64 && out.len() <= GREP_OUTPUT_LIMIT {
+        out.push_str(&format!(
+            "[output truncated: the first {} of {total} matching lines are shown]",
+            lines.len()
+        ));
+    }
     if out.len() > GREP_OUTPUT_LIMIT {
         let mut end = GREP_OUTPUT_LIMIT;
         while !out.is_char_boundary(end) {
@@ -755,17 +864,19 @@ async fn grep(native: &Native, input: &Value) -> Answer {
     text(out)
 }
 
-/// `name` with the glob's special characters escaped.
-fn globset_escape(name: &str) -> String {
-    let mut out = String::with_capacity(name.len());
+/// A glob (as `rg -g` takes it) that matches only the file `name` directly in the
+/// folder searched: anchored, every special character escaped.
+fn glob_for(name: &str) -> String {
+    let mut out = String::with_capacity(name.len() + 8);
+    out.push('/');
     for c in name.chars() {
-        if matches!(c, '*' | '?' | '[' | ']' | '{' | '}' | '\\' | '!') {
-            out.push('[');
-            out.push(c);
-            out.push(']');
-        } else {
-            out.push(c);
+        if matches!(
+            c,
+            '*' | '?' | '[' | ']' | '{' | '}' | '\\' | ' ' | '!' | '#'
+        ) {
+            out.push('\\');
         }
+        out.push(c);
     }
     out
 }

@@ -127,6 +127,18 @@ const BASH_MAX_SECS: f64 = 86_400.0;
 /// The same, in the milliseconds the OpenAI items give.
 const BASH_MAX_MS: u64 = 86_400_000;
 
+/// The folder of the agent toolset's saved `bash` output, and its one file.
+#[derive(Debug)]
+struct Saved {
+    dir: tempfile::TempDir,
+    latest: Option<PathBuf>,
+}
+
+/// `O_NOFOLLOW | O_NONBLOCK`: a link is not followed, a FIFO does not block.
+fn libc_flags() -> i32 {
+    rustix::fs::OFlags::NOFOLLOW.bits() as i32 | rustix::fs::OFlags::NONBLOCK.bits() as i32
+}
+
 /// An item that is not a call of the contract it was given to.
 #[derive(Debug, thiserror::Error)]
 #[error("not a call item: {0}")]
@@ -142,8 +154,8 @@ pub struct Native {
     agent: Mutex<Option<Arc<Session>>>,
     agent_shell_gone: AtomicBool,
     agent_toolset: bool,
-    /// The agent toolset's saved `bash` outputs, outside the workspace.
-    saved: Mutex<Option<tempfile::TempDir>>,
+    /// The agent toolset's saved `bash` output, outside the workspace.
+    saved: Mutex<Option<Saved>>,
     root: String,
     memories: PathBuf,
     max_characters: Option<usize>,
@@ -186,6 +198,11 @@ impl Native {
     /// The workspace root as the model sees it.
     pub fn root(&self) -> &str {
         &self.root
+    }
+
+    /// The workspace's real path.
+    fn workspace_real(&self) -> String {
+        self.session.workspace().to_string_lossy().into_owned()
     }
 
     /// Executes an Anthropic `tool_use` block and returns its `tool_result` block, or
@@ -310,10 +327,14 @@ impl Native {
             match slot.as_ref() {
                 Some(session) => session.clone(),
                 None => {
+                    // A shell is gone only when a command or a time limit ends it (a
+                    // day idle at most); `grep` answers whole, never saved.
                     let opening = Opening::new()
                         .with_setting("bash", "nonzero_exit", "result".into())
                         .with_setting("bash", "keep_head", Value::from(agent::KEPT_BYTES))
-                        .with_setting("bash", "keep_tail", Value::from(0));
+                        .with_setting("bash", "keep_tail", Value::from(0))
+                        .with_setting("bash", "session_idle_secs", Value::from(86_400))
+                        .with_setting("grep_search", "max_output", Value::from(agent::GREP_ANSWER));
                     let session = Arc::new(self.runtime.open_with(opening).map_err(|e| {
                         ToolError::failed(format!(
                             "the agent toolset's session cannot be opened: {e}"
@@ -328,24 +349,27 @@ impl Native {
     }
 
     /// Saves a long `bash` output whole (its first [`agent::SAVED_BYTES`]) in a folder
-    /// of this conversation outside the workspace, removed when it closes; the file's
-    /// path, or `None` when it could not be written.
+    /// of this conversation outside the workspace, in place of the one saved before (as
+    /// the reference keeps one per shell); removed when it closes. The file's path, or
+    /// `None` when it could not be written.
     fn save_output(&self, text: &str) -> Option<PathBuf> {
         use std::io::Write as _;
         let mut slot = self.saved.lock().ok()?;
         if slot.is_none() {
-            *slot = Some(
-                tempfile::Builder::new()
-                    .prefix("bash-output-")
-                    .tempdir()
-                    .ok()?,
-            );
+            let dir = tempfile::Builder::new()
+                .prefix("bash-output-")
+                .tempdir()
+                .ok()?;
+            *slot = Some(Saved { dir, latest: None });
         }
-        let dir = slot.as_ref()?;
+        let saved = slot.as_mut()?;
+        if let Some(before) = saved.latest.take() {
+            let _ = std::fs::remove_file(before);
+        }
         let mut file = tempfile::Builder::new()
             .prefix("tmp")
             .suffix(".txt")
-            .tempfile_in(dir.path())
+            .tempfile_in(saved.dir.path())
             .ok()?;
         let mut end = text.len().min(agent::SAVED_BYTES);
         while !text.is_char_boundary(end) {
@@ -353,18 +377,47 @@ impl Native {
         }
         file.write_all(&text.as_bytes()[..end]).ok()?;
         let (_, path) = file.keep().ok()?;
+        saved.latest = Some(path.clone());
         Some(path)
     }
 
-    /// The text of a saved `bash` output, when `path` names one.
+    /// Removes the saved output (a restarted shell's is gone).
+    fn drop_saved_output(&self) {
+        if let Ok(mut slot) = self.saved.lock()
+            && let Some(saved) = slot.as_mut()
+            && let Some(latest) = saved.latest.take()
+        {
+            let _ = std::fs::remove_file(latest);
+        }
+    }
+
+    /// The text of the saved `bash` output, when `path` names it: only the file this
+    /// conversation wrote last, opened without following a link, a regular file of at
+    /// most [`agent::SAVED_BYTES`].
     fn saved_output(&self, path: &str) -> Option<std::io::Result<String>> {
-        let slot = self.saved.lock().ok()?;
-        let dir = slot.as_ref()?.path();
-        let rel = std::path::Path::new(path).strip_prefix(dir).ok()?;
-        let name = rel
-            .to_str()
-            .filter(|n| !n.contains('/') && !n.starts_with('.'))?;
-        Some(std::fs::read_to_string(dir.join(name)))
+        use std::io::Read as _;
+        use std::os::unix::fs::OpenOptionsExt as _;
+        let latest = {
+            let slot = self.saved.lock().ok()?;
+            slot.as_ref()?.latest.clone()?
+        };
+        if std::path::Path::new(path) != latest {
+            return None;
+        }
+        let read = || -> std::io::Result<String> {
+            let file = std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc_flags())
+                .open(&latest)?;
+            if !file.metadata()?.is_file() {
+                return Err(std::io::Error::other("not a regular file"));
+            }
+            let mut text = String::new();
+            file.take(agent::SAVED_BYTES as u64 + 1)
+                .read_to_string(&mut text)?;
+            Ok(text)
+        };
+        Some(read())
     }
 
     fn agent_shell_gone(&self) -> bool {

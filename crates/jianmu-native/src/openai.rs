@@ -396,9 +396,8 @@ fn tool_search(native: &Native, obj: &Map<String, Value>) -> Result<Value, NotAC
     }
     let call_id = obj
         .get("call_id")
-        .or_else(|| obj.get("id"))
         .and_then(Value::as_str)
-        .ok_or_else(|| NotACall("a `tool_search_call` has a string `call_id`".into()))?;
+        .ok_or_else(|| NotACall("a client `tool_search_call` has a string `call_id`".into()))?;
     // `arguments` is an object, or the JSON text of one.
     let arguments = match obj.get("arguments") {
         Some(Value::String(text)) => serde_json::from_str(text).unwrap_or(Value::Null),
@@ -422,7 +421,7 @@ fn tool_search(native: &Native, obj: &Map<String, Value>) -> Result<Value, NotAC
                 "type": "function",
                 "name": spec.name,
                 "description": spec.description,
-                "parameters": spec.input_schema,
+                "parameters": spec.parameters(),
             })
         })
         .collect();

@@ -85,8 +85,10 @@ impl GlobSearch {
                     }
                     // Newest first: the key sorts later times first, then by path.
                     let age = if newest {
-                        let modified = entry
-                            .metadata()
+                        // A link's time is its target's (the walk stays in the
+                        // workspace; the target is only looked at).
+                        let modified = std::fs::metadata(path)
+                            .or_else(|_| std::fs::symlink_metadata(path))
                             .ok()
                             .and_then(|m| m.modified().ok())
                             .unwrap_or(std::time::UNIX_EPOCH);

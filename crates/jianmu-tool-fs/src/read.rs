@@ -608,7 +608,7 @@ pub struct ReadOutput {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub pages_read: Option<String>,
     /// For a window that reaches the end of the file: whether its last line ends with
-    /// a line break (the text shown always ends with one).
+    /// a line break (a numbered or partial window's text ends with one either way).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub end_newline: Option<bool>,
 }

@@ -25,6 +25,9 @@ def fixture(root):
         "big.txt": "".join(f"line {i:06d} " + "x" * 80 + "\n" for i in range(1, 2001)),
         "crlf.txt": "one\r\ntwo\r\n",
         "unicode.txt": "héllo wörld\n日本語\n",
+        "nb.ipynb": '{"cells": [{"cell_type": "code", "source": ["x = 1\\n"], "metadata": {}, '
+        '"outputs": [], "execution_count": null}], "metadata": {}, "nbformat": 4, "nbformat_minor": 5}\n',
+        "odd!name #1.txt": "bang here\nnothing\n",
     }
     for i, (rel, text) in enumerate(sorted(files.items())):
         path = os.path.join(root, rel)
@@ -33,6 +36,8 @@ def fixture(root):
             f.write(text.encode())
         # Distinct times, so "newest first" has one order.
         os.utime(path, (1_700_000_000 + i * 100, 1_700_000_000 + i * 100))
+    # A link to a file in the workspace, read and edited through.
+    os.symlink("src/app.py", os.path.join(root, "link.py"))
 
 
 async def reference(root, calls):

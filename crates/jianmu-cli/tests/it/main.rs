@@ -1,3 +1,4 @@
+#![recursion_limit = "256"]
 //! The `jianmu` command end to end: the real binary, its stdout, stderr and exit codes.
 
 use std::path::Path;

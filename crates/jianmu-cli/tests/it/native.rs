@@ -287,6 +287,18 @@ fn the_agent_toolset_answers_as_the_sdks_reference_executor_does() {
         {"name": "grep", "input": {"pattern": "helper", "path": "src/util.py"}},
         {"name": "grep", "input": {"pattern": "def (main|other)", "path": "src/app.py"}},
         {"name": "grep", "input": {"pattern": "zzz_absent"}},
+        {"name": "read", "input": {"file_path": "link.py"}},
+        {"name": "edit", "input": {"file_path": "link.py", "old_string": "return 0", "new_string": "return 1"}},
+        {"name": "read", "input": {"file_path": "nb.ipynb"}},
+        {"name": "edit", "input": {"file_path": "nb.ipynb", "old_string": "x = 1", "new_string": "x = 2"}},
+        {"name": "edit", "input": {"file_path": "crlf.txt", "old_string": "one", "new_string": "uno\nline"}},
+        {"name": "grep", "input": {"pattern": "bang", "path": "odd!name #1.txt"}},
+        {"name": "grep", "input": {"pattern": "return", "path": "link.py"}},
+        {"name": "glob", "input": {"pattern": "*", "path": "README.md"}},
+        {"name": "glob", "input": {"pattern": "*", "path": "no_such_folder"}},
+        {"name": "glob", "input": {"pattern": ""}},
+        {"name": "read", "input": {"file_path": "big.txt", "view_range": [5, 3]}},
+        {"name": "read", "input": {"file_path": "big.txt", "view_range": [0, 1]}},
     ]);
     let calls_file = reference_dir
         .join("..")
