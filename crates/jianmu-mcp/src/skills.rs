@@ -7,13 +7,16 @@
 //! (`skill://jianmu/NAME/SKILL.md`, served when the session has those tools), and the
 //! workspace's skill folders (`.agents/skills/NAME/`, `.claude/skills/NAME/`,
 //! `.codex/skills/NAME/`, `.github/skills/NAME/`, as `skill://agents/NAME/…` and so
-//! on). Workspace files are read through the workspace's confined handle, never
-//! following a link; a skill over the extension's limits (512 files, 16 MiB) or whose
-//! frontmatter does not name it as its folder is not served. Entries are made afresh
-//! for each request, so digests are those of the files as they are.
+//! on), when the session offers `read_file`. Workspace files are read through the
+//! workspace's confined handle, and no link is followed inside the skills folders
+//! (folders, files, `SKILL.md`); a skill over the extension's limits (512 files,
+//! 16 MiB), whose name breaks the naming rules or whose frontmatter does not name it
+//! as its folder is not served. Entries are made afresh for each request, so digests
+//! are those of the files as they are, and a file is served only when its bytes are
+//! the ones its entry describes. Each request's work is bounded: 64 skills a folder,
+//! 4,096 entries a skill, 64 MiB read in all.
 
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 
 use base64::Engine as _;
 use jianmu_workspace::Workspace;
@@ -35,7 +38,15 @@ const MAX_FILES: usize = 512;
 /// Most bytes of one skill's files together (the extension's limit).
 const MAX_BYTES: u64 = 16 * 1024 * 1024;
 /// Most skills one source folder gives.
-const MAX_SKILLS: usize = 256;
+const MAX_SKILLS: usize = 64;
+/// Most entries of a source folder looked at.
+const MAX_LOOKED_AT: usize = 1024;
+/// Most entries (files and folders) of one skill walked.
+const MAX_ENTRIES: usize = 4096;
+/// Most bytes one request reads, all skills together.
+const MAX_READ: u64 = 64 * 1024 * 1024;
+/// Most nodes of a frontmatter.
+const MAX_NODES: usize = 10_000;
 /// Deepest folder inside a skill that is looked into.
 const MAX_DEPTH: usize = 8;
 /// Most bytes of a `SKILL.md`'s frontmatter.
@@ -55,12 +66,12 @@ struct Builtin {
 const BUILTINS: [Builtin; 3] = [
     Builtin {
         name: "shell-sessions-and-jobs",
-        needs: &["bash"],
+        needs: &["bash", "bash_output", "bash_kill"],
         text: include_str!("skills/shell-sessions-and-jobs.md"),
     },
     Builtin {
         name: "saved-outputs",
-        needs: &["read_file", "grep_search"],
+        needs: &["read_file"],
         text: include_str!("skills/saved-outputs.md"),
     },
     Builtin {
@@ -119,10 +130,12 @@ impl Skill {
 }
 
 /// The skills one session serves.
-#[derive(Debug, Clone)]
+#[derive(Debug)]
 pub(crate) struct Skills {
-    ws: Option<Arc<Workspace>>,
-    tools: Arc<Vec<String>>,
+    root: PathBuf,
+    /// The workspace, opened at first use (off the async threads).
+    ws: std::sync::OnceLock<Option<Workspace>>,
+    tools: Vec<String>,
 }
 
 fn digest(bytes: &[u8]) -> String {
@@ -146,13 +159,32 @@ impl Skills {
     /// The skills of a session working in `workspace`, with `tools`.
     pub(crate) fn new(workspace: &Path, tools: Vec<String>) -> Self {
         Self {
-            ws: Workspace::open(workspace).ok().map(Arc::new),
-            tools: Arc::new(tools),
+            root: workspace.to_path_buf(),
+            ws: std::sync::OnceLock::new(),
+            tools,
         }
     }
 
     /// Every skill, as it is now.
     fn all(&self) -> Vec<Skill> {
+        let mut skills = self.builtins();
+        if let Some(ws) = self.workspace() {
+            let mut budget = MAX_READ;
+            for (folder, prefix) in SOURCES {
+                skills.extend(workspace_skills(
+                    ws,
+                    Path::new(folder),
+                    prefix,
+                    None,
+                    &mut budget,
+                ));
+            }
+        }
+        skills
+    }
+
+    /// jianmu's own skills whose tools the session has.
+    fn builtins(&self) -> Vec<Skill> {
         let mut skills = Vec::new();
         for builtin in &BUILTINS {
             if builtin
@@ -175,12 +207,42 @@ impl Skills {
                 });
             }
         }
-        if let Some(ws) = &self.ws {
-            for (folder, prefix) in SOURCES {
-                skills.extend(workspace_skills(ws, Path::new(folder), prefix));
-            }
-        }
         skills
+    }
+
+    /// The workspace, when its skills are served: only to a session that may read
+    /// files.
+    fn workspace(&self) -> Option<&Workspace> {
+        if !self.tools.iter().any(|t| t == "read_file") {
+            return None;
+        }
+        self.ws
+            .get_or_init(|| Workspace::open(&self.root).ok())
+            .as_ref()
+    }
+
+    /// The one skill `uri` (a file of it) belongs to, as it is now.
+    fn skill_of(&self, uri: &str) -> Option<Skill> {
+        let rest = uri.strip_prefix("skill://")?;
+        let (prefix, rest) = rest.split_once('/')?;
+        let name = rest.split('/').next()?;
+        if prefix == "jianmu" {
+            return self
+                .builtins()
+                .into_iter()
+                .find(|s| s.uri == format!("skill://jianmu/{name}/SKILL.md"));
+        }
+        let (folder, _) = SOURCES.iter().find(|(_, p)| *p == prefix)?;
+        let mut budget = MAX_READ;
+        workspace_skills(
+            self.workspace()?,
+            Path::new(folder),
+            prefix,
+            Some(name),
+            &mut budget,
+        )
+        .into_iter()
+        .next()
     }
 
     /// `skills/list`: every entry, in one page.
@@ -198,15 +260,11 @@ impl Skills {
 
     /// `skills/get`: the entry of the skill whose `SKILL.md` is `uri`.
     pub(crate) fn get(&self, uri: &str) -> Result<GetSkillResult, ErrorData> {
-        let skill = self
-            .all()
-            .into_iter()
-            .find(|s| s.uri == uri)
-            .ok_or_else(|| {
-                invalid(format!(
-                    "no skill is served at {uri}: skills/list names them"
-                ))
-            })?;
+        let skill = self.skill_of(uri).filter(|s| s.uri == uri).ok_or_else(|| {
+            invalid(format!(
+                "no skill is served at {uri}: skills/list names them"
+            ))
+        })?;
         Ok(GetSkillResult::new(skill.entry())
             .with_ttl_ms(TTL_MS)
             .with_cache_scope(CacheScope::Private))
@@ -238,13 +296,14 @@ impl Skills {
         out
     }
 
-    /// `resources/read` of a skill's file, or `None` when `uri` is not one.
+    /// `resources/read` of a skill's file, or `None` when `uri` is not one: the bytes
+    /// its entry describes (a file changed since is refused, to be listed again).
     pub(crate) fn read(&self, uri: &str) -> Option<Result<ReadResourceResult, ErrorData>> {
         if !uri.starts_with("skill://") {
             return None;
         }
         let file = self
-            .all()
+            .skill_of(uri)
             .into_iter()
             .flat_map(|s| s.files)
             .find(|f| f.uri == uri);
@@ -254,15 +313,10 @@ impl Skills {
         let bytes = match &file.origin {
             Origin::Builtin(text) => text.as_bytes().to_vec(),
             Origin::Workspace(rel) => {
-                match self.ws.as_ref().map(|ws| ws.read_to_end(rel, MAX_BYTES)) {
-                    Some(Ok(bytes)) => bytes,
-                    Some(Err(e)) => {
-                        return Some(Err(invalid(format!(
-                            "{uri} cannot be read: {}",
-                            e.message()
-                        ))));
-                    }
-                    None => return Some(Err(invalid(format!("{uri} cannot be read")))),
+                let read = self.workspace().map(|ws| ws.read_no_link(rel, MAX_BYTES));
+                match read {
+                    Some(Ok(bytes)) if digest(&bytes) == file.digest => bytes,
+                    _ => return Some(Err(not_found(uri))),
                 }
             }
         };
@@ -281,9 +335,9 @@ impl Skills {
                 meta: None,
             },
         };
-        Some(Ok(
-            ReadResourceResult::new(vec![contents]).with_ttl_ms(TTL_MS)
-        ))
+        Some(Ok(ReadResourceResult::new(vec![contents])
+            .with_ttl_ms(TTL_MS)
+            .with_cache_scope(CacheScope::Private)))
     }
 }
 
@@ -302,23 +356,44 @@ fn mime(uri: &str) -> &'static str {
     }
 }
 
-/// The skills of one workspace folder (`.agents/skills`), as `skill://PREFIX/NAME/…`.
-fn workspace_skills(ws: &Workspace, folder: &Path, prefix: &str) -> Vec<Skill> {
+/// Whether `rel` is a folder itself, not a link to one.
+fn real_dir(ws: &Workspace, rel: &Path) -> bool {
+    ws.symlink_metadata(rel).is_ok_and(|m| m.is_dir())
+}
+
+/// The skills of one workspace folder (`.agents/skills`), as `skill://PREFIX/NAME/…`
+/// (only `only`, when given), within `budget` bytes read.
+fn workspace_skills(
+    ws: &Workspace,
+    folder: &Path,
+    prefix: &str,
+    only: Option<&str>,
+    budget: &mut u64,
+) -> Vec<Skill> {
+    // No link on the way: `.agents` and `.agents/skills` are folders themselves.
+    let mut on_the_way = PathBuf::new();
+    for part in folder.components() {
+        on_the_way.push(part);
+        if !real_dir(ws, &on_the_way) {
+            return Vec::new();
+        }
+    }
     let Ok(entries) = ws.dir().read_dir(folder) else {
         return Vec::new();
     };
     let mut names: Vec<String> = entries
+        .take(MAX_LOOKED_AT)
         .filter_map(Result::ok)
         .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
         .filter_map(|e| e.file_name().into_string().ok())
-        .filter(|n| !n.starts_with('.'))
-        .take(MAX_SKILLS)
+        .filter(|n| valid_name(n) && only.is_none_or(|o| o == n))
         .collect();
     names.sort();
+    names.truncate(MAX_SKILLS);
     let mut skills = Vec::new();
     for name in names {
         let root = folder.join(&name);
-        match workspace_skill(ws, &root, prefix, &name) {
+        match workspace_skill(ws, &root, prefix, &name, budget) {
             Ok(skill) => skills.push(skill),
             Err(why) => tracing::debug!("skill {}: not served: {why}", root.display()),
         }
@@ -326,73 +401,122 @@ fn workspace_skills(ws: &Workspace, folder: &Path, prefix: &str) -> Vec<Skill> {
     skills
 }
 
-fn workspace_skill(ws: &Workspace, root: &Path, prefix: &str, name: &str) -> Result<Skill, String> {
-    let text = ws
-        .read_to_end(&root.join("SKILL.md"), MAX_BYTES)
-        .map_err(|e| e.message())?;
-    let text = String::from_utf8(text).map_err(|_| "SKILL.md is not UTF-8".to_owned())?;
-    let frontmatter =
-        frontmatter(&text).ok_or("SKILL.md has no frontmatter with name and description")?;
-    if frontmatter.get("name").and_then(Value::as_str) != Some(name) {
-        return Err(format!(
-            "its frontmatter's name is not its folder's, {name}"
-        ));
+/// A skill's name as the Agent Skills specification allows it: 1 to 64 lowercase
+/// letters, digits and single hyphens, not at either end.
+fn valid_name(name: &str) -> bool {
+    (1..=64).contains(&name.len())
+        && name
+            .bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !name.starts_with('-')
+        && !name.ends_with('-')
+        && !name.contains("--")
+}
+
+/// `segment` as a URI path segment: every byte but the unreserved ones escaped.
+fn escape(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for b in segment.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
     }
+    out
+}
+
+fn workspace_skill(
+    ws: &Workspace,
+    root: &Path,
+    prefix: &str,
+    name: &str,
+    budget: &mut u64,
+) -> Result<Skill, String> {
     let mut rels = Vec::new();
-    collect(ws, root, Path::new(""), 0, &mut rels)?;
+    let mut entries = 0;
+    collect(ws, root, Path::new(""), 0, &mut rels, &mut entries)?;
     rels.sort();
-    // SKILL.md first.
-    rels.retain(|r| r != Path::new("SKILL.md"));
-    rels.insert(0, PathBuf::from("SKILL.md"));
+    // SKILL.md first; it must be one of the files found (a regular file, not a link).
+    let Some(at) = rels.iter().position(|r| r == Path::new("SKILL.md")) else {
+        return Err("no SKILL.md (a regular file) in it".to_owned());
+    };
+    let skill_md = rels.remove(at);
+    rels.insert(0, skill_md);
     let mut files = Vec::with_capacity(rels.len());
+    let mut frontmatter_of = None;
     let mut total = 0u64;
     for rel in rels {
         let path = root.join(&rel);
-        let bytes = ws
-            .read_to_end(&path, MAX_BYTES.saturating_sub(total))
-            .map_err(|e| e.message())?;
+        let room = MAX_BYTES.saturating_sub(total).min(*budget);
+        let bytes = ws.read_no_link(&path, room).map_err(|e| e.message())?;
         total += bytes.len() as u64;
+        *budget = budget.saturating_sub(bytes.len() as u64);
         let Some(rel_text) = rel.to_str() else {
             return Err(format!("{} is not a UTF-8 name", rel.display()));
         };
+        if frontmatter_of.is_none() {
+            // SKILL.md, read once: its frontmatter and its digest are of the same bytes.
+            let text =
+                std::str::from_utf8(&bytes).map_err(|_| "SKILL.md is not UTF-8".to_owned())?;
+            let fm =
+                frontmatter(text).ok_or("SKILL.md has no frontmatter with name and description")?;
+            if fm.get("name").and_then(Value::as_str) != Some(name) {
+                return Err(format!(
+                    "its frontmatter's name is not its folder's, {name}"
+                ));
+            }
+            frontmatter_of = Some(fm);
+        }
+        let escaped: Vec<String> = rel_text.split('/').map(escape).collect();
         files.push(File {
-            uri: format!("skill://{prefix}/{name}/{rel_text}"),
+            uri: format!("skill://{prefix}/{name}/{}", escaped.join("/")),
             origin: Origin::Workspace(path),
             digest: digest(&bytes),
             size: bytes.len() as u64,
         });
     }
-    Ok(Skill {
+    let skill = Skill {
         uri: format!("skill://{prefix}/{name}/SKILL.md"),
-        frontmatter,
+        frontmatter: frontmatter_of.ok_or("no SKILL.md")?,
         files,
-    })
+    };
+    skill
+        .entry()
+        .validate()
+        .map_err(|e| format!("not a valid skill entry: {e}"))?;
+    Ok(skill)
 }
 
 /// The regular files under `root/rel`, as paths relative to `root`; links are not
-/// followed.
+/// followed, and at most [`MAX_ENTRIES`] entries are walked.
 fn collect(
     ws: &Workspace,
     root: &Path,
     rel: &Path,
     depth: usize,
     out: &mut Vec<PathBuf>,
+    entries: &mut usize,
 ) -> Result<(), String> {
     if depth > MAX_DEPTH {
         return Err(format!("folders deeper than {MAX_DEPTH} levels"));
     }
-    let entries = ws
+    let listed = ws
         .dir()
         .read_dir(root.join(rel))
         .map_err(|e| format!("{}: {e}", root.join(rel).display()))?;
-    for entry in entries {
+    for entry in listed {
+        *entries += 1;
+        if *entries > MAX_ENTRIES {
+            return Err(format!("over {MAX_ENTRIES} entries"));
+        }
         let entry = entry.map_err(|e| e.to_string())?;
         let Ok(kind) = entry.file_type() else {
             continue;
         };
         let child = rel.join(entry.file_name());
         if kind.is_dir() {
-            collect(ws, root, &child, depth + 1, out)?;
+            collect(ws, root, &child, depth + 1, out, entries)?;
         } else if kind.is_file() {
             out.push(child);
             if out.len() > MAX_FILES {
@@ -404,7 +528,8 @@ fn collect(
 }
 
 /// The YAML frontmatter of a `SKILL.md` as JSON, when it has `name` and
-/// `description` strings.
+/// `description` strings. Read event by event with an explicit stack: no anchors or
+/// aliases, at most [`MAX_NESTING`] levels and [`MAX_NODES`] events.
 fn frontmatter(text: &str) -> Option<Map<String, Value>> {
     let rest = text
         .strip_prefix("---\n")
@@ -417,8 +542,7 @@ fn frontmatter(text: &str) -> Option<Map<String, Value>> {
     if yaml.len() > MAX_FRONTMATTER {
         return None;
     }
-    let docs = yaml_rust2::YamlLoader::load_from_str(yaml).ok()?;
-    let Value::Object(map) = to_json(docs.first()?, 0)? else {
+    let Value::Object(map) = yaml_to_json(yaml)? else {
         return None;
     };
     let has = |k: &str| {
@@ -429,42 +553,93 @@ fn frontmatter(text: &str) -> Option<Map<String, Value>> {
     (has("name") && has("description")).then_some(map)
 }
 
-fn to_json(yaml: &yaml_rust2::Yaml, depth: usize) -> Option<Value> {
-    use yaml_rust2::Yaml;
-    if depth > MAX_NESTING {
-        return None;
+/// A list or map being read (a map with the key waiting for its value).
+enum Open {
+    List(Vec<Value>),
+    Map(Map<String, Value>, Option<String>),
+}
+
+/// The first YAML document of `yaml` as JSON.
+fn yaml_to_json(yaml: &str) -> Option<Value> {
+    use yaml_rust2::parser::{Event, Parser};
+    let mut parser = Parser::new_from_str(yaml);
+    let mut stack: Vec<Open> = Vec::new();
+    let mut root = None;
+    for _ in 0..MAX_NODES {
+        let (event, _) = parser.next_token().ok()?;
+        let done = match event {
+            Event::Nothing | Event::StreamStart | Event::DocumentStart => None,
+            Event::StreamEnd | Event::DocumentEnd => return root,
+            Event::Alias(_) => return None,
+            Event::Scalar(text, style, anchor, tag) => {
+                if anchor != 0 {
+                    return None;
+                }
+                Some(scalar(text, style, tag.is_some()))
+            }
+            Event::SequenceStart(anchor, _) | Event::MappingStart(anchor, _) if anchor != 0 => {
+                return None;
+            }
+            Event::SequenceStart(..) => {
+                stack.push(Open::List(Vec::new()));
+                None
+            }
+            Event::MappingStart(..) => {
+                stack.push(Open::Map(Map::new(), None));
+                None
+            }
+            Event::SequenceEnd => match stack.pop()? {
+                Open::List(items) => Some(Value::Array(items)),
+                Open::Map(..) => return None,
+            },
+            Event::MappingEnd => match stack.pop()? {
+                Open::Map(map, None) => Some(Value::Object(map)),
+                _ => return None,
+            },
+        };
+        if stack.len() > MAX_NESTING {
+            return None;
+        }
+        if let Some(value) = done {
+            match stack.last_mut() {
+                None => root = Some(value),
+                Some(Open::List(items)) => items.push(value),
+                Some(Open::Map(map, key)) => match key.take() {
+                    Some(k) => {
+                        map.insert(k, value);
+                    }
+                    None => {
+                        *key = Some(match value {
+                            Value::String(s) => s,
+                            Value::Number(n) => n.to_string(),
+                            Value::Bool(b) => b.to_string(),
+                            _ => return None,
+                        });
+                    }
+                },
+            }
+        }
     }
-    Some(match yaml {
-        Yaml::String(s) => Value::String(s.clone()),
+    None
+}
+
+/// A scalar's value: a plain one typed as YAML's core schema does, others strings.
+fn scalar(text: String, style: yaml_rust2::scanner::TScalarStyle, tagged: bool) -> Value {
+    use yaml_rust2::Yaml;
+    if style != yaml_rust2::scanner::TScalarStyle::Plain || tagged {
+        return Value::String(text);
+    }
+    match Yaml::from_str(&text) {
         Yaml::Integer(i) => json!(i),
         Yaml::Real(r) => r
             .parse::<f64>()
             .ok()
             .and_then(serde_json::Number::from_f64)
-            .map_or_else(|| Value::String(r.clone()), Value::Number),
-        Yaml::Boolean(b) => Value::Bool(*b),
+            .map_or(Value::String(text), Value::Number),
+        Yaml::Boolean(b) => Value::Bool(b),
         Yaml::Null => Value::Null,
-        Yaml::Array(items) => Value::Array(
-            items
-                .iter()
-                .map(|i| to_json(i, depth + 1))
-                .collect::<Option<_>>()?,
-        ),
-        Yaml::Hash(hash) => {
-            let mut map = Map::new();
-            for (k, v) in hash {
-                let key = match k {
-                    Yaml::String(s) | Yaml::Real(s) => s.clone(),
-                    Yaml::Integer(i) => i.to_string(),
-                    Yaml::Boolean(b) => b.to_string(),
-                    _ => return None,
-                };
-                map.insert(key, to_json(v, depth + 1)?);
-            }
-            Value::Object(map)
-        }
-        Yaml::Alias(_) | Yaml::BadValue => return None,
-    })
+        _ => Value::String(text),
+    }
 }
 
 #[cfg(test)]
@@ -489,6 +664,32 @@ mod tests {
             "]".repeat(100)
         );
         assert!(frontmatter(&deep).is_none());
+        // Block nesting as deep as the size allows, and aliases that would multiply.
+        let block = format!(
+            "---\nname: x\ndescription: y\nz: {}1\n---\n",
+            "- ".repeat(30_000)
+        );
+        assert!(frontmatter(&block).is_none());
+        let mut laughs =
+            String::from("---\nname: x\ndescription: y\na0: &a0 [x, x, x, x, x, x, x, x, x]\n");
+        for i in 1..10 {
+            let j = i - 1;
+            laughs.push_str(&format!(
+                "a{i}: &a{i} [*a{j}, *a{j}, *a{j}, *a{j}, *a{j}, *a{j}, *a{j}, *a{j}, *a{j}]\n"
+            ));
+        }
+        laughs.push_str("---\n");
+        assert!(frontmatter(&laughs).is_none());
+        assert!(frontmatter("---\nname: &n x\ndescription: y\n---\n").is_none());
+    }
+
+    #[test]
+    fn names_follow_the_agent_skills_rules_and_paths_are_escaped() {
+        assert!(valid_name("pdf-processing") && valid_name("a1"));
+        for bad in ["", "-a", "a-", "a--b", "My_Skill", &"a".repeat(65)] {
+            assert!(!valid_name(bad), "{bad}");
+        }
+        assert_eq!(escape("a b#?%.md"), "a%20b%23%3F%25.md");
     }
 
     #[test]

@@ -35,10 +35,15 @@ pub(crate) fn root(ws: &Workspace, path: &str) -> Result<Root, ToolError> {
 }
 
 /// A walker like ripgrep's and fd's defaults: `.gitignore` (inside git repositories),
-/// `.ignore`, hidden files skipped unless asked, symlinks not followed.
+/// `.ignore`, hidden files skipped unless asked, symlinks not followed. Inside the
+/// saved outputs (`.jianmu/outputs`, which git is told to ignore), every file is
+/// searched: a search there asked for them.
 pub(crate) fn walker(root: &Root, include_hidden: bool) -> WalkBuilder {
     let mut b = WalkBuilder::new(&root.abs);
     b.hidden(!include_hidden).follow_links(false);
+    if root.rel.starts_with(jianmu_workspace::OUTPUTS) {
+        b.standard_filters(false).hidden(!include_hidden);
+    }
     b
 }
 

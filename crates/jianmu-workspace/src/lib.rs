@@ -407,6 +407,52 @@ impl Workspace {
         Ok((file, meta))
     }
 
+    /// Reads the regular file `rel` (a link in its last part is not followed, nor a
+    /// file with other hard links read), refusing one over `limit` bytes.
+    ///
+    /// # Errors
+    /// [`WorkspaceError::TooLarge`], or the open's error (a link: "too many levels of
+    /// symbolic links"), or a file that is not regular.
+    pub fn read_no_link(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, WorkspaceError> {
+        let mut options = OpenOptions::new();
+        options
+            .read(true)
+            .custom_flags(crate::O_NONBLOCK | rustix::fs::OFlags::NOFOLLOW.bits() as i32);
+        let file = self
+            .dir
+            .open_with(here(rel), &options)
+            .map_err(|e| WorkspaceError::from_io(rel, e))?;
+        let meta = file
+            .metadata()
+            .map_err(|e| WorkspaceError::from_io(rel, e))?;
+        check_regular(rel, &meta)?;
+        if meta.nlink() > 1 {
+            return Err(WorkspaceError::from_io(
+                rel,
+                io::Error::other("the file has other hard links"),
+            ));
+        }
+        if meta.len() > limit {
+            return Err(WorkspaceError::TooLarge {
+                path: show(rel),
+                size: meta.len(),
+                limit,
+            });
+        }
+        let mut buf = Vec::with_capacity(meta.len() as usize);
+        file.take(limit + 1)
+            .read_to_end(&mut buf)
+            .map_err(|e| WorkspaceError::from_io(rel, e))?;
+        if buf.len() as u64 > limit {
+            return Err(WorkspaceError::TooLarge {
+                path: show(rel),
+                size: buf.len() as u64,
+                limit,
+            });
+        }
+        Ok(buf)
+    }
+
     /// Reads the whole regular file `rel`, refusing files over `limit` bytes.
     ///
     /// # Errors

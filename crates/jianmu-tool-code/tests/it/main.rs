@@ -202,6 +202,27 @@ async fn glob_matches_fd() {
     );
 }
 
+/// The saved outputs are searched when asked for, though git ignores them.
+#[tokio::test]
+async fn grep_searches_the_saved_outputs_git_ignores() {
+    let fx = tree();
+    fx.put(".jianmu/outputs/.gitignore", "*\n");
+    fx.put(".jianmu/outputs/abc/bash-1.txt", "line\nthe needle line\n");
+    let out = call(
+        &fx.tool("grep"),
+        json!({"query": "the needle", "path": ".jianmu/outputs"}),
+    )
+    .await;
+    assert_eq!(out, ".jianmu/outputs/abc/bash-1.txt:2:the needle line\n");
+    // Elsewhere the ignore files still hold.
+    let out = call(
+        &fx.tool("grep"),
+        json!({"query": "the needle", "include_hidden": true}),
+    )
+    .await;
+    assert!(!out.contains("bash-1.txt"), "{out}");
+}
+
 #[tokio::test]
 async fn limits_cut_with_a_note_and_stay_sorted() {
     let fx = tree();
