@@ -238,8 +238,10 @@ async fn bash(native: &Native, input: &Value) -> Answer {
     let (stdout, stderr, code) = match native.agent_call("bash", args).await {
         Ok(out) => {
             let data = out.structured.unwrap_or_default();
-            let stream =
-                |k: &str| Stream::parse(data.get(k).and_then(Value::as_str).unwrap_or(""), root);
+            let stream = |k: &str| {
+                let cut = data.get(format!("{k}_cut").as_str());
+                Stream::parse(data.get(k).and_then(Value::as_str).unwrap_or(""), cut, root)
+            };
             let code = data.get("exit_code").and_then(Value::as_i64);
             // A command that ends the shell (`exit`) ends it for the conversation.
             if data.get("shell_ended").and_then(Value::as_bool) == Some(true) {
@@ -257,11 +259,11 @@ async fn bash(native: &Native, input: &Value) -> Answer {
                     None => (partial.as_str(), ""),
                 },
             };
-            let mut err = Stream::parse(err, root);
+            let mut err = Stream::parse(err, None, root);
             err.text
                 .push_str(&format!("\ncommand timed out after {}s\n", seconds(given)));
             native.set_agent_shell_gone(true);
-            let answer = combine(Some(native), &Stream::parse(out, root), &err, false);
+            let answer = combine(Some(native), &Stream::parse(out, None, root), &err, false);
             return Err(format!("{answer}\n[The shell is gone. {HOW_TO_RESTART}]"));
         }
         Err(e) => return Err(format!("bash: {e}")),
@@ -295,40 +297,24 @@ struct Stream {
 }
 
 impl Stream {
-    /// Splits `bash`'s text of one stream (its head, then a note when it was cut).
-    fn parse(raw: &str, root: &str) -> Self {
-        const NOTE: &str = " bytes cut from the middle; ";
-        const SAVED: &str = "the whole output is saved in ";
-        // `bash` cuts a stream only once its head (KEPT_BYTES) is full, and then its
-        // note ends the text (no tail is kept): output shorter than that is whole,
-        // whatever it says.
-        let whole = || Self {
-            text: raw.to_owned(),
-            cut: false,
-            saved: None,
+    /// One stream of `bash`'s answer: its text (the head it kept, then its note when
+    /// it cut the stream, as `cut`, its `stdout_cut` or `stderr_cut`, says).
+    fn parse(raw: &str, cut: Option<&Value>, root: &str) -> Self {
+        let Some(cut) = cut.filter(|c| c.is_object()) else {
+            return Self {
+                text: raw.to_owned(),
+                cut: false,
+                saved: None,
+            };
         };
-        if !raw.ends_with(") ...\n") {
-            return whole();
-        }
-        let Some(start) = raw.rfind("\n... (") else {
-            return whole();
-        };
-        let Some(at) = raw[start..].find(NOTE).map(|i| start + i) else {
-            return whole();
-        };
-        if start + 4 < KEPT_BYTES {
-            return whole();
-        }
-        let saved = raw[at..].find(SAVED).map(|i| {
-            let rest = &raw[at + i + SAVED.len()..];
-            let end = rest
-                .find(" (its first")
-                .or_else(|| rest.find(": read it"))
-                .unwrap_or(rest.len());
-            format!("{}/{}", root.trim_end_matches('/'), &rest[..end])
-        });
+        // No tail is kept: the note ends the text.
+        let head = raw.rfind("\n... (").map_or(raw, |at| &raw[..at]);
+        let saved = cut
+            .get("saved")
+            .and_then(Value::as_str)
+            .map(|p| format!("{}/{p}", root.trim_end_matches('/')));
         Self {
-            text: raw[..start].to_owned(),
+            text: head.to_owned(),
             cut: true,
             saved,
         }

@@ -70,28 +70,55 @@ pub(crate) fn occurrence_lines(text: &str, needle: &str) -> Vec<usize> {
 /// character cut), which may be longer than `max`: a cut is never silent.
 pub(crate) fn cut(text: &str, max: usize) -> String {
     let total = text.chars().count();
-    if total <= max {
+    cut_around(text, max, |room| {
+        format!("\n[... {} characters cut ...]\n", total - room)
+    })
+}
+
+/// [`cut`] for a stream `bash` had already cut (its middle left out, `total_bytes` in
+/// all, the whole saved at `saved`): the note states exactly how many of the
+/// stream's bytes are missing, and where it all is.
+pub(crate) fn cut_stream(text: &str, max: usize, total_bytes: u64, saved: Option<&str>) -> String {
+    let place = saved.map_or(String::new(), |p| format!("; all of it is saved in {p}"));
+    let chars = text.chars().count();
+    cut_around(text, max, |room| {
+        let (head, tail) = ends(text, chars, room);
+        let missing = total_bytes.saturating_sub((head.len() + tail.len()) as u64);
+        format!("\n[... {missing} bytes cut of {total_bytes}{place} ...]\n")
+    })
+}
+
+/// The first `room / 2` and last `room - room / 2` characters of `text` (`chars` long).
+fn ends(text: &str, chars: usize, room: usize) -> (String, String) {
+    let head: String = text.chars().take(room / 2).collect();
+    let tail: String = text.chars().skip(chars - (room - room / 2)).collect();
+    (head, tail)
+}
+
+/// `text` cut to `max` characters around `note(room)`, the note for `room` characters
+/// kept: both ends kept, the note between.
+fn cut_around(text: &str, max: usize, note: impl Fn(usize) -> String) -> String {
+    let chars = text.chars().count();
+    if chars <= max {
         return text.to_owned();
     }
-    let notice = |n: usize| format!("\n[... {n} characters cut ...]\n");
     // The note's length depends on the count it states, and the count on the room
     // the note leaves: start from the longest note and let the room grow until both
     // agree (the room only grows, and is bounded by `max`).
-    let mut room = max.saturating_sub(notice(total).chars().count());
-    let note = loop {
-        let note = notice(total - room);
-        let fits = max.saturating_sub(note.chars().count());
+    let mut room = max.saturating_sub(note(0).chars().count());
+    let kept_note = loop {
+        let candidate = note(room);
+        let fits = max.saturating_sub(candidate.chars().count());
         if fits <= room {
-            break note;
+            break candidate;
         }
         room = fits;
     };
     if room < 2 {
-        return notice(total).trim().to_owned();
+        return note(0).trim().to_owned();
     }
-    let head: String = text.chars().take(room / 2).collect();
-    let tail: String = text.chars().skip(total - (room - room / 2)).collect();
-    format!("{head}{note}{tail}")
+    let (head, tail) = ends(text, chars, room);
+    format!("{head}{kept_note}{tail}")
 }
 
 /// A size as `du -h` writes it: `4.0K`, `1.5M`.

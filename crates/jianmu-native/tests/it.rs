@@ -1123,3 +1123,37 @@ async fn the_agent_toolsets_saved_output_is_the_only_file_read_outside() {
     assert_eq!((text.as_str(), is_error), (quoted, false));
     f.native.close().await;
 }
+
+/// A `max_output_length` cut of output `bash` had already cut (its middle left out
+/// and saved) counts the whole stream's bytes, exactly, and names the file holding it.
+#[tokio::test]
+async fn a_cut_of_output_bash_already_cut_counts_the_whole_stream() {
+    let f = fixture();
+    let item = f
+        .openai(json!({"type": "shell_call", "call_id": "c", "action": {
+            "commands": ["head -c 5000000 /dev/zero | tr '\\0' z"], "max_output_length": 1000}}))
+        .await;
+    let stdout = item["output"][0]["stdout"].as_str().unwrap();
+    assert!(stdout.chars().count() <= 1000, "{stdout}");
+    let note = stdout
+        .split("[... ")
+        .nth(1)
+        .unwrap_or_else(|| panic!("{stdout}"));
+    let missing: u64 = note.split(' ').next().unwrap().parse().unwrap();
+    let kept = stdout.matches('z').count() as u64;
+    assert_eq!(missing + kept, 5_000_000, "{stdout}");
+    assert!(
+        note.contains("bytes cut of 5000000; all of it is saved in /repo/"),
+        "{note}"
+    );
+    let saved = note
+        .split("saved in /repo/")
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next())
+        .unwrap();
+    assert_eq!(
+        std::fs::metadata(f.root.join(saved)).unwrap().len(),
+        5_000_000
+    );
+    f.native.close().await;
+}

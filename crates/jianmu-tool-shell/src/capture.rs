@@ -118,6 +118,19 @@ impl Captured {
         }
     }
 
+    /// When the middle was left out: how many bytes the stream had in all, and the
+    /// path (relative to the workspace) of the file holding it whole, if it was saved.
+    pub(crate) fn cut(&self) -> Option<crate::StreamCut> {
+        let kept = self.head.len() as u64 + self.tail.len() as u64;
+        (kept < self.total).then(|| crate::StreamCut {
+            total_bytes: self.total,
+            saved: match &self.spilled {
+                Some(Ok(file)) => Some(file.path.clone()),
+                _ => None,
+            },
+        })
+    }
+
     /// The kept text (lossy UTF-8), with a line saying how much was cut between head
     /// and tail.
     pub(crate) fn text(&self) -> String {

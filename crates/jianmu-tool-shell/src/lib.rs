@@ -321,13 +321,19 @@ impl Bash {
                 .await?
             }
         };
-        let (code, stdout, stderr, shell_ended) = match ended {
+        let (code, stdout, stderr, shell_ended, cuts) = match ended {
             shells::Ended::Finished {
                 code,
                 stdout,
                 stderr,
                 shell_ended,
-            } => (code, stdout.text(), stderr.text(), shell_ended),
+            } => (
+                code,
+                stdout.text(),
+                stderr.text(),
+                shell_ended,
+                (stdout.cut(), stderr.cut()),
+            ),
             shells::Ended::TimedOut { stdout, stderr } => {
                 // What it printed until the limit goes back with the error.
                 let mut partial = stdout.text();
@@ -353,6 +359,8 @@ impl Bash {
                     exit_code: Some(0),
                     stdout: Some(stdout),
                     stderr: Some(stderr),
+                    stdout_cut: cuts.0,
+                    stderr_cut: cuts.1,
                     shell_ended,
                     ..BashResult::default()
                 },
@@ -375,6 +383,8 @@ impl Bash {
                         exit_code: code,
                         stdout: Some(stdout),
                         stderr: Some(stderr),
+                        stdout_cut: cuts.0,
+                        stderr_cut: cuts.1,
                         shell_ended,
                         ..BashResult::default()
                     },
@@ -556,10 +566,27 @@ pub struct BashResult {
     /// The background job's stdout and stderr so far, in the order they came.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub output: Option<String>,
+    /// When stdout was too long to keep whole (its middle left out): how long it was
+    /// and where it was saved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stdout_cut: Option<StreamCut>,
+    /// The same for stderr.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub stderr_cut: Option<StreamCut>,
     /// True when the command ended its `session`'s shell (`exit`, `exec`): the next
     /// call starts a new one, in the last directory and with the last exports kept.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub shell_ended: bool,
+}
+
+/// How a stream too long to keep was cut.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
+pub struct StreamCut {
+    /// The bytes the command printed on it, in all.
+    pub total_bytes: u64,
+    /// The file (relative to the workspace) holding all of it, when it could be saved.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub saved: Option<String>,
 }
 
 impl Tool for Bash {

@@ -432,25 +432,7 @@ impl Workspace {
                 io::Error::other("the file has other hard links"),
             ));
         }
-        if meta.len() > limit {
-            return Err(WorkspaceError::TooLarge {
-                path: show(rel),
-                size: meta.len(),
-                limit,
-            });
-        }
-        let mut buf = Vec::with_capacity(meta.len() as usize);
-        file.take(limit + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| WorkspaceError::from_io(rel, e))?;
-        if buf.len() as u64 > limit {
-            return Err(WorkspaceError::TooLarge {
-                path: show(rel),
-                size: buf.len() as u64,
-                limit,
-            });
-        }
-        Ok(buf)
+        read_at_most(rel, file, &meta, limit)
     }
 
     /// Reads the whole regular file `rel`, refusing files over `limit` bytes.
@@ -459,27 +441,34 @@ impl Workspace {
     /// [`WorkspaceError::TooLarge`], or as [`Workspace::open_file`].
     pub fn read_to_end(&self, rel: &Path, limit: u64) -> Result<Vec<u8>, WorkspaceError> {
         let (file, meta) = self.open_file(rel)?;
-        if meta.len() > limit {
-            return Err(WorkspaceError::TooLarge {
-                path: show(rel),
-                size: meta.len(),
-                limit,
-            });
-        }
-        let mut buf = Vec::with_capacity(meta.len() as usize);
-        // The file may grow after the check; never read past the limit.
-        file.take(limit + 1)
-            .read_to_end(&mut buf)
-            .map_err(|e| WorkspaceError::from_io(rel, e))?;
-        if buf.len() as u64 > limit {
-            return Err(WorkspaceError::TooLarge {
-                path: show(rel),
-                size: buf.len() as u64,
-                limit,
-            });
-        }
-        Ok(buf)
+        read_at_most(rel, file, &meta, limit)
     }
+}
+
+/// The whole of the open file `rel`, refused when over `limit` bytes.
+fn read_at_most(
+    rel: &Path,
+    file: File,
+    meta: &Metadata,
+    limit: u64,
+) -> Result<Vec<u8>, WorkspaceError> {
+    let too_large = |size| WorkspaceError::TooLarge {
+        path: show(rel),
+        size,
+        limit,
+    };
+    if meta.len() > limit {
+        return Err(too_large(meta.len()));
+    }
+    let mut buf = Vec::with_capacity(meta.len() as usize);
+    // The file may grow after the check; never read past the limit.
+    file.take(limit + 1)
+        .read_to_end(&mut buf)
+        .map_err(|e| WorkspaceError::from_io(rel, e))?;
+    if buf.len() as u64 > limit {
+        return Err(too_large(buf.len() as u64));
+    }
+    Ok(buf)
 }
 
 /// The root is the empty relative path; the file-system calls want `.` for it.
