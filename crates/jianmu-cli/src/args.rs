@@ -58,7 +58,7 @@ pub(crate) enum Command {
         #[arg(long, conflicts_with = "markdown")]
         json: bool,
         /// The JSON shape to print (implies --json): jianmu, openai, openai-strict,
-        /// anthropic, gemini, mcp; or the declarations of the model APIs' built-in
+        /// anthropic, gemini, mcp, openai-responses; or the declarations of the model APIs' built-in
         /// tools that `jianmu native` executes: anthropic-native, anthropic-agent (the
         /// agent toolset), openai-native, openai-freeform (apply_patch as a
         /// grammar-constrained tool).
@@ -67,9 +67,10 @@ pub(crate) enum Command {
         /// Print the reference page `docs/tools.md` is made from.
         #[arg(long)]
         markdown: bool,
-        /// With `--format anthropic`: load these tools on demand (names, globs such as
-        /// `git_*`, features such as `lsp`, effect tags): they get `defer_loading`, and
-        /// Anthropic's BM25 tool search tool is added to find them.
+        /// With `--format anthropic` or `openai-responses`: load these tools on demand
+        /// (names, globs such as `git_*`, features such as `lsp`, effect tags): they
+        /// get `defer_loading` (in OpenAI's, grouped in a namespace per feature), and
+        /// the vendor's tool search tool is added to find them.
         #[arg(long, value_name = "PATTERN")]
         defer: Vec<String>,
     },
@@ -126,6 +127,9 @@ pub(crate) enum ListFormat {
     OpenAiNative,
     /// OpenAI's `shell`, and `apply_patch` as a freeform tool with its grammar.
     OpenAiFreeform,
+    /// The compiled-in tools as OpenAI Responses function tools (flat), deferred
+    /// ones in namespaces with `defer_loading`.
+    OpenAiResponses,
 }
 
 impl std::str::FromStr for ListFormat {
@@ -137,9 +141,10 @@ impl std::str::FromStr for ListFormat {
             "anthropic-agent" => Ok(Self::AnthropicAgent),
             "openai-native" => Ok(Self::OpenAiNative),
             "openai-freeform" => Ok(Self::OpenAiFreeform),
+            "openai-responses" => Ok(Self::OpenAiResponses),
             other => other.parse().map(Self::Specs).map_err(|_| {
                 format!(
-                    "unknown format `{other}`: one of jianmu, openai, openai-strict, anthropic, gemini, mcp, anthropic-native, anthropic-agent, openai-native, openai-freeform"
+                    "unknown format `{other}`: one of jianmu, openai, openai-strict, anthropic, gemini, mcp, openai-responses, anthropic-native, anthropic-agent, openai-native, openai-freeform"
                 )
             }),
         }
@@ -179,6 +184,11 @@ pub(crate) struct NativeArgs {
     /// calls of the agent toolset (agent_toolset_20260401), as its events always are.
     #[arg(long)]
     pub(crate) agent_toolset: bool,
+    /// OpenAI: the `shell` tool's declaration as sent to the API, e.g.
+    /// '{"type":"shell","environment":{"type":"local","skills":[{"name":"n","description":"d","path":"/abs/dir"}]}}':
+    /// each skill's folder is shown to commands, read-only, at its path.
+    #[arg(long, value_name = "JSON")]
+    pub(crate) shell_tool: Option<String>,
 }
 
 /// `jianmu mcp`'s flags.

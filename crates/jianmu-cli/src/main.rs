@@ -92,26 +92,21 @@ fn run(cli: Cli) -> Result<(), Failure> {
             markdown,
             ref defer,
         } => {
-            if !defer.is_empty() && format != args::ListFormat::Specs(SchemaFormat::Anthropic) {
-                Err(anyhow::anyhow!("--defer goes with --format anthropic"))?;
+            let deferrable = [
+                args::ListFormat::Specs(SchemaFormat::Anthropic),
+                args::ListFormat::OpenAiResponses,
+            ];
+            if !defer.is_empty() && !deferrable.contains(&format) {
+                Err(anyhow::anyhow!(
+                    "--defer goes with --format anthropic or openai-responses"
+                ))?;
             }
             let settings = load()?;
             let specs = jianmu_runtime::tool_specs(&settings.tools).map_err(lookup)?;
             let specs: Vec<&ToolSpec> = specs.iter().collect();
             let format = match format {
                 args::ListFormat::Specs(format) => format,
-                args::ListFormat::AnthropicNative => {
-                    return print(&pretty(&jianmu_native::anthropic_tools(None))?);
-                }
-                args::ListFormat::AnthropicAgent => {
-                    return print(&pretty(&jianmu_native::anthropic_agent_toolset())?);
-                }
-                args::ListFormat::OpenAiNative => {
-                    return print(&pretty(&jianmu_native::openai_tools())?);
-                }
-                args::ListFormat::OpenAiFreeform => {
-                    return print(&pretty(&jianmu_native::openai_freeform_tools())?);
-                }
+                other => return print(&pretty(&render::declarations(other, &specs, defer))?),
             };
             let text = if json || format != SchemaFormat::Jianmu {
                 render::exported(&specs, format, defer)?

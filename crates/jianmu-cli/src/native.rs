@@ -21,6 +21,12 @@ pub(crate) async fn run(settings: &Settings, args: &NativeArgs) -> Result<(), Fa
     options.memories = args.memories.clone();
     options.max_characters = args.max_characters;
     options.agent_toolset = args.agent_toolset;
+    if let Some(declaration) = &args.shell_tool {
+        let declaration: Value = serde_json::from_str(declaration)
+            .map_err(|e| Failure::Usage(anyhow::anyhow!("--shell-tool is not JSON: {e}")))?;
+        options.shell_skills = jianmu_native::ShellSkill::of_declaration(&declaration)
+            .map_err(|e| Failure::Usage(anyhow::anyhow!("--shell-tool: {e}")))?;
+    }
     let native = Native::open(&runtime, options).map_err(anyhow::Error::from)?;
     let served = tokio::select! {
         served = serve(&native, args.api) => served,

@@ -92,6 +92,68 @@ pub(crate) fn exported(
     }
 }
 
+/// The declarations of a format other than the specs' own shapes: the vendors' built-in
+/// tools `jianmu native` executes, or the tools as Responses function tools.
+pub(crate) fn declarations(
+    format: crate::args::ListFormat,
+    specs: &[&ToolSpec],
+    defer: &[String],
+) -> Value {
+    use crate::args::ListFormat;
+    match format {
+        ListFormat::AnthropicNative => jianmu_native::anthropic_tools(None),
+        ListFormat::AnthropicAgent => jianmu_native::anthropic_agent_toolset(),
+        ListFormat::OpenAiNative => jianmu_native::openai_tools(),
+        ListFormat::OpenAiFreeform => jianmu_native::openai_freeform_tools(),
+        ListFormat::OpenAiResponses => Value::Array(responses(specs, defer)),
+        ListFormat::Specs(format) => Value::Array(specs.iter().map(|s| s.export(format)).collect()),
+    }
+}
+
+/// The tools as OpenAI Responses function tools (`{"type": "function", "name", ...}`),
+/// those `patterns` name loaded on demand: `defer_loading`, grouped in a `namespace`
+/// per feature (named after it, its description naming its tools), and the hosted
+/// `tool_search` tool that loads them.
+fn responses(specs: &[&ToolSpec], patterns: &[String]) -> Vec<Value> {
+    let deferral = deferral(patterns);
+    let groups: std::collections::HashMap<&str, &str> =
+        jianmu_provider::BUILTIN_TOOLS.iter().copied().collect();
+    let mut out = Vec::new();
+    let mut spaces: std::collections::BTreeMap<String, Vec<(String, Value)>> = Default::default();
+    for spec in specs {
+        let mut function = serde_json::json!({
+            "type": "function",
+            "name": spec.name,
+            "description": spec.description,
+            "parameters": spec.parameters(),
+        });
+        if deferral.defers(spec) {
+            function["defer_loading"] = Value::Bool(true);
+            let group = groups.get(spec.name.as_str()).copied().unwrap_or("tools");
+            spaces
+                .entry(group.to_owned())
+                .or_default()
+                .push((spec.name.clone(), function));
+        } else {
+            out.push(function);
+        }
+    }
+    let any = !spaces.is_empty();
+    for (group, tools) in spaces {
+        let names: Vec<&str> = tools.iter().map(|(name, _)| name.as_str()).collect();
+        out.push(serde_json::json!({
+            "type": "namespace",
+            "name": group,
+            "description": format!("The {group} tools, loaded on demand with tool_search: {}.", names.join(", ")),
+            "tools": tools.into_iter().map(|(_, f)| f).collect::<Vec<_>>(),
+        }));
+    }
+    if any {
+        out.push(serde_json::json!({"type": "tool_search"}));
+    }
+    out
+}
+
 /// Anthropic's tool declarations with the tools `patterns` name loaded on demand:
 /// `defer_loading` on each, and the BM25 tool search tool that finds them.
 fn anthropic_deferred(

@@ -138,7 +138,13 @@ fn isolation_loosening(isolation: &Value, at: &str, found: &mut Vec<String>) {
     if isolation.get("network").and_then(Value::as_bool) == Some(true) {
         found.push(format!("{at} network = true"));
     }
-    for key in ["writable", "read_allow", "sockets", "host_services"] {
+    for key in [
+        "writable",
+        "read_allow",
+        "read_also",
+        "sockets",
+        "host_services",
+    ] {
         if let Some(v) = isolation.get(key) {
             found.push(format!("{at} {key} = {v}"));
         }

@@ -83,6 +83,49 @@ pub struct NativeOptions {
     /// calls of Anthropic's agent toolset (`agent_toolset_20260401`); `agent.tool_use`
     /// events always are.
     pub agent_toolset: bool,
+    /// The skills of OpenAI's `shell` with a local environment
+    /// (`{"type": "shell", "environment": {"type": "local", "skills": [...]}}`): each
+    /// folder is shown to the session's commands, read-only, at its own path.
+    pub shell_skills: Vec<ShellSkill>,
+}
+
+/// One skill of a local `shell` environment, as its declaration gives it.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+#[non_exhaustive]
+pub struct ShellSkill {
+    /// The skill's name.
+    pub name: String,
+    /// What it is for.
+    pub description: String,
+    /// The folder holding its `SKILL.md` (absolute).
+    pub path: PathBuf,
+}
+
+impl ShellSkill {
+    /// The skills of a `shell` tool declaration with a local environment (none for
+    /// any other declaration).
+    ///
+    /// # Errors
+    /// A skill without `name`, `description` and an absolute `path`.
+    pub fn of_declaration(declaration: &Value) -> Result<Vec<Self>, String> {
+        let environment = &declaration["environment"];
+        if declaration["type"] != "shell" || environment["type"] != "local" {
+            return Ok(Vec::new());
+        }
+        let Some(skills) = environment.get("skills").filter(|s| !s.is_null()) else {
+            return Ok(Vec::new());
+        };
+        let skills: Vec<Self> = serde_json::from_value(skills.clone())
+            .map_err(|e| format!("the shell's skills are each {{name, description, path}}: {e}"))?;
+        if let Some(bad) = skills.iter().find(|s| !s.path.is_absolute()) {
+            return Err(format!(
+                "the skill {}'s path {} is not absolute",
+                bad.name,
+                bad.path.display()
+            ));
+        }
+        Ok(skills)
+    }
 }
 
 impl NativeOptions {
@@ -169,11 +212,32 @@ impl Native {
     /// # Errors
     /// As [`Runtime::open_with`].
     pub fn open(runtime: &Runtime, options: NativeOptions) -> Result<Self, SessionError> {
-        let session = runtime.open_with(Opening::new().with_setting(
-            "bash",
-            "nonzero_exit",
-            "result".into(),
-        ))?;
+        let mut opening = Opening::new().with_setting("bash", "nonzero_exit", "result".into());
+        if !options.shell_skills.is_empty() {
+            // Each skill's folder is shown, read-only, beside what the settings show.
+            let mut isolation = runtime
+                .settings()
+                .tools
+                .raw_settings("bash")
+                .and_then(|b| b.get("isolation"))
+                .and_then(Value::as_object)
+                .cloned()
+                .unwrap_or_default();
+            let mut shown: Vec<Value> = isolation
+                .get("read_also")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            shown.extend(
+                options
+                    .shell_skills
+                    .iter()
+                    .map(|s| Value::from(s.path.to_string_lossy().into_owned())),
+            );
+            isolation.insert("read_also".into(), Value::Array(shown));
+            opening = opening.with_setting("bash", "isolation", Value::Object(isolation));
+        }
+        let session = runtime.open_with(opening)?;
         let workspace = session.workspace().to_path_buf();
         let root = options
             .root

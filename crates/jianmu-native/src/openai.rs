@@ -4,7 +4,7 @@
 use jianmu_tool_core::ToolError;
 use serde_json::{Map, Value, json};
 
-use crate::text::cut;
+use crate::text::{cut, cut_stream};
 use crate::{Native, NotACall, OPENAI_SHELL};
 
 /// Most definitions one `tool_search_call` answers.
@@ -133,26 +133,36 @@ async fn shell(
     let timeout_ms = action.get("timeout_ms").and_then(Value::as_u64);
     let max = action.get("max_output_length").and_then(Value::as_u64);
     let mut output = Vec::with_capacity(commands.len());
+    let mut cuts = Vec::with_capacity(commands.len());
     if commands.len() > MAX_COMMANDS {
         output.push(not_run(&format!(
             "{} commands in one call is over the limit of {MAX_COMMANDS}; send fewer",
             commands.len()
         )));
+        cuts.push([None, None]);
     } else {
         for command in commands {
             let Some(command) = command.as_str() else {
                 output.push(not_run("the command is not a string"));
+                cuts.push([None, None]);
                 continue;
             };
-            output.push(run(native, command, timeout_ms).await);
+            let (entry, cut) = run(native, command, timeout_ms).await;
+            output.push(entry);
+            cuts.push(cut);
         }
     }
     if let Some(max) = max {
         let max = usize::try_from(max).unwrap_or(usize::MAX);
-        for entry in &mut output {
-            for key in ["stdout", "stderr"] {
+        for (entry, cut_by_bash) in output.iter_mut().zip(&cuts) {
+            for (key, stream) in ["stdout", "stderr"].into_iter().zip(cut_by_bash) {
                 if let Some(Value::String(s)) = entry.get_mut(key) {
-                    *s = cut(s, max);
+                    // A stream `bash` already cut: the note counts the whole stream's
+                    // bytes, not those of the text it kept.
+                    *s = match stream {
+                        Some((total, saved)) => cut_stream(s, max, *total, saved.as_deref()),
+                        None => cut(s, max),
+                    };
                 }
             }
         }
@@ -168,26 +178,41 @@ fn not_run(message: &str) -> Value {
     json!({"stdout": "", "stderr": message, "outcome": {"type": "exit", "exit_code": NOT_RUN}})
 }
 
-async fn run(native: &Native, command: &str, timeout_ms: Option<u64>) -> Value {
+/// How `bash` cut a stream: its bytes in all, and where it was saved whole (as the
+/// model sees the path).
+type Cut = Option<(u64, Option<String>)>;
+
+async fn run(native: &Native, command: &str, timeout_ms: Option<u64>) -> (Value, [Cut; 2]) {
     let args = native.bash_args(command, Some(OPENAI_SHELL), timeout_ms);
     match native.call("bash", args).await {
         Ok(out) => {
             let data = out.structured.unwrap_or_default();
             let part = |k: &str| data.get(k).and_then(Value::as_str).unwrap_or("").to_owned();
+            let cut = |k: &str| -> Cut {
+                let cut = data.get(k)?;
+                let total = cut.get("total_bytes").and_then(Value::as_u64)?;
+                let saved = cut
+                    .get("saved")
+                    .and_then(Value::as_str)
+                    .map(|p| format!("{}/{p}", native.root().trim_end_matches('/')));
+                Some((total, saved))
+            };
             // A command killed by a signal has no exit code; shells say 128 + signal,
             // and the signal is not known here.
             let code = data.get("exit_code").and_then(Value::as_i64).unwrap_or(137);
-            json!({
+            let entry = json!({
                 "stdout": part("stdout"),
                 "stderr": part("stderr"),
                 "outcome": {"type": "exit", "exit_code": code},
-            })
+            });
+            (entry, [cut("stdout_cut"), cut("stderr_cut")])
         }
         Err(ToolError::Timeout { partial, .. }) => {
             let (stdout, stderr) = split_partial(partial.as_deref().unwrap_or(""));
-            json!({"stdout": stdout, "stderr": stderr, "outcome": {"type": "timeout"}})
+            let entry = json!({"stdout": stdout, "stderr": stderr, "outcome": {"type": "timeout"}});
+            (entry, [None, None])
         }
-        Err(e) => not_run(&e.to_string()),
+        Err(e) => (not_run(&e.to_string()), [None, None]),
     }
 }
 

@@ -67,6 +67,9 @@ pub struct IsolationSettings {
     /// programs the tool itself runs and these paths (no home, no toolchain on
     /// `PATH`).
     pub read_allow: Option<Vec<PathBuf>>,
+    /// More paths commands see, read-only, besides what the view shows (for example
+    /// skill folders kept outside the workspace); no strict mode.
+    pub read_also: Vec<PathBuf>,
     /// Unix sockets let into the view by path (e.g. a local database's), which would
     /// otherwise be absent.
     pub sockets: Vec<PathBuf>,
@@ -85,6 +88,7 @@ impl Default for IsolationSettings {
             max_memory_mb: None,
             read_deny: Vec::new(),
             read_allow: None,
+            read_also: Vec::new(),
             sockets: Vec::new(),
             host_services: Vec::new(),
         }

@@ -327,6 +327,13 @@ impl ViewConfig {
             index += 1;
             index <= system || !secret_homes.iter().any(|h| h.starts_with(root))
         });
+        // Shown as asked, wherever they are (a skill folder in a home or in `/tmp`).
+        config.readable.extend(
+            settings
+                .read_also
+                .iter()
+                .filter_map(|p| resolved(&absolute(p))),
+        );
         // Name resolution where `/etc/resolv.conf` links into `/run` (systemd-resolved).
         if let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")
             && !resolv.starts_with("/etc")

@@ -1,5 +1,5 @@
-#![recursion_limit = "256"]
 //! The `jianmu` command end to end: the real binary, its stdout, stderr and exit codes.
+#![recursion_limit = "256"]
 
 use std::path::Path;
 use std::process::Output;
@@ -169,11 +169,101 @@ fn tools_for_anthropic_can_be_loaded_on_demand() {
         let out = jianmu(other, dir.path());
         assert_eq!(out.status.code(), Some(2), "{other:?}");
         assert!(
-            String::from_utf8_lossy(&out.stderr).contains("--defer goes with --format anthropic"),
+            String::from_utf8_lossy(&out.stderr)
+                .contains("--defer goes with --format anthropic or openai-responses"),
             "{other:?}: {}",
             String::from_utf8_lossy(&out.stderr)
         );
     }
+}
+
+/// `--format openai-responses` prints flat Responses function tools; with `--defer`,
+/// the tools it names are grouped in a namespace per feature with `defer_loading`,
+/// and the hosted `tool_search` tool is added.
+#[cfg(all(
+    feature = "git",
+    feature = "lsp",
+    feature = "fs",
+    feature = "calculator"
+))]
+#[test]
+fn tools_for_openai_responses_can_be_loaded_on_demand() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |args: &[&str]| -> Vec<Value> {
+        let out = jianmu(args, dir.path());
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        serde_json::from_slice(&out.stdout).unwrap()
+    };
+    let plain = run(&["tools", "--format", "openai-responses"]);
+    let calculator = plain.iter().find(|t| t["name"] == "calculator").unwrap();
+    assert_eq!(calculator["type"], "function");
+    // A bare-string tool's input is wrapped in an object, as function tools need.
+    assert_eq!(calculator["parameters"]["type"], "object");
+    assert!(
+        plain
+            .iter()
+            .all(|t| t["type"] == "function" && t.get("defer_loading").is_none())
+    );
+
+    let tools = run(&[
+        "tools",
+        "--format",
+        "openai-responses",
+        "--defer",
+        "git_*",
+        "--defer",
+        "lsp",
+    ]);
+    assert!(
+        tools
+            .iter()
+            .any(|t| t["name"] == "read_file" && t["type"] == "function")
+    );
+    assert!(
+        !tools
+            .iter()
+            .any(|t| t["name"] == "git_log" || t["name"] == "hover")
+    );
+    let space = |name: &str| {
+        tools
+            .iter()
+            .find(|t| t["type"] == "namespace" && t["name"] == name)
+            .unwrap()
+    };
+    let git = space("git");
+    let names: Vec<&str> = git["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(
+        names.contains(&"git_log") && names.iter().all(|n| n.starts_with("git_")),
+        "{names:?}"
+    );
+    assert!(
+        git["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t["defer_loading"] == true)
+    );
+    assert!(git["description"].as_str().unwrap().contains("git_log"));
+    assert!(
+        space("lsp")["tools"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|t| t["name"] == "hover")
+    );
+    assert_eq!(
+        tools.last().unwrap(),
+        &serde_json::json!({"type": "tool_search"})
+    );
 }
 
 #[test]

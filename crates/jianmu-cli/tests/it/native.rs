@@ -456,3 +456,75 @@ fn a_client_tool_search_call_is_answered_with_matching_definitions() {
     assert!(!tools.is_empty() && tools.len() <= 2);
     assert_eq!(tools[0]["name"], "apply_patch");
 }
+
+/// OpenAI's `shell` with a local environment's skills (`--shell-tool`): a skill's
+/// folder outside the workspace, which commands do not see by default, is shown at
+/// its own path, read-only.
+#[test]
+fn a_local_shell_environments_skills_are_shown_read_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().to_str().unwrap();
+    let skills = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let skill = skills.path().join("demo");
+    std::fs::create_dir(&skill).unwrap();
+    std::fs::write(
+        skill.join("SKILL.md"),
+        "---\nname: demo\ndescription: A demo\n---\nRun the demo.\n",
+    )
+    .unwrap();
+    let path = skill.to_str().unwrap();
+    let input = lines(&[
+        json!({"type": "shell_call", "call_id": "c1", "action": {"commands": [format!("cat {path}/SKILL.md")]}}),
+        json!({"type": "shell_call", "call_id": "c2", "action": {"commands": [format!("touch {path}/planted")]}}),
+    ]);
+    let declaration = json!({"type": "shell", "environment": {"type": "local", "skills": [
+        {"name": "demo", "description": "A demo", "path": path}]}});
+    let exit = |item: &Value| item["output"][0]["outcome"]["exit_code"].as_i64();
+
+    let hidden = items(&native(
+        &["--workspace", ws, "native", "openai"],
+        dir.path(),
+        &input,
+    ));
+    assert_ne!(exit(&hidden[0]), Some(0), "{}", hidden[0]);
+
+    let out = native(
+        &[
+            "--workspace",
+            ws,
+            "native",
+            "openai",
+            "--shell-tool",
+            &declaration.to_string(),
+        ],
+        dir.path(),
+        &input,
+    );
+    let shown = items(&out);
+    assert_eq!(exit(&shown[0]), Some(0), "{}", shown[0]);
+    assert!(
+        shown[0]["output"][0]["stdout"]
+            .as_str()
+            .unwrap()
+            .contains("Run the demo.")
+    );
+    assert_ne!(exit(&shown[1]), Some(0), "{}", shown[1]);
+    assert!(!skill.join("planted").exists());
+
+    let relative = json!({"type": "shell", "environment": {"type": "local", "skills": [
+        {"name": "demo", "description": "A demo", "path": "demo"}]}});
+    let out = native(
+        &[
+            "--workspace",
+            ws,
+            "native",
+            "openai",
+            "--shell-tool",
+            &relative.to_string(),
+        ],
+        dir.path(),
+        "",
+    );
+    assert_eq!(out.status.code(), Some(2));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not absolute"));
+}
