@@ -106,8 +106,9 @@ impl ShellSkill {
     /// any other declaration).
     ///
     /// # Errors
-    /// A skill without `name`, `description` and an absolute `path`.
-    pub fn of_declaration(declaration: &Value) -> Result<Vec<Self>, String> {
+    /// [`BadShellTool`] for a skill without `name`, `description` and an absolute
+    /// `path`.
+    pub fn of_declaration(declaration: &Value) -> Result<Vec<Self>, BadShellTool> {
         let environment = &declaration["environment"];
         if declaration["type"] != "shell" || environment["type"] != "local" {
             return Ok(Vec::new());
@@ -115,14 +116,17 @@ impl ShellSkill {
         let Some(skills) = environment.get("skills").filter(|s| !s.is_null()) else {
             return Ok(Vec::new());
         };
-        let skills: Vec<Self> = serde_json::from_value(skills.clone())
-            .map_err(|e| format!("the shell's skills are each {{name, description, path}}: {e}"))?;
+        let skills: Vec<Self> = serde_json::from_value(skills.clone()).map_err(|e| {
+            BadShellTool(format!(
+                "the shell's skills are each {{name, description, path}}: {e}"
+            ))
+        })?;
         if let Some(bad) = skills.iter().find(|s| !s.path.is_absolute()) {
-            return Err(format!(
+            return Err(BadShellTool(format!(
                 "the skill {}'s path {} is not absolute",
                 bad.name,
                 bad.path.display()
-            ));
+            )));
         }
         Ok(skills)
     }
@@ -169,6 +173,11 @@ const BASH_DEFAULT_SECS: f64 = 120.0;
 const BASH_MAX_SECS: f64 = 86_400.0;
 /// The same, in the milliseconds the OpenAI items give.
 const BASH_MAX_MS: u64 = 86_400_000;
+
+/// A `shell` declaration whose local environment's skills cannot be used.
+#[derive(Debug, thiserror::Error)]
+#[error("{0}")]
+pub struct BadShellTool(pub String);
 
 /// The folder of the agent toolset's saved `bash` output, and its one file.
 #[derive(Debug)]

@@ -55,7 +55,7 @@ pub(crate) fn occurrence_lines(text: &str, needle: &str) -> Vec<usize> {
     let mut lines: Vec<usize> = Vec::new();
     let (mut line, mut counted) = (1, 0);
     for (at, _) in text.match_indices(needle) {
-        line += text[counted..at].bytes().filter(|&b| b == b'\n').count();
+        line += memchr::memchr_iter(b'\n', &text.as_bytes()[counted..at]).count();
         counted = at;
         if lines.last() != Some(&line) {
             lines.push(line);

@@ -1157,3 +1157,24 @@ async fn a_cut_of_output_bash_already_cut_counts_the_whole_stream() {
     );
     f.native.close().await;
 }
+
+/// A background job a command leaves ends with its call, and the shell's notice of
+/// it (`Killed  sleep 100`) is that call's output, not the next command's.
+#[tokio::test]
+async fn a_killed_jobs_notice_stays_with_its_own_call() {
+    let f = fixture();
+    let item = f
+        .openai(json!({"type": "shell_call", "call_id": "c", "action": {
+            "commands": ["sleep 100 &", "echo next", "echo third"]}}))
+        .await;
+    let output = item["output"].as_array().unwrap();
+    assert!(
+        output[0]["stderr"].as_str().unwrap().contains("Killed"),
+        "{item}"
+    );
+    for later in &output[1..] {
+        assert_eq!(later["stderr"], "", "{item}");
+    }
+    assert_eq!(output[1]["stdout"], "next\n");
+    f.native.close().await;
+}
