@@ -7,7 +7,7 @@ use jianmu_runtime::Session;
 use jianmu_tool_core::{Image, ToolOutput};
 use serde_json::{Value, json};
 
-use crate::text::{self, human, lines, numbered, occurrence_lines};
+use crate::text::{self, human, lines, number_list, numbered, occurrence_lines};
 use crate::{ANTHROPIC_SHELL, Native, NotACall, agent};
 
 /// The names the text editor has had.
@@ -727,7 +727,8 @@ async fn replace(
         1 => {}
         _ => {
             return Err(format!(
-                "{prefix}No replacement was performed. Multiple occurrences of old_str `{old}` in {lines_word} {hits:?}. Please ensure it is unique"
+                "{prefix}No replacement was performed. Multiple occurrences of old_str `{old}` in {lines_word} {}. Please ensure it is unique",
+                number_list(&hits)
             ));
         }
     }

@@ -53,15 +53,55 @@ pub(crate) fn numbered(lines: &[&str], first: usize) -> String {
 /// needle found everywhere costs no more than one search.
 pub(crate) fn occurrence_lines(text: &str, needle: &str) -> Vec<usize> {
     let mut lines: Vec<usize> = Vec::new();
+    if needle.is_empty() {
+        return lines;
+    }
+    let bytes = text.as_bytes();
     let (mut line, mut counted) = (1, 0);
-    for (at, _) in text.match_indices(needle) {
-        line += memchr::memchr_iter(b'\n', &text.as_bytes()[counted..at]).count();
+    // Non-overlapping, as `str::match_indices`; line breaks counted once, up to each.
+    for at in memchr::memmem::find_iter(bytes, needle.as_bytes()) {
+        line += line_breaks(&bytes[counted..at]);
         counted = at;
         if lines.last() != Some(&line) {
             lines.push(line);
         }
     }
     lines
+}
+
+/// How many line breaks `bytes` holds: byte by byte when short (most gaps between
+/// matches), with memchr when long.
+fn line_breaks(bytes: &[u8]) -> usize {
+    if bytes.len() < 256 {
+        bytes.iter().filter(|&&b| b == b'\n').count()
+    } else {
+        memchr::memchr_iter(b'\n', bytes).count()
+    }
+}
+
+/// `[1, 2, 3]`: the numbers as `{:?}` writes them, without its formatting machinery
+/// (a list of 20,000 line numbers is a common answer).
+pub(crate) fn number_list(numbers: &[usize]) -> String {
+    let mut out = String::with_capacity(2 + numbers.len() * 8);
+    out.push('[');
+    for (i, &n) in numbers.iter().enumerate() {
+        if i > 0 {
+            out.push_str(", ");
+        }
+        let mut digits = [0u8; 20];
+        let (mut at, mut rest) = (digits.len(), n);
+        loop {
+            at -= 1;
+            digits[at] = b'0' + (rest % 10) as u8;
+            rest /= 10;
+            if rest == 0 {
+                break;
+            }
+        }
+        out.extend(digits[at..].iter().map(|&d| char::from(d)));
+    }
+    out.push(']');
+    out
 }
 
 /// `text` cut to `max` characters, keeping its start and end, with the cut said: the
@@ -201,6 +241,14 @@ mod tests {
         assert_eq!(occurrence_lines("x\nab\nabab", "ab"), [2, 3]);
         assert_eq!(occurrence_lines("a\n\naa\n", "a"), [1, 3]);
         assert!(occurrence_lines("abc", "x").is_empty());
+        assert!(occurrence_lines("abc", "").is_empty());
+        let long = format!("{}ab", "\n".repeat(300));
+        assert_eq!(occurrence_lines(&long, "ab"), [301]);
+        assert_eq!(
+            number_list(&[1, 20, 300, 0, usize::MAX]),
+            format!("{:?}", [1, 20, 300, 0, usize::MAX])
+        );
+        assert_eq!(number_list(&[]), "[]");
         assert_eq!(human(100), "100");
         assert_eq!(human(4096), "4.0K");
         assert_eq!(human(1536 * 1024), "1.5M");
