@@ -121,11 +121,18 @@ fn responses(specs: &[&ToolSpec], patterns: &[String]) -> Vec<Value> {
     let mut out = Vec::new();
     let mut spaces: std::collections::BTreeMap<String, Vec<(String, Value)>> = Default::default();
     for spec in specs {
+        // The Responses API takes a function as strict unless told otherwise: strict
+        // where the schema allows it, and said so either way.
+        let (parameters, strict) = match spec.strict_parameters() {
+            Some(strict) => (strict, true),
+            None => (spec.parameters(), false),
+        };
         let mut function = serde_json::json!({
             "type": "function",
             "name": spec.name,
             "description": spec.description,
-            "parameters": spec.parameters(),
+            "parameters": parameters,
+            "strict": strict,
         });
         if deferral.defers(spec) {
             function["defer_loading"] = Value::Bool(true);

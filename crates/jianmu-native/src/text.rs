@@ -116,16 +116,14 @@ pub(crate) fn cut(text: &str, max: usize) -> String {
 }
 
 /// [`cut`] for a stream `bash` had already cut (its middle left out, `total_bytes` in
-/// all, the whole saved at `saved`): the note states exactly how many of the
-/// stream's bytes are missing, and where it all is.
+/// all, the whole saved at `saved` when it could be): the note states the stream's
+/// size and where it all is. The count of what is missing is not stated: `text` holds
+/// `bash`'s own note and, past invalid UTF-8, not the stream's bytes.
 pub(crate) fn cut_stream(text: &str, max: usize, total_bytes: u64, saved: Option<&str>) -> String {
     let place = saved.map_or(String::new(), |p| format!("; all of it is saved in {p}"));
-    let chars = text.chars().count();
-    cut_around(text, max, |room| {
-        let (head, tail) = ends(text, chars, room);
-        let missing = total_bytes.saturating_sub((head.len() + tail.len()) as u64);
-        format!("\n[... {missing} bytes cut of {total_bytes}{place} ...]\n")
-    })
+    let note =
+        format!("\n[... the middle is cut: the output was {total_bytes} bytes{place} ...]\n");
+    cut_around(text, max, |_| note.clone())
 }
 
 /// The first `room / 2` and last `room - room / 2` characters of `text` (`chars` long).

@@ -327,12 +327,33 @@ impl ViewConfig {
             index += 1;
             index <= system || !secret_homes.iter().any(|h| h.starts_with(root))
         });
-        // Shown as asked, wherever they are (a skill folder in a home or in `/tmp`).
+        // Shown as asked (a skill folder in a home or in `/tmp`), but never `/` or a
+        // top-level folder, nothing under the host's sockets, and nothing inside what
+        // is hidden: a credential stays absent whatever is asked.
+        let secret: Vec<PathBuf> = SYSTEM_HIDDEN
+            .iter()
+            .map(PathBuf::from)
+            .chain(["/run", "/var/run"].iter().map(PathBuf::from))
+            .chain(
+                settings
+                    .read_deny
+                    .iter()
+                    .filter_map(|p| resolved(&absolute(p))),
+            )
+            .chain(
+                config
+                    .secret_homes
+                    .iter()
+                    .flat_map(|h| HOME_HIDDEN.iter().map(move |n| h.join(n))),
+            )
+            .collect();
         config.readable.extend(
             settings
                 .read_also
                 .iter()
-                .filter_map(|p| resolved(&absolute(p))),
+                .filter_map(|p| resolved(&absolute(p)))
+                .filter(|p| p.components().count() > 2)
+                .filter(|p| !secret.iter().any(|s| p.starts_with(s))),
         );
         // Name resolution where `/etc/resolv.conf` links into `/run` (systemd-resolved).
         if let Ok(resolv) = std::fs::canonicalize("/etc/resolv.conf")

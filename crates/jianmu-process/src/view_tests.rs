@@ -172,3 +172,41 @@ fn a_linked_secret_is_hidden_with_its_target() {
     strict.show_program(d.join("home/bin/tool").as_os_str());
     assert!(strict.readable.is_empty(), "{:?}", strict.readable);
 }
+
+/// `read_also` shows what it names, read-only, but never `/`, a top-level folder,
+/// the host's sockets, or anything inside what is hidden (a home's keys, `read_deny`).
+#[test]
+fn read_also_shows_its_paths_but_never_what_is_hidden() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().canonicalize().unwrap();
+    let skill = d.join("skills/demo");
+    let denied = d.join("denied");
+    std::fs::create_dir_all(&skill).unwrap();
+    std::fs::create_dir_all(denied.join("inner")).unwrap();
+    let home_key = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .map(|h| h.join(".ssh/id_ed25519"));
+    let mut asked = vec![
+        PathBuf::from("/"),
+        PathBuf::from("/usr"),
+        PathBuf::from("/run/user"),
+        denied.join("inner"),
+        skill.clone(),
+    ];
+    asked.extend(home_key.clone());
+    let settings = crate::IsolationSettings {
+        read_also: asked,
+        read_deny: vec![denied.clone()],
+        ..crate::IsolationSettings::default()
+    };
+    let workspace = d.join("ws");
+    std::fs::create_dir_all(&workspace).unwrap();
+    let config = ViewConfig::new(&settings, &workspace, None).unwrap();
+    let plain = ViewConfig::new(&crate::IsolationSettings::default(), &workspace, None).unwrap();
+    let added: Vec<&PathBuf> = config
+        .readable
+        .iter()
+        .filter(|p| !plain.readable.contains(p))
+        .collect();
+    assert_eq!(added, [&skill], "{added:?}");
+}

@@ -119,13 +119,14 @@ impl Captured {
     }
 
     /// When the middle was left out: how many bytes the stream had in all, and the
-    /// path (relative to the workspace) of the file holding it whole, if it was saved.
+    /// path (relative to the workspace) of the file holding it whole, if it was saved
+    /// whole.
     pub(crate) fn cut(&self) -> Option<crate::StreamCut> {
         let kept = self.head.len() as u64 + self.tail.len() as u64;
         (kept < self.total).then(|| crate::StreamCut {
             total_bytes: self.total,
             saved: match &self.spilled {
-                Some(Ok(file)) => Some(file.path.clone()),
+                Some(Ok(file)) if file.is_whole() => Some(file.path.clone()),
                 _ => None,
             },
         })

@@ -584,7 +584,8 @@ pub struct BashResult {
 pub struct StreamCut {
     /// The bytes the command printed on it, in all.
     pub total_bytes: u64,
-    /// The file (relative to the workspace) holding all of it, when it could be saved.
+    /// The file (relative to the workspace) holding all of it, when it could be saved
+    /// whole.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub saved: Option<String>,
 }

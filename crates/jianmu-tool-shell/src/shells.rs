@@ -15,9 +15,7 @@
 //! (bounded) and restored as the next shell's directory and environment, never run as
 //! code. Nothing the command starts ever sees the marker, so it cannot end a call's
 //! output early or forge a report. Builtins only: a call starts no process and writes
-//! no file besides the command, except one empty subshell at the end of a call that
-//! started a background job (the shell reports ended jobs only after a child of its
-//! own ends, and the report belongs to that call).
+//! no file besides the command.
 //!
 //! A call that ends the shell (`exit`, `exec`) answers with the shell's status (an
 //! `EXIT` trap still reports the state); one that hits its time limit or is cancelled
@@ -426,9 +424,9 @@ impl Shell {
 ///   then writes `d STATUS` on the control socket.
 /// - `__jianmu_end MARKER`, sent once every other process is gone, prints the marker
 ///   on stdout and stderr; when the call started a background job (`$!` changed),
-///   it first runs an empty subshell, after which the shell reports the jobs that
-///   ended (`Killed  sleep 100`), so that notice is the call's output, not the next
-///   one's and writes the state on the control socket: NUL-terminated
+///   it first lists the jobs on stderr (`[1]+  Killed  sleep 100`), which reports
+///   them as the call's output: the shell would report a killed one during the next
+///   call and writes the state on the control socket: NUL-terminated
 ///   fields, the directory, then `n` and `NAME=VALUE` per exported variable (bash), or
 ///   `p` and the output of `export -p` (other shells), then an empty field.
 /// - When the shell exits (`exit` in a command) its `EXIT` trap writes `x` and the
@@ -442,7 +440,7 @@ fn prelude() -> String {
      else __jianmu_exports() { command printf 'p\\000'; export -p; command printf '#\\000'; }; fi\n\
      __jianmu_state() { command printf '%s\\000' \"$PWD\"; __jianmu_exports; command printf '\\000'; }\n\
      __jianmu_call() { . \"$1\" < /dev/null; command printf 'd %s\\n' \"$?\" >&0; }\n\
-     __jianmu_end() { if command [ \"${!-}\" != \"${__jianmu_bg-}\" ]; then __jianmu_bg=$!; ( command : ); fi; command printf '\\n%s\\n' \"$1\"; command printf '\\n%s\\n' \"$1\" >&2; \
+     __jianmu_end() { if command [ \"${!-}\" != \"${__jianmu_bg-}\" ]; then __jianmu_bg=$!; command jobs >&2; fi; command printf '\\n%s\\n' \"$1\"; command printf '\\n%s\\n' \"$1\" >&2; \
      __jianmu_state >&0; }\n\
      __jianmu_exit() { for __jianmu_f in /proc/$$/fd/*; do __jianmu_f=${__jianmu_f##*/}; \
      case $__jianmu_f in 0|1[0-9]*|[2-9][0-9]*) if [ -S \"/proc/$$/fd/$__jianmu_f\" ]; then \

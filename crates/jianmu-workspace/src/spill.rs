@@ -136,6 +136,12 @@ impl std::fmt::Debug for SpillFile {
 }
 
 impl SpillFile {
+    /// Whether the file holds everything written to it (nothing was over the limits).
+    #[must_use]
+    pub fn is_whole(&self) -> bool {
+        self.dropped == 0
+    }
+
     /// Appends `data`, as far as the limits allow.
     pub fn write(&mut self, data: &[u8]) {
         let room = MAX_FILE_BYTES.saturating_sub(self.written);

@@ -208,6 +208,11 @@ fn tools_for_openai_responses_can_be_loaded_on_demand() {
             .iter()
             .all(|t| t["type"] == "function" && t.get("defer_loading").is_none())
     );
+    // Strict where the schema allows it (every property required), and said so.
+    assert!(plain.iter().all(|t| t["strict"].is_boolean()));
+    let read_file = plain.iter().find(|t| t["name"] == "read_file").unwrap();
+    assert_eq!(read_file["strict"], true);
+    assert_eq!(read_file["parameters"]["additionalProperties"], false);
 
     let tools = run(&[
         "tools",
