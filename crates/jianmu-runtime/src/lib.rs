@@ -60,6 +60,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod approval;
 mod audit;
 pub mod layer;
 mod runner;
@@ -71,6 +72,7 @@ pub use jianmu_tool_core::{
     DynRunner, EventBus, EventKind, ExecutionEvent, InProcess, Policy, Runner,
 };
 pub use layer::RunnerExt;
+pub use layer::rules::BadRule;
 pub use runner::ToolRunner;
 pub use session::{Backend, Closed, Opening, Runtime, Session, SessionError, SessionSettings};
 pub use source::Tools;
@@ -78,6 +80,15 @@ pub use source::Tools;
 #[cfg(feature = "docker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]
 pub use jianmu_sandbox::{self as docker, DockerSandbox, DockerSettings, SandboxError, TlsFiles};
+
+/// Whether every entry of `policy` can be used: its call rules (`command:` prefixes,
+/// `command-re:` expressions, `path:` globs) compile. [`Runtime::new`] checks it too.
+///
+/// # Errors
+/// The first entry that cannot, and why.
+pub fn check_policy(policy: &Policy) -> Result<(), BadRule> {
+    layer::rules::CallRules::check(policy)
+}
 
 /// The spec of every tool linked into this binary, sorted by name, as `config` sets
 /// them up. No tool is built: nothing is opened, made or started.

@@ -171,6 +171,9 @@ pub enum SessionError {
     /// The tools cannot be set up.
     #[error(transparent)]
     Tools(#[from] ToolError),
+    /// An entry of the policy cannot be used.
+    #[error(transparent)]
+    Policy(#[from] crate::BadRule),
 }
 
 /// What the sessions of one process share; see the module docs. Clones share it.
@@ -223,6 +226,7 @@ impl Runtime {
     /// # Errors
     /// An audit log that cannot be opened, sandbox settings that cannot be used.
     pub fn new(settings: SessionSettings) -> Result<Self, SessionError> {
+        crate::check_policy(&settings.policy)?;
         let events = EventBus::new();
         let mut audit = None;
         if let Some(path) = &settings.audit_log {
@@ -468,6 +472,8 @@ pub struct Session {
 
 struct Parts {
     tools: ToolSet,
+    /// Answers to the policy's `ask` rules: remembered ones, who answers.
+    approvals: Arc<crate::approval::Approvals>,
     runner: ToolRunner,
     /// Where a tool that calls tools runs (this process: the calls it makes go
     /// through `runner`), and what it calls them through.
@@ -605,8 +611,13 @@ impl Session {
             tools: tools.clone(),
             runner: runner.clone(),
         });
+        let approvals = Arc::new(crate::approval::Approvals::new(
+            shared.audit.clone(),
+            principal.map(str::to_owned),
+        ));
         Ok(Parts {
             tools,
+            approvals,
             runner,
             host: shared.local.clone(),
             calls,
@@ -719,6 +730,19 @@ impl Session {
             .clone()
             .ok_or_else(|| ToolError::runner(name, "this session is closed; open a new one"))?;
         let tool = parts.tools.tool(name)?;
+        // With ask rules, the call's approver is the session's: remembered answers
+        // first, then the caller's approver or the session's own.
+        let asking: Option<Arc<dyn jianmu_tool_core::Approver>> =
+            (!self.runtime.policy().ask.is_empty()).then(|| {
+                Arc::new(crate::approval::Asking {
+                    approvals: Arc::clone(&parts.approvals),
+                    answerer: options.approver.cloned(),
+                }) as Arc<dyn jianmu_tool_core::Approver>
+            });
+        let mut options = options;
+        if let Some(asking) = &asking {
+            options = options.approver(asking);
+        }
         if calls_tools(tool.spec()) {
             // A script runs here; each call it makes goes through the session's runner.
             return tool
@@ -726,6 +750,17 @@ impl Session {
                 .await;
         }
         tool.execute(args, options.runner(&parts.runner)).await
+    }
+
+    /// Lets `approver` answer the questions of the policy's `ask` rules for this
+    /// session's calls (a call's own, [`ExecuteOptions::approver`], comes first);
+    /// `None` leaves nobody to ask, so such calls are refused with the rule named.
+    /// Answers of `allow_session` are remembered for the rest of the session, and
+    /// each decision is a line of the audit log.
+    pub fn set_approver(&self, approver: Option<Arc<dyn jianmu_tool_core::Approver>>) {
+        if let Some(parts) = self.lock().clone() {
+            parts.approvals.set_approver(approver);
+        }
     }
 
     /// Finds `name` and, when calls run here, builds it now (it is built on its

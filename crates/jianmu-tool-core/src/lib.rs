@@ -33,6 +33,7 @@
 #![deny(missing_docs)]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
+mod approval;
 mod args;
 mod diagnose;
 mod error;
@@ -53,6 +54,7 @@ mod spec;
 mod text;
 mod tool;
 
+pub use approval::{Answer, Approver, Ask, Decision};
 pub use args::INPUT_KEY;
 pub use diagnose::{Change, Diagnose, DiagnoseRegistration, EditDiagnostics, diagnose};
 pub use error::{BoxError, ToolError, Violation, error_chain};
@@ -63,7 +65,7 @@ pub use nested::{CALLS_TOOLS, Calls, calls_tools};
 pub use node::ToolNode;
 pub use output::{Image, IntoToolOutput, Json, Structured, ToolOutput, cut_chars};
 pub use periodic::spawn_periodic;
-pub use policy::{Policy, WRITE_EFFECTS};
+pub use policy::{CALL_RULES, Policy, WRITE_EFFECTS, is_call_rule};
 pub use progress::{Progress, ProgressSink};
 pub use registry::{
     BuildFn, SavedOutputs, Scope, SpecFn, ToolConfig, ToolRegistration, registrations, static_spec,

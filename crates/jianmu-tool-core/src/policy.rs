@@ -1,4 +1,5 @@
-//! `Policy`: which tools may run, by name and by effect tag.
+//! `Policy`: which tools may run, by name and by effect tag, and which calls are asked
+//! about first.
 
 use serde::Deserialize;
 
@@ -7,18 +8,34 @@ use crate::{ToolError, ToolSpec};
 /// The effects a read-only policy denies.
 pub const WRITE_EFFECTS: [&str; 4] = ["filesystem:write", "process:exec", "code:exec", "network"];
 
-/// Allow and deny rules. An entry matches a tool when it equals the tool's name or one
-/// of its effect tags, or is a tag's prefix before `:` (`filesystem` matches
-/// `filesystem:write`). Deny rules win. With allow rules, a tool runs only if an entry
-/// names it or every one of its effect tags is allowed (so an effect allow-list lets
-/// effect-free tools through).
+/// The prefixes of entries that match a call's arguments rather than a tool: a `bash`
+/// command's prefix (`command:git push`), a regular expression over it
+/// (`command-re:^rm\s`), and a glob over the paths a writing tool writes
+/// (`path:deploy/**`). The runtime's policy layer matches them.
+pub const CALL_RULES: [&str; 3] = ["command:", "command-re:", "path:"];
+
+/// Whether `entry` matches a call's arguments (see [`CALL_RULES`]) rather than a tool.
+pub fn is_call_rule(entry: &str) -> bool {
+    CALL_RULES.iter().any(|p| entry.starts_with(p))
+}
+
+/// Allow, deny and ask rules. An entry matches a tool when it equals the tool's name or
+/// one of its effect tags, or is a tag's prefix before `:` (`filesystem` matches
+/// `filesystem:write`); entries of [`CALL_RULES`] match calls by their arguments. Deny
+/// rules win, then ask rules. With allow rules naming tools or effects, a tool runs only
+/// if an entry names it or every one of its effect tags is allowed (so an effect
+/// allow-list lets effect-free tools through); an allow entry of [`CALL_RULES`] restricts
+/// nothing, it answers the ask rules for the calls it matches.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Policy {
     /// Tool names and effect tags that may run; everything when empty.
     pub allow: Vec<String>,
-    /// Tool names and effect tags that may not run.
+    /// Tool names, effect tags and [`CALL_RULES`] entries that may not run.
     pub deny: Vec<String>,
+    /// Tool names, effect tags and [`CALL_RULES`] entries whose calls run only once
+    /// somebody approves them (the session's approver).
+    pub ask: Vec<String>,
     /// Deny every effect in [`WRITE_EFFECTS`].
     pub read_only: bool,
 }
@@ -33,7 +50,15 @@ fn matches_tag(entry: &str, tag: &str) -> bool {
 impl Policy {
     /// True when the policy has no rules at all.
     pub fn is_open(&self) -> bool {
-        self.allow.is_empty() && self.deny.is_empty() && !self.read_only
+        self.allow.is_empty() && self.deny.is_empty() && self.ask.is_empty() && !self.read_only
+    }
+
+    /// The first `ask` entry naming `spec`'s tool or one of its effect tags.
+    pub fn asks_tool(&self, spec: &ToolSpec) -> Option<&str> {
+        self.ask
+            .iter()
+            .find(|e| **e == spec.name || spec.effect_tags.iter().any(|tag| matches_tag(e, tag)))
+            .map(String::as_str)
     }
 
     /// Whether `spec` may run.
@@ -56,17 +81,19 @@ impl Policy {
                 return Err(denied(format!("effect `{tag}` is denied (read-only mode)")));
             }
         }
-        if self.allow.is_empty() || self.allow.contains(&spec.name) {
+        let mut allowed = self.allow.iter().filter(|e| !is_call_rule(e)).peekable();
+        if allowed.peek().is_none() || self.allow.contains(&spec.name) {
             return Ok(());
         }
+        let allowed: Vec<&str> = allowed.map(String::as_str).collect();
         match spec
             .effect_tags
             .iter()
-            .find(|tag| !self.allow.iter().any(|e| matches_tag(e, tag)))
+            .find(|tag| !allowed.iter().any(|e| matches_tag(e, tag)))
         {
             Some(tag) => Err(denied(format!(
                 "effect `{tag}` is not allowed (allow: {})",
-                self.allow.join(", ")
+                allowed.join(", ")
             ))),
             None => Ok(()),
         }

@@ -173,6 +173,7 @@ pub struct CallContext {
     event_context: Option<Arc<Value>>,
     progress: Option<ProgressSink>,
     calls: Option<Arc<dyn Calls>>,
+    approver: Option<Arc<dyn crate::Approver>>,
 }
 
 impl std::fmt::Debug for CallContext {
@@ -183,6 +184,7 @@ impl std::fmt::Debug for CallContext {
             .field("event_context", &self.event_context)
             .field("progress", &self.progress.is_some())
             .field("calls", &self.calls.is_some())
+            .field("approver", &self.approver.is_some())
             .finish()
     }
 }
@@ -230,6 +232,7 @@ impl CallContext {
             event_context: None,
             progress: None,
             calls: None,
+            approver: None,
         }
     }
 
@@ -252,6 +255,18 @@ impl CallContext {
     pub fn with_calls(mut self, calls: Arc<dyn Calls>) -> Self {
         self.calls = Some(calls);
         self
+    }
+
+    /// Asks `approver` before the call when an `ask` rule of the policy matches it.
+    #[must_use]
+    pub fn with_approver(mut self, approver: Arc<dyn crate::Approver>) -> Self {
+        self.approver = Some(approver);
+        self
+    }
+
+    /// Who answers the call's `ask` rules (`None`: nobody, so such a call is refused).
+    pub fn approver(&self) -> Option<&Arc<dyn crate::Approver>> {
+        self.approver.as_ref()
     }
 
     /// The id of the call that made this one, if a tool made it.
@@ -332,6 +347,8 @@ pub struct ExecuteOptions<'a> {
     pub progress: Option<&'a ProgressSink>,
     /// The session's tools, for a tool that calls tools.
     pub calls: Option<&'a Arc<dyn Calls>>,
+    /// Who answers the policy's `ask` rules for this call.
+    pub approver: Option<&'a Arc<dyn crate::Approver>>,
 }
 
 impl Default for ExecuteOptions<'_> {
@@ -344,6 +361,7 @@ impl Default for ExecuteOptions<'_> {
             call_id: None,
             progress: None,
             calls: None,
+            approver: None,
         }
     }
 }
@@ -358,6 +376,7 @@ impl std::fmt::Debug for ExecuteOptions<'_> {
             .field("call_id", &self.call_id)
             .field("progress", &self.progress.is_some())
             .field("calls", &self.calls.is_some())
+            .field("approver", &self.approver.is_some())
             .finish()
     }
 }
@@ -409,6 +428,13 @@ impl<'a> ExecuteOptions<'a> {
     #[must_use]
     pub fn calls(mut self, calls: &'a Arc<dyn Calls>) -> Self {
         self.calls = Some(calls);
+        self
+    }
+
+    /// Asks `approver` when an `ask` rule of the policy matches the call.
+    #[must_use]
+    pub fn approver(mut self, approver: &'a Arc<dyn crate::Approver>) -> Self {
+        self.approver = Some(approver);
         self
     }
 }
@@ -603,6 +629,9 @@ impl ToolHandle {
         }
         if let Some(calls) = options.calls {
             cx = cx.with_calls(Arc::clone(calls));
+        }
+        if let Some(approver) = options.approver {
+            cx = cx.with_approver(Arc::clone(approver));
         }
         match options.runner {
             Some(runner) => runner.run_dyn(PreparedCall::new(self, args, &cx)).await,

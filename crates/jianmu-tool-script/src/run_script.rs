@@ -147,6 +147,8 @@ struct Run {
     calls: Arc<dyn Calls>,
     parent: Arc<str>,
     context: Option<Value>,
+    /// Who answers the policy's `ask` rules for the script's calls: the script's own.
+    approver: Option<Arc<dyn jianmu_tool_core::Approver>>,
     handle: tokio::runtime::Handle,
     settings: ScriptSettings,
     deadline: Option<tokio::time::Instant>,
@@ -238,6 +240,9 @@ impl Run {
             .with_parent(Arc::clone(&self.parent));
         if let Some(context) = &self.context {
             cx = cx.with_event_context(context.clone());
+        }
+        if let Some(approver) = &self.approver {
+            cx = cx.with_approver(Arc::clone(approver));
         }
         cx
     }
@@ -800,6 +805,7 @@ impl Tool for RunScript {
             calls,
             parent: Arc::from(cx.call_id()),
             context: cx.event_context().cloned(),
+            approver: cx.approver().cloned(),
             handle: tokio::runtime::Handle::current(),
             settings: self.settings.clone(),
             deadline: tokio::time::Instant::now().checked_add(timeout),

@@ -1,7 +1,8 @@
 //! Layers: runners that wrap another [`Runner`] and add one concern each, composable
 //! in any order, like tower's layers.
 //!
-//! - [`WithPolicy`] refuses calls a [`Policy`] denies, before they run;
+//! - [`WithPolicy`] refuses calls a [`Policy`] denies, and asks about those it asks
+//!   about, before they run;
 //! - [`WithEvents`] emits `execution.started`, `completed` and `failed` (and `failed`
 //!   with `cancelled` when the call's future is dropped) on an [`EventBus`],
 //!   which feeds the [`AuditLog`](crate::AuditLog) too;
@@ -30,6 +31,7 @@
 
 mod events;
 mod policy;
+pub(crate) mod rules;
 mod span;
 mod timeout;
 

@@ -1,23 +1,37 @@
-//! `WithPolicy`: refuses the calls a policy denies, before they run.
+//! `WithPolicy`: refuses the calls a policy denies and asks about those it asks
+//! about, before they run.
 
 use std::sync::Arc;
 
-use jianmu_tool_core::{Policy, PreparedCall, Runner, ToolError, ToolOutput};
+use jianmu_tool_core::{Answer, Ask, Policy, PreparedCall, Runner, ToolError, ToolOutput};
 
 use super::delegate;
+use super::rules::{CallRules, Subject};
 
-/// Checks each call's tool against a [`Policy`] (by name and effect tags) and answers
-/// [`ToolError::Denied`] without running it.
+/// Checks each call against a [`Policy`]: its tool by name and effect tags, its
+/// arguments by the call rules (`command:`, `command-re:`, `path:`). A denied call is
+/// answered [`ToolError::Denied`] without running. A call an `ask` entry matches runs
+/// only once the [`Approver`](jianmu_tool_core::Approver) in its context allows it
+/// (unless an allow call rule covers it); without one it is denied, the rule named.
+/// The wait for an answer is not part of the call's time limit (this layer is outside
+/// [`WithTimeout`](super::WithTimeout) in the standard stack).
 #[derive(Debug, Clone)]
 pub struct WithPolicy<R> {
     inner: R,
     policy: Arc<Policy>,
+    rules: Arc<CallRules>,
 }
 
 impl<R> WithPolicy<R> {
-    /// `inner` behind `policy`.
+    /// `inner` behind `policy`. A call rule that does not compile matches every call
+    /// it could apply to (check the policy first: [`crate::check_policy`]).
     pub fn new(inner: R, policy: Arc<Policy>) -> Self {
-        Self { inner, policy }
+        let rules = Arc::new(CallRules::new(&policy));
+        Self {
+            inner,
+            policy,
+            rules,
+        }
     }
 
     /// The policy calls are checked against.
@@ -27,6 +41,7 @@ impl<R> WithPolicy<R> {
 
     /// Replaces the policy.
     pub fn set_policy(&mut self, policy: Arc<Policy>) {
+        self.rules = Arc::new(CallRules::new(&policy));
         self.policy = policy;
     }
 
@@ -44,12 +59,59 @@ impl<R> WithPolicy<R> {
 impl<R: Runner> Runner for WithPolicy<R> {
     async fn run(&self, call: PreparedCall<'_>) -> Result<ToolOutput, ToolError> {
         if !self.policy.is_open() {
-            self.policy.check(call.tool.spec())?;
+            let spec = call.tool.spec();
+            self.policy.check(spec)?;
+            let asked = self.policy.asks_tool(spec);
+            if asked.is_some() || !self.rules.is_empty() {
+                self.decide(&call, asked).await?;
+            }
         }
         self.inner.run(call).await
     }
 
     delegate!();
+}
+
+impl<R> WithPolicy<R> {
+    /// The call rules' part of the decision: refused by a deny rule, or asked about.
+    async fn decide(&self, call: &PreparedCall<'_>, asked: Option<&str>) -> Result<(), ToolError> {
+        let spec = call.tool.spec();
+        let subject = Subject::of(spec, &call.args);
+        let denied = |rule: String| ToolError::Denied {
+            tool: spec.name.clone(),
+            rule,
+        };
+        if let Some((entry, what)) = self.rules.denied(&subject) {
+            return Err(denied(format!("{what} is denied (deny `{entry}`)")));
+        }
+        let Some(rule) = asked.or_else(|| self.rules.asked(&subject)) else {
+            return Ok(());
+        };
+        if self.rules.approved(&subject) {
+            return Ok(());
+        }
+        let Some(approver) = call.cx.approver() else {
+            return Err(denied(format!(
+                "it needs approval (ask `{rule}`) and this caller cannot be asked"
+            )));
+        };
+        let ask = Ask::new(
+            &spec.name,
+            rule,
+            &subject.summary(&call.args),
+            call.cx.call_id(),
+        );
+        match approver.approve(&ask).await {
+            Answer::Decided { decision, .. } if decision.allows() => Ok(()),
+            Answer::Decided { .. } => Err(denied(format!(
+                "the call was refused when asked (ask `{rule}`); do not retry it unchanged"
+            ))),
+            Answer::Unavailable(why) | Answer::Pending(why) => Err(denied(format!(
+                "it needs approval (ask `{rule}`) and {why}"
+            ))),
+            _ => Err(denied(format!("it needs approval (ask `{rule}`)"))),
+        }
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+mod ask;
 mod egress;
 
 use jianmu_runtime::{Opening, Runtime, Session, SessionError, SessionSettings};

@@ -1,0 +1,517 @@
+//! The policy entries that match a call by its arguments (core's `CALL_RULES`): a
+//! `bash` command's prefix or a regular expression over it, and a glob over the paths
+//! a writing tool writes. They are a convenience for asking about honest calls, not a
+//! boundary: a command can spell `git push` in ways no prefix sees (`eval`, a script
+//! file), so deny `bash` itself where a command must never run.
+
+use globset::{Glob, GlobMatcher};
+use jianmu_tool_core::{Policy, ToolSpec};
+use regex::Regex;
+use serde_json::Value;
+
+/// Why a policy entry cannot be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("policy entry `{entry}`: {why}")]
+pub struct BadRule {
+    /// The entry.
+    pub entry: String,
+    /// What is wrong with it.
+    pub why: String,
+}
+
+/// One compiled entry of [`jianmu_tool_core::CALL_RULES`].
+#[derive(Debug, Clone)]
+enum Matcher {
+    /// The words a simple command starts with.
+    Prefix(Vec<String>),
+    Regex(Regex),
+    Path(GlobMatcher),
+    /// An entry that did not compile: it matches every call it could apply to, so a
+    /// bad deny or ask entry closes rather than opens ([`CallRules::check`] refuses it
+    /// before a runtime starts).
+    Broken {
+        path: bool,
+    },
+}
+
+#[derive(Debug, Clone)]
+struct Rule {
+    entry: String,
+    matcher: Matcher,
+}
+
+/// The call rules of one policy, compiled.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct CallRules {
+    deny: Vec<Rule>,
+    ask: Vec<Rule>,
+    allow: Vec<Rule>,
+}
+
+/// What a call offers the rules: its command text and the paths it writes.
+pub(crate) struct Subject<'a> {
+    command: Option<&'a str>,
+    paths: Vec<String>,
+}
+
+impl<'a> Subject<'a> {
+    /// What `args` of the tool `spec` offer: a command for a tool that runs programs
+    /// (`command`, `cmd` or `input`), paths for a tool that writes files.
+    pub(crate) fn of(spec: &ToolSpec, args: &'a Value) -> Self {
+        let tagged = |tag: &str| spec.effect_tags.iter().any(|t| t == tag);
+        let command = if tagged("process:exec") {
+            ["command", "cmd", "input"]
+                .iter()
+                .find_map(|key| args.get(key).and_then(Value::as_str))
+        } else {
+            None
+        };
+        let paths = if tagged("filesystem:write") {
+            written_paths(args)
+        } else {
+            Vec::new()
+        };
+        Self { command, paths }
+    }
+
+    /// What to show a person about the call.
+    pub(crate) fn summary(&self, args: &Value) -> String {
+        if let Some(command) = self.command {
+            return command.to_owned();
+        }
+        if !self.paths.is_empty() {
+            return format!("writes {}", self.paths.join(", "));
+        }
+        args.to_string()
+    }
+}
+
+/// The paths a writing tool's arguments name: `path`, `paths`, and the files of an
+/// `apply_patch` patch.
+fn written_paths(args: &Value) -> Vec<String> {
+    let mut paths = Vec::new();
+    if let Some(path) = args.get("path").and_then(Value::as_str) {
+        paths.push(path.to_owned());
+    }
+    if let Some(list) = args.get("paths").and_then(Value::as_array) {
+        paths.extend(list.iter().filter_map(Value::as_str).map(str::to_owned));
+    }
+    if let Some(patch) = args.get("patch").and_then(Value::as_str) {
+        for line in patch.lines() {
+            let named = [
+                "*** Add File:",
+                "*** Update File:",
+                "*** Delete File:",
+                "*** Move to:",
+            ]
+            .iter()
+            .find_map(|head| line.strip_prefix(head));
+            if let Some(path) = named {
+                paths.push(path.trim().to_owned());
+            }
+        }
+    }
+    paths
+}
+
+impl CallRules {
+    /// `policy`'s call rules; an entry that does not compile matches every call it
+    /// could apply to.
+    pub(crate) fn new(policy: &Policy) -> Self {
+        let compile = |entries: &[String]| -> Vec<Rule> {
+            entries
+                .iter()
+                .filter(|e| jianmu_tool_core::is_call_rule(e))
+                .map(|entry| Rule {
+                    entry: entry.clone(),
+                    matcher: compile(entry).unwrap_or_else(|_| Matcher::Broken {
+                        path: entry.starts_with("path:"),
+                    }),
+                })
+                .collect()
+        };
+        Self {
+            deny: compile(&policy.deny),
+            ask: compile(&policy.ask),
+            allow: compile(&policy.allow),
+        }
+    }
+
+    /// Whether every call rule of `policy` compiles.
+    ///
+    /// # Errors
+    /// The first entry that does not, and why.
+    pub(crate) fn check(policy: &Policy) -> Result<(), BadRule> {
+        for entry in policy.deny.iter().chain(&policy.ask).chain(&policy.allow) {
+            if jianmu_tool_core::is_call_rule(entry) {
+                compile(entry)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Whether the policy has call rules that could refuse or ask.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.deny.is_empty() && self.ask.is_empty()
+    }
+
+    /// The first deny entry matching `subject`, with what it matched.
+    pub(crate) fn denied(&self, subject: &Subject<'_>) -> Option<(&str, String)> {
+        self.deny.iter().find_map(|rule| {
+            rule.matched(subject)
+                .map(|what| (rule.entry.as_str(), what))
+        })
+    }
+
+    /// The first ask entry matching `subject`.
+    pub(crate) fn asked(&self, subject: &Subject<'_>) -> Option<&str> {
+        self.ask
+            .iter()
+            .find(|rule| rule.matched(subject).is_some())
+            .map(|rule| rule.entry.as_str())
+    }
+
+    /// Whether the allow entries answer an ask for `subject`: every simple command of
+    /// its command starts with an allowed prefix (or an allowed expression matches it),
+    /// or every path it writes matches an allowed glob.
+    pub(crate) fn approved(&self, subject: &Subject<'_>) -> bool {
+        if self.allow.is_empty() {
+            return false;
+        }
+        if let Some(command) = subject.command {
+            let whole = self.allow.iter().any(|rule| match &rule.matcher {
+                Matcher::Regex(re) => re.is_match(command),
+                _ => false,
+            });
+            let parts = simple_commands(command);
+            let each = !parts.is_empty()
+                && parts.iter().all(|part| {
+                    self.allow.iter().any(|rule| match &rule.matcher {
+                        Matcher::Prefix(words) => starts_with_words(part, words),
+                        _ => false,
+                    })
+                });
+            return whole || each;
+        }
+        !subject.paths.is_empty()
+            && subject.paths.iter().all(|path| {
+                self.allow.iter().any(|rule| match &rule.matcher {
+                    Matcher::Path(glob) => path_matches(glob, path),
+                    _ => false,
+                })
+            })
+    }
+}
+
+impl Rule {
+    /// What of `subject` the rule matches (the simple command or the path), if any.
+    fn matched(&self, subject: &Subject<'_>) -> Option<String> {
+        match &self.matcher {
+            Matcher::Prefix(words) => simple_commands(subject.command?)
+                .into_iter()
+                .find(|part| starts_with_words(part, words))
+                .map(|part| format!("command `{}`", part.join(" "))),
+            Matcher::Regex(re) => {
+                let command = subject.command?;
+                re.is_match(command)
+                    .then(|| format!("command `{}`", jianmu_tool_core::shorten(command, 80)))
+            }
+            Matcher::Path(glob) => subject
+                .paths
+                .iter()
+                .find(|path| path_matches(glob, path))
+                .map(|path| format!("path `{path}`")),
+            Matcher::Broken { path: false } => subject.command.map(|_| "the command".to_owned()),
+            Matcher::Broken { path: true } => subject.paths.first().map(|p| format!("path `{p}`")),
+        }
+    }
+}
+
+fn compile(entry: &str) -> Result<Matcher, BadRule> {
+    let bad = |why: String| BadRule {
+        entry: entry.to_owned(),
+        why,
+    };
+    if let Some(re) = entry.strip_prefix("command-re:") {
+        return regex::RegexBuilder::new(re)
+            .size_limit(1 << 20)
+            .build()
+            .map(Matcher::Regex)
+            .map_err(|e| bad(format!("not a regular expression: {e}")));
+    }
+    if let Some(prefix) = entry.strip_prefix("command:") {
+        let words = words(prefix);
+        if words.is_empty() {
+            return Err(bad("a command prefix needs at least one word".into()));
+        }
+        return Ok(Matcher::Prefix(words));
+    }
+    if let Some(glob) = entry.strip_prefix("path:") {
+        let glob = glob.trim_start_matches("./");
+        if glob.is_empty() {
+            return Err(bad("a path glob cannot be empty".into()));
+        }
+        return globset::GlobBuilder::new(glob)
+            .literal_separator(true)
+            .build()
+            .map(|g: Glob| Matcher::Path(g.compile_matcher()))
+            .map_err(|e| bad(format!("not a glob: {e}")));
+    }
+    Err(bad("not a call rule".into()))
+}
+
+/// A command's words as a shell reads them, near enough for prefixes: split on
+/// blanks, quotes and backslashes dropped.
+fn words(text: &str) -> Vec<String> {
+    text.split_ascii_whitespace()
+        .map(|w| {
+            w.chars()
+                .filter(|c| !matches!(c, '\'' | '"' | '\\'))
+                .collect()
+        })
+        .filter(|w: &String| !w.is_empty())
+        .collect()
+}
+
+/// The simple commands of a command line: split at `;`, `&`, `|`, newlines,
+/// parentheses, braces and backquotes (so `$(...)` too), each without leading
+/// variable assignments and the wrappers that run the next word (`env`, `sudo`,
+/// `command`, `exec`, `time`, `nohup`), its program named without its folder.
+fn simple_commands(command: &str) -> Vec<Vec<String>> {
+    const WRAPPERS: [&str; 7] = ["env", "sudo", "command", "exec", "time", "nohup", "builtin"];
+    command
+        .split(['\n', ';', '&', '|', '(', ')', '{', '}', '`'])
+        .filter_map(|part| {
+            let mut words = words(part);
+            let skip = words
+                .iter()
+                .take_while(|w| {
+                    w.contains('=') || WRAPPERS.contains(&w.as_str()) || w.starts_with('-')
+                })
+                .count();
+            words.drain(..skip);
+            let first = words.first_mut()?;
+            if let Some((_, name)) = first.rsplit_once('/') {
+                *first = name.to_owned();
+            }
+            Some(words)
+        })
+        .collect()
+}
+
+fn starts_with_words(part: &[String], prefix: &[String]) -> bool {
+    part.len() >= prefix.len() && part.iter().zip(prefix).all(|(a, b)| a == b)
+}
+
+/// Whether `glob` matches `path`, read lexically (`./` and `..` resolved); an
+/// absolute path also matches when any of its tails does (the workspace's own prefix
+/// is not known here, so a tail may stand for it).
+fn path_matches(glob: &GlobMatcher, path: &str) -> bool {
+    let mut parts: Vec<&str> = Vec::new();
+    for part in path.split('/') {
+        match part {
+            "" | "." => {}
+            ".." => {
+                if parts.pop().is_none() {
+                    parts.push("..");
+                }
+            }
+            part => parts.push(part),
+        }
+    }
+    if path.starts_with('/') {
+        (0..parts.len()).any(|i| glob.is_match(parts[i..].join("/")))
+    } else {
+        glob.is_match(parts.join("/"))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use jianmu_tool_core::{Policy, ToolSpec};
+    use serde_json::{Value, json};
+
+    use super::{CallRules, Subject};
+
+    fn bash() -> ToolSpec {
+        ToolSpec::new("bash", "Runs.").with_effect_tags(["process:exec"])
+    }
+
+    fn write() -> ToolSpec {
+        ToolSpec::new("write_file", "Writes.").with_effect_tags(["filesystem:write"])
+    }
+
+    #[track_caller]
+    fn check(ask: &[&str], allow: &[&str], spec: &ToolSpec, args: Value, expect: Option<&str>) {
+        let policy = Policy {
+            ask: ask.iter().map(|s| (*s).to_owned()).collect(),
+            allow: allow.iter().map(|s| (*s).to_owned()).collect(),
+            ..Policy::default()
+        };
+        CallRules::check(&policy).unwrap();
+        let rules = CallRules::new(&policy);
+        let subject = Subject::of(spec, &args);
+        let asked = rules.asked(&subject).filter(|_| !rules.approved(&subject));
+        assert_eq!(asked, expect, "{args}");
+    }
+
+    #[test]
+    fn command_prefixes_match_each_simple_command() {
+        let ask = ["command:git push"];
+        for command in [
+            "git push",
+            "git push origin main",
+            "cd repo && git push",
+            "make; git  push -f",
+            "FOO=1 git push",
+            "sudo -E git push",
+            "/usr/bin/git push",
+            "echo $(git push)",
+            "git 'push'",
+            "true\ngit push",
+        ] {
+            check(
+                &ask,
+                &[],
+                &bash(),
+                json!({"command": command}),
+                Some("command:git push"),
+            );
+        }
+        for command in ["git pushx", "git status", "echo git push", "gitpush", "git"] {
+            check(&ask, &[], &bash(), json!({"command": command}), None);
+        }
+        // `cmd` and a shell session's `input` are commands too.
+        check(
+            &ask,
+            &[],
+            &bash(),
+            json!({"cmd": "git push"}),
+            Some("command:git push"),
+        );
+        // A tool that runs nothing has no command.
+        check(&ask, &[], &write(), json!({"command": "git push"}), None);
+    }
+
+    #[test]
+    fn regexes_search_the_whole_command() {
+        let ask = ["command-re:rm\\s+-rf?\\s"];
+        check(
+            &ask,
+            &[],
+            &bash(),
+            json!({"command": "x; rm -rf /"}),
+            Some(ask[0]),
+        );
+        check(&ask, &[], &bash(), json!({"command": "rm x"}), None);
+    }
+
+    #[test]
+    fn path_globs_match_written_paths_read_lexically() {
+        let ask = ["path:deploy/**"];
+        for path in [
+            "deploy/a.yml",
+            "./deploy/x/y",
+            "src/../deploy/k",
+            "/ws/deploy/a",
+        ] {
+            check(
+                &ask,
+                &[],
+                &write(),
+                json!({"path": path}),
+                Some("path:deploy/**"),
+            );
+        }
+        for path in ["deployer/a", "src/deploy.rs", "deploy"] {
+            check(&ask, &[], &write(), json!({"path": path}), None);
+        }
+        let patch = "*** Begin Patch\n*** Update File: src/a.rs\n@@\n-a\n+b\n*** Add File: deploy/n\n+x\n*** End Patch";
+        check(
+            &ask,
+            &[],
+            &write(),
+            json!({"patch": patch}),
+            Some("path:deploy/**"),
+        );
+        check(
+            &ask,
+            &[],
+            &write(),
+            json!({"paths": ["a", "deploy/b"]}),
+            Some("path:deploy/**"),
+        );
+        // Reading tools are never asked by a path rule.
+        let read = ToolSpec::new("read_file", "Reads.").with_effect_tags(["filesystem:read"]);
+        check(&ask, &[], &read, json!({"path": "deploy/a"}), None);
+    }
+
+    #[test]
+    fn allow_entries_answer_asks_only_when_they_cover_the_whole_call() {
+        let ask = ["bash"];
+        // `bash` as a tool entry is asked by the core policy; here only call rules.
+        let ask_calls = ["command:git"];
+        let allow = ["command:git status", "command:git diff"];
+        check(
+            &ask_calls,
+            &allow,
+            &bash(),
+            json!({"command": "git status"}),
+            None,
+        );
+        check(
+            &ask_calls,
+            &allow,
+            &bash(),
+            json!({"command": "git status && git diff"}),
+            None,
+        );
+        check(
+            &ask_calls,
+            &allow,
+            &bash(),
+            json!({"command": "git status; git push"}),
+            Some("command:git"),
+        );
+        let _ = ask;
+        let allow = ["path:docs/**"];
+        check(
+            &["path:**"],
+            &allow,
+            &write(),
+            json!({"path": "docs/a.md"}),
+            None,
+        );
+        check(
+            &["path:**"],
+            &allow,
+            &write(),
+            json!({"paths": ["docs/a", "x"]}),
+            Some("path:**"),
+        );
+    }
+
+    #[test]
+    fn bad_entries_are_refused_and_close_when_used_anyway() {
+        for entry in ["command-re:(", "command:", "path:a[", "path:"] {
+            let policy = Policy {
+                ask: vec![entry.into()],
+                ..Policy::default()
+            };
+            let err = CallRules::check(&policy).unwrap_err();
+            assert!(
+                err.to_string()
+                    .starts_with(&format!("policy entry `{entry}`")),
+                "{err}"
+            );
+            let rules = CallRules::new(&policy);
+            let args = json!({"command": "ls", "path": "x"});
+            let spec = if entry.starts_with("path") {
+                write()
+            } else {
+                bash()
+            };
+            assert_eq!(rules.asked(&Subject::of(&spec, &args)), Some(entry));
+        }
+    }
+}
