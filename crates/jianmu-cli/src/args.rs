@@ -29,9 +29,14 @@ pub(crate) struct Cli {
     /// Allow only these tools or effect tags (repeatable; adds to `[policy] allow`).
     #[arg(long, global = true, value_name = "TOOL_OR_EFFECT")]
     pub(crate) allow: Vec<String>,
-    /// Deny these tools or effect tags (repeatable; adds to `[policy] deny`).
-    #[arg(long, global = true, value_name = "TOOL_OR_EFFECT")]
+    /// Deny these tools or effect tags, or calls a rule matches: `command:PREFIX`,
+    /// `command-re:REGEX`, `path:GLOB` (repeatable; adds to `[policy] deny`).
+    #[arg(long, global = true, value_name = "RULE")]
     pub(crate) deny: Vec<String>,
+    /// Ask before running these tools, effect tags or the calls a rule matches
+    /// (`command:git push`, `path:deploy/**`; repeatable; adds to `[policy] ask`).
+    #[arg(long, global = true, value_name = "RULE")]
+    pub(crate) ask: Vec<String>,
     /// Deny writes, process and code execution, and network access.
     #[arg(long, global = true)]
     pub(crate) read_only: bool,
@@ -111,6 +116,11 @@ pub(crate) enum Command {
         /// JSON string: '"2+2"'.
         #[arg(default_value = "{}")]
         args: String,
+        /// Allow the calls this `ask` rule asks about without asking (repeatable;
+        /// `all` for every rule). Otherwise they are asked at the terminal, and
+        /// refused without one.
+        #[arg(long, value_name = "RULE")]
+        approve: Vec<String>,
     },
 }
 

@@ -18,6 +18,7 @@ use clap::{CommandFactory as _, FromArgMatches as _};
 use jianmu_tool_core::{SchemaFormat, ToolError, ToolSpec};
 
 mod args;
+mod ask;
 #[cfg(feature = "docker")]
 mod build_image;
 mod config;
@@ -132,7 +133,11 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rt = runtime()?;
             rt.block_on(native::run(&settings, native_args))
         }
-        Command::Call { name, args } => {
+        Command::Call {
+            name,
+            args,
+            approve,
+        } => {
             let mut settings = load()?;
             // The answer may name a saved output, read after this process ends: keep it.
             let outputs = jianmu_tool_core::SavedOutputs {
@@ -145,6 +150,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             let rt = runtime()?;
             let (output, closed) = rt.block_on(async {
                 let session = settings.open()?;
+                session.set_approver(Some(ask::terminal(approve.clone())));
                 let checked = session.check(name).map_err(lookup);
                 let out = match checked.and_then(|()| read_args(args)) {
                     Err(e) => Err(e),

@@ -104,6 +104,7 @@ impl Settings {
         let mut policy = config.policy;
         policy.allow.extend(cli.allow.iter().cloned());
         policy.deny.extend(cli.deny.iter().cloned());
+        policy.ask.extend(cli.ask.iter().cloned());
         policy.read_only |= cli.read_only;
         Ok(Self {
             tools,

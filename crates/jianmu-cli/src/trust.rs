@@ -64,6 +64,18 @@ pub(crate) fn loosening(doc: &Value) -> Vec<String> {
             }
         }
     }
+    // Allow entries that match calls answer the ask rules of flags for them.
+    let pre_approved = doc
+        .get("policy")
+        .and_then(|p| p.get("allow"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(Value::as_str)
+        .filter(|e| jianmu_tool_core::is_call_rule(e));
+    for entry in pre_approved {
+        found.push(format!("[policy] allow = \"{entry}\""));
+    }
     if let Some(isolation) = doc.get("isolation") {
         isolation_loosening(isolation, "[isolation]", &mut found);
     }
@@ -166,7 +178,7 @@ mod tests {
         check(
             "[isolation]\nread_deny = [\"/srv\"]\nmax_memory_mb = 100\nmode = \"require\"\n\
              workspace = \"sub/ws\"\n\
-             [policy]\ndeny = [\"bash\"]\n[tools.bash]\nmax_jobs = 2\n\
+             [policy]\ndeny = [\"bash\"]\nask = [\"command:git push\"]\nallow = [\"calculator\"]\n[tools.bash]\nmax_jobs = 2\n\
              [tools.bash.isolation]\nnetwork = false\n[execution]\ntimeout_secs = 5\n",
             &[],
         );
@@ -177,6 +189,7 @@ mod tests {
         check(
             "workspace = \"/\"\n\
              [execution]\naudit_log = \"/home/u/.bashrc\"\n\
+             [policy]\nallow = [\"bash\", \"command:git push\"]\n\
              [execution.docker]\nnetwork = true\nimage = \"mine\"\nuser = \"0:0\"\n\
              [isolation]\nmode = \"off\"\n\
              [egress]\nallow = [\"evil.test\"]\nmax_bytes = 5\n\
@@ -193,6 +206,7 @@ mod tests {
                 "[execution] audit_log = \"/home/u/.bashrc\"",
                 "[execution.docker] network = true",
                 "[execution.docker] user = \"0:0\"",
+                "[policy] allow = \"command:git push\"",
                 "[isolation] mode = \"off\"",
                 "[egress] allow = [\"evil.test\"]",
                 "[tools.bash.isolation] network = true",

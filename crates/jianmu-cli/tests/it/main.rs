@@ -6,6 +6,8 @@ use std::process::Output;
 
 use serde_json::Value;
 
+#[cfg(feature = "full")]
+mod ask;
 #[cfg(all(feature = "docker", feature = "full"))]
 mod docker;
 #[cfg(feature = "full")]
