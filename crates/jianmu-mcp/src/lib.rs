@@ -41,6 +41,7 @@ pub(crate) async fn until(changed: &tokio::sync::Notify, done: impl Fn() -> bool
     }
 }
 
+mod approve;
 mod config;
 mod defer;
 mod frame;
@@ -516,6 +517,21 @@ impl ServerHandler for Server {
         if let Some((sink, _)) = &progress {
             options = options.progress(sink);
         }
+        // With ask rules, who answers: the client, by elicitation now or by retrying
+        // the request with its answer (2026-07-28).
+        let who = principal.as_ref().map(|p| &*p.0);
+        let (approver, retry) = self.approver(
+            request.request_state.as_deref(),
+            request.input_responses.as_ref(),
+            &canonical,
+            &args,
+            who,
+            &context,
+        )?;
+        if let Some(approver) = &approver {
+            options = options.approver(approver);
+        }
+        let asked_args = retry.as_ref().map(|_| args.clone());
         let metrics = &self.catalog.metrics;
         let counted = metrics.start();
         let started = Instant::now();
@@ -554,7 +570,77 @@ impl ServerHandler for Server {
         if let Some((_, forwarder)) = progress {
             forwarder.abort();
         }
+        if let (Some(retry), Some(args)) = (&retry, &asked_args)
+            && let Some(ask) = retry.asked()
+        {
+            if !retry.elicits {
+                return Err(approve::missing_elicitation(&ask));
+            }
+            let state = approve::seal(&canonical, args, &ask.rule, who);
+            return Ok(CallToolResponse::InputRequired(
+                rmcp::model::InputRequiredResult::new(approve::input_requests(&ask), Some(state)),
+            ));
+        }
         answer
+    }
+}
+
+impl Server {
+    /// The approver of a call when the policy asks: on 2026-07-28, or for a client
+    /// that cannot be asked, the answer the request carries (its sealed
+    /// `requestState` checked first); else `elicitation/create` on the protocol
+    /// session. The second value is set when the call may end `input_required`.
+    ///
+    /// # Errors
+    /// A `requestState` that is not this server's, has expired, or is another call's.
+    #[allow(clippy::type_complexity, clippy::too_many_arguments)]
+    fn approver(
+        &self,
+        state: Option<&str>,
+        responses: Option<&rmcp::model::InputResponses>,
+        canonical: &str,
+        args: &Value,
+        who: Option<&str>,
+        context: &RequestContext<RoleServer>,
+    ) -> Result<
+        (
+            Option<Arc<dyn jianmu_tool_core::Approver>>,
+            Option<Arc<approve::Retry>>,
+        ),
+        ErrorData,
+    > {
+        if self.session.runtime().policy().ask.is_empty() {
+            return Ok((None, None));
+        }
+        let modern = context
+            .protocol_version()
+            .is_some_and(|v| v.as_str() >= rmcp::model::ProtocolVersion::V_2026_07_28.as_str());
+        let elicits = context
+            .client_capabilities()
+            .is_some_and(|caps| caps.elicitation.is_some());
+        if !modern && elicits {
+            let elicit = approve::Elicit {
+                peer: context.peer.clone(),
+            };
+            return Ok((Some(Arc::new(elicit)), None));
+        }
+        let answer = match state {
+            Some(state) if modern => {
+                let rule = approve::open(state, canonical, args, who)?;
+                responses
+                    .and_then(|responses| responses.get(approve::KEY))
+                    .and_then(approve::decision_of)
+                    .map(|decision| (rule, decision))
+            }
+            _ => None,
+        };
+        let retry = Arc::new(approve::Retry {
+            answer,
+            elicits,
+            asked: std::sync::Mutex::new(None),
+        });
+        let approver: Arc<dyn jianmu_tool_core::Approver> = retry.clone();
+        Ok((Some(approver), modern.then_some(retry)))
     }
 }
 

@@ -270,3 +270,60 @@ fn a_real_mcp_client_finds_deferred_tools_with_tool_search() {
     assert!(!relisted.contains(&"git_log".to_owned()), "{relisted:?}");
     assert_eq!(seen["status"][0], false, "{seen}");
 }
+
+/// `jianmu mcp --ask`: the real Python client is asked by elicitation on both
+/// revisions (2025-11-25 on the protocol session; 2026-07-28 by `input_required` and a
+/// retry), its answer holds as given (`allow_session` remembered, a decline refused),
+/// and a client that cannot be asked is refused with the rule named.
+#[test]
+fn asks_reach_the_client_by_elicitation_on_both_revisions() {
+    let dir = tempfile::tempdir().unwrap();
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mcp_ask.py");
+    let seen = run_client(&script, &[dir.path().as_os_str()]);
+    let refused = "call to `bash` denied: the call was refused when asked (ask `command:echo`); \
+                   do not retry it unchanged";
+    let ran = json!([["ok", "one\n"], ["ok", "two\n"], ["ok", "three"]]);
+    for revision in ["legacy", "2026-07-28"] {
+        let case = |answer: &str| &seen[format!("{revision} {answer}")];
+        let asked = |answer: &str| case(answer)["asked"].as_array().unwrap().len();
+        assert_eq!(case("allow_session")["calls"], ran, "{revision}");
+        assert_eq!(
+            asked("allow_session"),
+            1,
+            "{revision}: remembered for the session"
+        );
+        assert_eq!(case("allow_once")["calls"], ran, "{revision}");
+        assert_eq!(asked("allow_once"), 2, "{revision}: once is once");
+        for answer in ["deny", "decline"] {
+            assert_eq!(
+                case(answer)["calls"],
+                json!([["error", refused], ["error", refused], ["ok", "three"]]),
+                "{revision} {answer}"
+            );
+        }
+        let first = &case("allow_once")["asked"][0];
+        assert_eq!(
+            first["message"],
+            "Allow the tool `bash` to run?\necho one\n(asked by the policy rule `command:echo`)"
+        );
+        assert_eq!(
+            first["schema"]["properties"]["decision"]["enum"],
+            json!(["allow_once", "allow_session", "deny"])
+        );
+        assert_eq!(asked("None"), 0);
+    }
+    // Without elicitation: on a protocol session a tool error; on 2026-07-28 the
+    // error the specification gives for a missing client capability.
+    let legacy = "call to `bash` denied: it needs approval (ask `command:echo`) and the client \
+                  declared no elicitation capability to ask with";
+    assert_eq!(
+        seen["legacy None"]["calls"],
+        json!([["error", legacy], ["error", legacy], ["ok", "three"]])
+    );
+    let modern = "call to `bash` needs approval (ask `command:echo`), asked by elicitation, which \
+                  this client did not declare";
+    assert_eq!(
+        seen["2026-07-28 None"]["calls"],
+        json!([["raised", modern], ["raised", modern], ["ok", "three"]])
+    );
+}
