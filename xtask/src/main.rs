@@ -60,10 +60,19 @@ const HEAVY: &[(&str, &[&str])] = &[
     ("rhai", &["script"]),
     ("grep-searcher", &["code"]),
     ("grep-regex", &["code"]),
-    ("ignore", &["code"]),
+    ("ignore", &["code", "checkpoint"]),
     (
         "cap-std",
-        &["fs", "code", "git", "lsp", "http", "shell", "script"],
+        &[
+            "fs",
+            "code",
+            "git",
+            "lsp",
+            "http",
+            "shell",
+            "script",
+            "checkpoint",
+        ],
     ),
     ("rmcp", &["mcp"]),
 ];

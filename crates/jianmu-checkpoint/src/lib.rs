@@ -101,7 +101,10 @@ mod object;
 mod prune;
 mod restore;
 mod scan;
+mod slot;
 mod snapshot;
+
+pub use slot::{Config, Slot};
 
 use object::{Objects, Oid};
 

@@ -84,6 +84,13 @@ pub(crate) enum Command {
         /// The shell.
         shell: clap_complete::Shell,
     },
+    /// The workspace's checkpoints, taken before the first changing call of each
+    /// turn: list them, show what changed since one, or bring one back.
+    #[cfg(feature = "checkpoint")]
+    Checkpoint {
+        #[command(subcommand)]
+        command: CheckpointCommand,
+    },
     /// Print one tool's spec as JSON.
     Schema {
         /// Tool name or alias.
@@ -277,4 +284,65 @@ pub(crate) fn long_version() -> String {
             features
         }
     )
+}
+
+/// `jianmu checkpoint ...`: the checkpoint tools, for the operator.
+#[cfg(feature = "checkpoint")]
+#[derive(Debug, Subcommand)]
+pub(crate) enum CheckpointCommand {
+    /// List the checkpoints, newest first.
+    List,
+    /// Show what changed since checkpoint ID (to the workspace now, or to --to).
+    Diff {
+        /// The checkpoint (an id from `list`, or a unique prefix).
+        id: String,
+        /// Compare with this checkpoint instead of the workspace now.
+        #[arg(long)]
+        to: Option<String>,
+        /// Only changes at or under this path.
+        #[arg(long)]
+        path: Option<String>,
+    },
+    /// Bring the workspace back to checkpoint ID (taking a checkpoint first).
+    Restore {
+        /// The checkpoint.
+        id: String,
+        /// Only say what would change.
+        #[arg(long)]
+        dry_run: bool,
+    },
+}
+
+#[cfg(feature = "checkpoint")]
+impl CheckpointCommand {
+    /// The tool this runs.
+    pub(crate) fn tool(&self) -> &'static str {
+        match self {
+            Self::List => "checkpoint_list",
+            Self::Diff { .. } => "checkpoint_diff",
+            Self::Restore { .. } => "checkpoint_restore",
+        }
+    }
+
+    /// Its arguments, as JSON.
+    pub(crate) fn args(&self) -> String {
+        let args = match self {
+            Self::List => serde_json::json!({}),
+            Self::Diff { id, to, path } => serde_json::json!({"id": id, "to": to, "path": path}),
+            Self::Restore { id, dry_run } => serde_json::json!({"id": id, "dry_run": dry_run}),
+        };
+        args.to_string()
+    }
+}
+
+/// The completion script of `shell`.
+pub(crate) fn completions(shell: clap_complete::Shell) -> String {
+    let mut script = Vec::new();
+    clap_complete::generate(
+        shell,
+        &mut <Cli as clap::CommandFactory>::command(),
+        "jianmu",
+        &mut script,
+    );
+    String::from_utf8_lossy(&script).into_owned()
 }

@@ -34,6 +34,9 @@ pub(crate) struct Config {
     /// tool's own (`allow`, `credentials`, limits).
     #[serde(default)]
     pub(crate) egress: Map<String, Value>,
+    /// `[checkpoints]`: checkpoints of the workspace before each turn's first change.
+    #[serde(default)]
+    pub(crate) checkpoints: Option<Value>,
     /// The file these settings were read from (kept out of every command's view).
     #[serde(skip)]
     pub(crate) path: Option<PathBuf>,

@@ -118,11 +118,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             };
             print(&text)
         }
-        Command::Completions { shell } => {
-            let mut script = Vec::new();
-            clap_complete::generate(*shell, &mut Cli::command(), "jianmu", &mut script);
-            print(&String::from_utf8_lossy(&script))
-        }
+        Command::Completions { shell } => print(&args::completions(*shell)),
         Command::Schema { name, format } => {
             let settings = load()?;
             let spec = jianmu_runtime::tool_spec(&settings.tools, name).map_err(lookup)?;
@@ -137,40 +133,9 @@ fn run(cli: Cli) -> Result<(), Failure> {
             name,
             args,
             approve,
-        } => {
-            let mut settings = load()?;
-            // The answer may name a saved output, read after this process ends: keep it.
-            let outputs = jianmu_tool_core::SavedOutputs {
-                keep: true,
-                ..settings.tools.saved_outputs().clone()
-            };
-            settings.tools = settings.tools.clone().with_saved_outputs(outputs);
-            // The name is checked by the session's own set, the one the call goes
-            // through (opening starts no container), before the arguments are read.
-            let rt = runtime()?;
-            let (output, closed) = rt.block_on(async {
-                let session = settings.open()?;
-                session.set_approver(Some(ask::terminal(approve.clone())));
-                let checked = session.check(name).map_err(lookup);
-                let out = match checked.and_then(|()| read_args(args)) {
-                    Err(e) => Err(e),
-                    Ok(args) => tokio::select! {
-                        out = session.call(name, args) => out.map_err(Failure::Call),
-                        n = terminated() => Err(Failure::Signal(n)),
-                    },
-                };
-                Ok::<_, Failure>((out, settings::close(&session).await))
-            })?;
-            // Work a stopped call left on a blocking thread (a conversion or a parse in
-            // a child, which ends with that thread) is not waited for.
-            rt.shutdown_timeout(std::time::Duration::from_millis(100));
-            let mut text = output?.text;
-            if !text.ends_with('\n') {
-                text.push('\n');
-            }
-            print(&text)?;
-            closed.map_err(|e| Failure::Call(ToolError::runner(name.as_str(), e)))
-        }
+        } => call(load()?, name, args, approve),
+        #[cfg(feature = "checkpoint")]
+        Command::Checkpoint { command } => call(load()?, command.tool(), &command.args(), &[]),
         #[cfg(feature = "mcp")]
         Command::Mcp(mcp_args) => {
             let settings = load()?.for_mcp();
@@ -242,6 +207,40 @@ fn run(cli: Cli) -> Result<(), Failure> {
             print(&status::run(&settings, *json)?)
         }
     }
+}
+
+/// `jianmu call NAME ARGS`: its text printed; `approve`d rules are not asked about.
+fn call(mut settings: Settings, name: &str, args: &str, approve: &[String]) -> Result<(), Failure> {
+    // The answer may name a saved output, read after this process ends: keep it.
+    let outputs = jianmu_tool_core::SavedOutputs {
+        keep: true,
+        ..settings.tools.saved_outputs().clone()
+    };
+    settings.tools = settings.tools.clone().with_saved_outputs(outputs);
+    // The session's own set checks the name (opening starts no container) first.
+    let rt = runtime()?;
+    let (output, closed) = rt.block_on(async {
+        let session = settings.open()?;
+        session.set_approver(Some(ask::terminal(approve.to_vec())));
+        let checked = session.check(name).map_err(lookup);
+        let out = match checked.and_then(|()| read_args(args)) {
+            Err(e) => Err(e),
+            Ok(args) => tokio::select! {
+                out = session.call(name, args) => out.map_err(Failure::Call),
+                n = terminated() => Err(Failure::Signal(n)),
+            },
+        };
+        Ok::<_, Failure>((out, settings::close(&session).await))
+    })?;
+    // Work a stopped call left on a blocking thread (a conversion or a parse in a
+    // child, which ends with that thread) is not waited for.
+    rt.shutdown_timeout(std::time::Duration::from_millis(100));
+    let mut text = output?.text;
+    if !text.ends_with('\n') {
+        text.push('\n');
+    }
+    print(&text)?;
+    closed.map_err(|e| Failure::Call(ToolError::runner(name, e)))
 }
 
 /// A tool that cannot be found or built is the caller's mistake: a usage error.

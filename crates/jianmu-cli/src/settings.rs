@@ -26,6 +26,8 @@ pub(crate) struct Settings {
     audit_log: Option<PathBuf>,
     /// Files no command may see: the settings file.
     hidden: Vec<PathBuf>,
+    #[cfg(feature = "checkpoint")]
+    checkpoints: jianmu_runtime::checkpoint::Config,
     /// `[execution.docker]`.
     #[cfg(feature = "docker")]
     pub(crate) docker: jianmu_runtime::DockerSettings,
@@ -116,6 +118,11 @@ impl Settings {
             policy,
             audit_log: cli.audit_log.clone().or(config.execution.audit_log),
             hidden: config.path.into_iter().collect(),
+            #[cfg(feature = "checkpoint")]
+            checkpoints: match config.checkpoints {
+                Some(table) => serde_json::from_value(table).context("in [checkpoints]")?,
+                None => Default::default(),
+            },
             #[cfg(feature = "docker")]
             docker: config.execution.docker,
             mcp_http: config.mcp.http,
@@ -145,6 +152,8 @@ impl Settings {
         session.policy = self.policy.clone();
         session.audit_log = self.audit_log.clone();
         session.hidden.clone_from(&self.hidden);
+        #[cfg(feature = "checkpoint")]
+        session.checkpoints.clone_from(&self.checkpoints);
         Ok(session)
     }
 

@@ -9,6 +9,7 @@
 //! | Name | Description | Default? |
 //! |---|---|---|
 //! | `calculator` | `calculator` (crate `jianmu-tool-calc`) | No |
+//! | `checkpoint` | `checkpoint_list`, `checkpoint_diff`, `checkpoint_restore`: a session's checkpoints of its workspace (crate `jianmu-tool-checkpoint`) | No |
 //! | `code` | `glob_search`, `grep_search`, `file_info`, `str_replace`, `edit_file`, `apply_patch` (crate `jianmu-tool-code`) | No |
 //! | `fs` | `read_file`, `write_file`, `list_dir`, `notebook_edit` (crate `jianmu-tool-fs`) | No |
 //! | `git` | `git_status`, `git_diff`, `git_log`, `git_show`, `git_blame`, `git_add`, `git_commit`, `git_branch`, `git_checkout` (crate `jianmu-tool-git`) | No |
@@ -53,6 +54,8 @@ use jianmu_tool_core::{
 // vanish with it: name each one here.
 #[cfg(feature = "calculator")]
 use jianmu_tool_calc as _;
+#[cfg(feature = "checkpoint")]
+use jianmu_tool_checkpoint as _;
 #[cfg(feature = "code")]
 use jianmu_tool_code as _;
 #[cfg(feature = "fs")]
@@ -86,6 +89,9 @@ pub const BUILTIN_TOOLS: &[(&str, &str)] = &[
     ("bash_kill", "shell"),
     ("bash_output", "shell"),
     ("calculator", "calculator"),
+    ("checkpoint_diff", "checkpoint"),
+    ("checkpoint_list", "checkpoint"),
+    ("checkpoint_restore", "checkpoint"),
     ("definition", "lsp"),
     ("diagnostics", "lsp"),
     ("duckduckgo_search", "search"),

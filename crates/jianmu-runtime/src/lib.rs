@@ -62,6 +62,8 @@
 
 mod approval;
 mod audit;
+#[cfg(feature = "checkpoint")]
+mod checkpoints;
 pub mod layer;
 mod runner;
 mod session;
@@ -76,6 +78,12 @@ pub use layer::rules::BadRule;
 pub use runner::ToolRunner;
 pub use session::{Backend, Closed, Opening, Runtime, Session, SessionError, SessionSettings};
 pub use source::Tools;
+
+/// Checkpoints of a session's workspace (feature `checkpoint`): the store and its
+/// settings.
+#[cfg(feature = "checkpoint")]
+#[cfg_attr(docsrs, doc(cfg(feature = "checkpoint")))]
+pub use jianmu_checkpoint as checkpoint;
 
 #[cfg(feature = "docker")]
 #[cfg_attr(docsrs, doc(cfg(feature = "docker")))]

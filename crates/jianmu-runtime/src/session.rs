@@ -68,6 +68,12 @@ pub struct SessionSettings {
     /// are always hidden): files the program running the sessions keeps private, such
     /// as its tokens and configuration, and other tenants' folders.
     pub hidden: Vec<PathBuf>,
+    /// Checkpoints of each session's workspace, taken before the first changing call
+    /// of each turn (on by default; local sessions only), which the `checkpoint_*`
+    /// tools list, diff and restore.
+    #[cfg(feature = "checkpoint")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "checkpoint")))]
+    pub checkpoints: jianmu_checkpoint::Config,
 }
 
 impl SessionSettings {
@@ -84,6 +90,8 @@ impl SessionSettings {
             max_sessions: usize::MAX,
             own_folders: None,
             hidden: Vec::new(),
+            #[cfg(feature = "checkpoint")]
+            checkpoints: jianmu_checkpoint::Config::default(),
         }
     }
 }
@@ -474,6 +482,9 @@ struct Parts {
     tools: ToolSet,
     /// Answers to the policy's `ask` rules: remembered ones, who answers.
     approvals: Arc<crate::approval::Approvals>,
+    /// The session's checkpoints (in its tools' scope too).
+    #[cfg(feature = "checkpoint")]
+    checkpoints: Arc<jianmu_checkpoint::Slot>,
     runner: ToolRunner,
     /// Where a tool that calls tools runs (this process: the calls it makes go
     /// through `runner`), and what it calls them through.
@@ -554,11 +565,16 @@ impl Session {
             tools = tools.with_setting(tool, key, value.clone());
         }
         // Whatever the overrides say, these stay out of every command's view.
+        #[cfg(feature = "checkpoint")]
+        let checkpoint_root = settings.checkpoints.root();
+        #[cfg(not(feature = "checkpoint"))]
+        let checkpoint_root: Option<PathBuf> = None;
         let hidden: Vec<PathBuf> = settings
             .hidden
             .iter()
             .chain(&settings.audit_log)
             .chain(&settings.own_folders)
+            .chain(&checkpoint_root)
             // A relative path names one in this process's folder, not below `/`.
             .map(|p| std::path::absolute(p).unwrap_or_else(|_| p.clone()))
             .collect();
@@ -606,6 +622,8 @@ impl Session {
                 stack(ToolRunner::dynamic(sandbox), settings, &shared.events)
             }
         };
+        #[cfg(feature = "checkpoint")]
+        let checkpoints = crate::checkpoints::open(settings, &tools, &hidden);
         let tools = settings.source.make(tools)?;
         let calls: Arc<dyn Calls> = Arc::new(SessionCalls {
             tools: tools.clone(),
@@ -618,6 +636,8 @@ impl Session {
         Ok(Parts {
             tools,
             approvals,
+            #[cfg(feature = "checkpoint")]
+            checkpoints,
             runner,
             host: shared.local.clone(),
             calls,
@@ -743,6 +763,13 @@ impl Session {
         if let Some(asking) = &asking {
             options = options.approver(asking);
         }
+        #[cfg(feature = "checkpoint")]
+        let _turn = crate::checkpoints::before(
+            &parts.checkpoints,
+            tool.spec(),
+            &self.runtime.shared.settings.checkpoints,
+        )
+        .await;
         if calls_tools(tool.spec()) {
             // A script runs here; each call it makes goes through the session's runner.
             return tool
@@ -750,6 +777,16 @@ impl Session {
                 .await;
         }
         tool.execute(args, options.runner(&parts.runner)).await
+    }
+
+    /// Marks the start of a new turn (a user's message): the next call that changes
+    /// files takes a checkpoint first, however short the gap since the last call.
+    #[cfg(feature = "checkpoint")]
+    #[cfg_attr(docsrs, doc(cfg(feature = "checkpoint")))]
+    pub fn begin_turn(&self) {
+        if let Some(parts) = self.lock().clone() {
+            parts.checkpoints.mark_turn();
+        }
     }
 
     /// Lets `approver` answer the questions of the policy's `ask` rules for this

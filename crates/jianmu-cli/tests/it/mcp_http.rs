@@ -1290,3 +1290,112 @@ fn one_principals_egress_opens_nothing_for_another() {
     assert_eq!(lines[0]["outcome"], "allowed");
     assert_eq!(lines[0]["port"], port);
 }
+
+/// The `input-required-result-*` server scenarios of the MCP conformance suite
+/// (SEP-2322), ported to `mrtr.py` (see its docs): the suite's fixtures stood in for by
+/// tools the server asks approval for, two principals; the scenarios a server asking
+/// only for approval cannot meet checked for what the specification requires instead.
+#[test]
+fn the_input_required_scenarios_pass() {
+    let (dir, ws) = scratch();
+    let tokens = two_principals(dir.path());
+    let server = Served::start(
+        &ws,
+        &[
+            "--token-file",
+            tokens.to_str().unwrap(),
+            "--ask",
+            "list_dir",
+            "--ask",
+            "file_info",
+            "--ask",
+            "command:echo",
+            "--ask",
+            "command:printf",
+        ],
+    );
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mrtr.py");
+    let principals = format!("{ALICE},{BOB}");
+    let out = jianmu_process::std_command(crate::mcp::python())
+        .arg(&script)
+        .args([server.url.as_str(), principals.as_str()])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let results: std::collections::BTreeMap<String, String> =
+        serde_json::from_slice(&out.stdout).unwrap();
+    let failed: Vec<String> = results
+        .iter()
+        .filter(|(_, outcome)| *outcome != "ok")
+        .map(|(check, why)| format!("{check}: {why}"))
+        .collect();
+    assert!(failed.is_empty(), "{failed:#?}");
+    let ported: [(&str, &[&str]); 8] = [
+        (
+            "basic-elicitation",
+            &[
+                "sep-2322-elicitation-incomplete",
+                "sep-2322-elicitation-complete",
+            ],
+        ),
+        (
+            "request-state",
+            &[
+                "sep-2322-request-state-incomplete",
+                "sep-2322-request-state-complete",
+            ],
+        ),
+        (
+            "missing-input-response",
+            &["sep-2322-missing-response-rerequests"],
+        ),
+        ("result-type", &["sep-2322-result-type-included"]),
+        (
+            "unsupported-methods",
+            &["sep-2322-not-on-unsupported-requests"],
+        ),
+        ("tampered-state", &["sep-2322-reject-tampered-state"]),
+        (
+            "ignore-extra-params",
+            &["sep-2322-ignore-unexpected-params"],
+        ),
+        (
+            "validate-input",
+            &[
+                "sep-2322-validate-input-responses",
+                "sep-2322-error-on-protocol-error",
+            ],
+        ),
+    ];
+    let mut expected = Vec::new();
+    for (scenario, checks) in ported {
+        for check in checks.iter().chain(&["wire-schema-valid"]) {
+            expected.push(format!("input-required-result-{scenario} {check}"));
+        }
+    }
+    for scenario in [
+        "basic-sampling",
+        "basic-list-roots",
+        "multiple-input-requests",
+        "multi-round",
+        "non-tool-request",
+        "capability-check",
+    ] {
+        expected.push(format!("input-required-result-{scenario} not-applicable"));
+    }
+    for check in [
+        "deny-decline-cancel-refuse-naming-the-rule",
+        "request-state-of-another-call-refused",
+        "request-state-of-another-principal-refused",
+        "allow-session-remembered",
+    ] {
+        expected.push(format!("jianmu-approval {check}"));
+    }
+    expected.sort();
+    assert_eq!(results.keys().cloned().collect::<Vec<_>>(), expected);
+    assert_eq!(server.terminate(), Some(0));
+}

@@ -6,6 +6,8 @@
 use std::time::Duration;
 
 mod ask;
+#[cfg(feature = "checkpoint")]
+mod checkpoints;
 mod egress;
 
 use jianmu_runtime::{Opening, Runtime, Session, SessionError, SessionSettings};
