@@ -74,13 +74,14 @@ pub(crate) fn run(args: &[String]) -> anyhow::Result<()> {
         "jianmu-adapters",
         "jianmu-tool-core",
         "jianmu-native",
+        "jianmu-checkpoint",
     ] {
         c.args(["-p", krate]);
     }
     c.args(["--features", "jianmu-adapters/rig"]);
     for bench in [
         "dispatch", "calc", "read", "script", "loopback", "spawn", "git", "lsp", "rig", "search",
-        "editor",
+        "editor", "snapshot",
     ] {
         c.args(["--bench", bench]);
     }
@@ -157,6 +158,20 @@ print(min(timeit.repeat(run, number=20000, repeat=5)) / 20000)";
             reference: "the same call on the same session, natively",
             reference_ns: Some(median_ns("adapters/session_calculator")?),
             goal: "<= 1.1x native",
+        },
+        Row {
+            what: "no-op call under ask rules it does not match",
+            ours_ns: median_ns("dispatch/toolset_runner_ask_rules")?,
+            reference: "the same call without them (row 1)",
+            reference_ns: Some(median_ns("dispatch/toolset_runner_events")?),
+            goal: "within noise",
+        },
+        Row {
+            what: "checkpoint of 10,000 files after one changed",
+            ours_ns: median_ns("checkpoint/snapshot_10k_one_change")?,
+            reference: "the first checkpoint of the same",
+            reference_ns: Some(median_ns("checkpoint/snapshot_10k_first")?),
+            goal: "<= 20 ms",
         },
         Row {
             what: "no-op call via ToolSet, no runner",

@@ -49,6 +49,8 @@ fn expected() -> Vec<&'static str> {
     names.extend(["python_repl", "rhai_repl", "run_script"]);
     #[cfg(feature = "search")]
     names.push("duckduckgo_search");
+    #[cfg(feature = "checkpoint")]
+    names.extend(["checkpoint_diff", "checkpoint_list", "checkpoint_restore"]);
     #[cfg(feature = "shell")]
     names.extend([
         "bash",

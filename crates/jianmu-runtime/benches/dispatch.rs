@@ -35,6 +35,23 @@ fn bench(c: &mut Criterion) {
                 .unwrap()
         })
     });
+    // The same call under ask rules it does not match: what a call that needs no
+    // approval pays for them.
+    let asking = ToolRunner::local().with_policy(jianmu_tool_core::Policy {
+        ask: vec![
+            "bash".into(),
+            "command:git push".into(),
+            "path:deploy/**".into(),
+        ],
+        ..jianmu_tool_core::Policy::default()
+    });
+    group.bench_function("toolset_runner_ask_rules", |b| {
+        b.to_async(&rt).iter(|| async {
+            set.execute("noop", Value::Object(Default::default()), Some(&asking))
+                .await
+                .unwrap()
+        })
+    });
     group.bench_function("toolset_direct", |b| {
         b.to_async(&rt).iter(|| async {
             set.execute("noop", Value::Object(Default::default()), None)

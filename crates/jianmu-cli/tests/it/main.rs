@@ -56,6 +56,8 @@ fn expected_tools() -> Vec<&'static str> {
     let mut names = Vec::new();
     #[cfg(feature = "calculator")]
     names.push("calculator");
+    #[cfg(feature = "checkpoint")]
+    names.extend(["checkpoint_diff", "checkpoint_list", "checkpoint_restore"]);
     #[cfg(feature = "code")]
     names.extend([
         "apply_patch",

@@ -237,7 +237,7 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
     );
     let legacy = client.step();
     assert_eq!(legacy["version"], "2025-11-25");
-    assert_eq!(legacy["tools"].as_array().unwrap().len(), 36, "{legacy}");
+    assert_eq!(legacy["tools"].as_array().unwrap().len(), 39, "{legacy}");
     assert_eq!(
         legacy["ok"],
         json!([false, "1267650600228229401496703205376", null])
@@ -251,7 +251,7 @@ fn a_real_client_over_http_gets_tokens_origins_revisions_and_a_state_per_session
     let modern = client.step();
     assert_eq!(
         modern,
-        json!({"step": "modern", "version": "2026-07-28", "tools": 36, "ok": [false, "42"]})
+        json!({"step": "modern", "version": "2026-07-28", "tools": 39, "ok": [false, "42"]})
     );
     let observed = client.step();
     assert_eq!(observed["health"], json!([200, "ok\n"]));
