@@ -34,8 +34,10 @@ pub(crate) struct Config {
     /// tool's own (`allow`, `credentials`, limits).
     #[serde(default)]
     pub(crate) egress: Map<String, Value>,
-    /// `[checkpoints]`: checkpoints of the workspace before each turn's first change.
+    /// `[checkpoints]`: checkpoints of the workspace before each turn's first change
+    /// (accepted and unused in a build without them).
     #[serde(default)]
+    #[cfg_attr(not(feature = "checkpoint"), allow(dead_code))]
     pub(crate) checkpoints: Option<Value>,
     /// The file these settings were read from (kept out of every command's view).
     #[serde(skip)]
