@@ -146,6 +146,15 @@ fn samples(tool: &str) -> Vec<Value> {
             json!({"target": "main"}),
             json!({"target": "HEAD", "paths": ["a.txt"]}),
         ],
+        "checkpoint_list" => vec![json!({})],
+        "checkpoint_diff" => vec![
+            json!({"id": "abcd"}),
+            json!({"id": "abcd", "to": "ef01", "path": "src"}),
+        ],
+        "checkpoint_restore" => vec![
+            json!({"id": "abcd"}),
+            json!({"id": "abcd", "dry_run": true}),
+        ],
         other => panic!("add samples for `{other}`"),
     }
 }

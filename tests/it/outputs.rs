@@ -139,6 +139,7 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
         ("http_request", json!({"url": api_url, "method": "HEAD"})),
         ("web_fetch", json!({"url": search_url})),
         ("duckduckgo_search", json!({"query": "example"})),
+        ("checkpoint_list", json!({})),
     ];
     let mut structured_tools = Vec::new();
     for (name, args) in &calls {
@@ -167,6 +168,30 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             (data, schema) => panic!("{name}: structured {data:?} but output schema {schema:?}"),
         }
     }
+    // The checkpoint taken before the first write: what changed since, and a dry run
+    // of bringing it back.
+    let list = session.call("checkpoint_list", json!({})).await.unwrap();
+    let id = list.structured.unwrap()["checkpoints"][0]["id"].clone();
+    let mut called_too = Vec::new();
+    for (name, args) in [
+        ("checkpoint_diff", json!({"id": id})),
+        ("checkpoint_restore", json!({"id": id, "dry_run": true})),
+    ] {
+        let out = session
+            .call(name, args.clone())
+            .await
+            .unwrap_or_else(|e| panic!("{name} {args}: {e}"));
+        let spec = tools.tool(name).unwrap().spec();
+        let schema = spec.structured_output_schema().unwrap();
+        let data = out.structured.unwrap();
+        let validator = jsonschema::validator_for(schema).unwrap();
+        assert!(
+            validator.is_valid(&data),
+            "{name}: {data} breaks its schema"
+        );
+        structured_tools.push(name);
+        called_too.push(name);
+    }
     structured_tools.dedup();
     assert_eq!(
         structured_tools,
@@ -189,10 +214,14 @@ async fn every_tool_returns_structured_output_that_matches_its_schema() {
             "http_request",
             "web_fetch",
             "duckduckgo_search",
+            "checkpoint_list",
+            "checkpoint_diff",
+            "checkpoint_restore",
         ]
     );
     // Every tool of the provider was called.
     let mut called: Vec<&str> = calls.iter().map(|(n, _)| *n).collect();
+    called.extend(called_too);
     called.sort_unstable();
     called.dedup();
     let mut all = tools.names();

@@ -95,6 +95,7 @@ use serde::{Deserialize, Serialize};
 mod cache;
 mod diff;
 mod fsops;
+mod ignores;
 mod index;
 mod manifest;
 mod object;
@@ -252,6 +253,12 @@ pub struct Restored {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum CheckpointError {
+    /// The session has no checkpoints, and why.
+    #[error("checkpoints are off in this session: {why}")]
+    Off {
+        /// Why (turned off, no folder for the store, a Docker sandbox).
+        why: String,
+    },
     /// The workspace folder cannot be opened or read.
     #[error("cannot read the workspace `{}`", .path.display())]
     Workspace {

@@ -211,18 +211,30 @@ impl Walk<'_> {
         let store = self.store;
         let settings = &store.settings;
         let rules = Arc::clone(&store.rules);
+        // `.gitignore` files are read here, not by the walker, which would follow a
+        // link (to `/dev/zero`) or wait on a FIFO forever.
+        let ignores = Arc::new(crate::ignores::Ignores::default());
+        let root = store.workspace.clone();
         let mut builder = WalkBuilder::new(&store.workspace);
         builder
             .standard_filters(false)
             .hidden(false)
             .ignore(false)
-            .git_ignore(true)
+            .git_ignore(false)
             .git_global(false)
             .git_exclude(false)
             .require_git(false)
             .parents(false)
             .follow_links(false)
-            .filter_entry(move |e| e.depth() == 0 || !rules.excluded_entry(e));
+            .filter_entry(move |e| {
+                e.depth() == 0
+                    || !(rules.excluded_entry(e)
+                        || ignores.ignored(
+                            &root,
+                            e.path(),
+                            e.file_type().is_some_and(|t| t.is_dir()),
+                        ))
+            });
         let m = &mut self.manifest;
         let skipped = &mut self.skipped;
         let mut count = 0usize;

@@ -44,13 +44,16 @@ impl Slot {
     /// The session's store.
     ///
     /// # Errors
-    /// Why there is none, for the model to read.
-    pub fn store(&self) -> Result<Arc<Store>, String> {
+    /// [`CheckpointError::Off`](crate::CheckpointError::Off): why there is none.
+    pub fn store(&self) -> Result<Arc<Store>, crate::CheckpointError> {
         let state = self.lock();
         match (&state.store, &state.off) {
             (Some(store), _) => Ok(Arc::clone(store)),
-            (None, Some(why)) => Err(format!("checkpoints are off in this session: {why}")),
-            (None, None) => Err("checkpoints are off in this session".to_owned()),
+            (None, why) => Err(crate::CheckpointError::Off {
+                why: why
+                    .clone()
+                    .unwrap_or_else(|| "no session set them up".to_owned()),
+            }),
         }
     }
 

@@ -1178,3 +1178,32 @@ fn what_is_in_the_way_of_a_restore_is_left_and_said() {
     assert_eq!(diff.changes.len(), 1);
     assert_eq!(diff.changes[0].kind, ChangeKind::TypeChanged);
 }
+
+#[test]
+fn hostile_ignore_files_neither_hang_nor_exhaust_a_snapshot() {
+    let f = fixture();
+    f.write("a/keep.txt", "kept");
+    f.write("b/x.log", "ignored only by a link's rules");
+    f.write("c/x.log", "ignored");
+    f.write("c/y.log", "whitelisted");
+    f.write("c/.gitignore", "*.log\n!y.log\n");
+    f.write("outside-rules", "*.log\n");
+    // A FIFO would block a reader forever; a link to /dev/zero would never end.
+    rustix::fs::mknodat(
+        rustix::fs::CWD,
+        f.ws.join("a/.gitignore"),
+        rustix::fs::FileType::Fifo,
+        rustix::fs::Mode::from_raw_mode(0o644),
+        0,
+    )
+    .unwrap();
+    std::os::unix::fs::symlink("/dev/zero", f.ws.join(".gitignore")).unwrap();
+    std::os::unix::fs::symlink(f.ws.join("outside-rules"), f.ws.join("b/.gitignore")).unwrap();
+    let store = f.open();
+    let cp = created(&store.snapshot("hostile").unwrap());
+    let paths = paths_of(&store, &cp);
+    for kept in ["a/keep.txt", "b/x.log", "c/y.log", "c/.gitignore"] {
+        assert!(paths.iter().any(|p| p.ends_with(kept)), "{kept}: {paths:?}");
+    }
+    assert!(!paths.iter().any(|p| p.ends_with("c/x.log")), "{paths:?}");
+}

@@ -76,6 +76,14 @@ pub(crate) fn loosening(doc: &Value) -> Vec<String> {
     for entry in pre_approved {
         found.push(format!("[policy] allow = \"{entry}\""));
     }
+    if let Some(checkpoints) = doc.get("checkpoints") {
+        if checkpoints.get("enabled").and_then(Value::as_bool) == Some(false) {
+            found.push("[checkpoints] enabled = false".into());
+        }
+        if let Some(v) = checkpoints.get("dir") {
+            found.push(format!("[checkpoints] dir = {v}"));
+        }
+    }
     if let Some(isolation) = doc.get("isolation") {
         isolation_loosening(isolation, "[isolation]", &mut found);
     }
@@ -190,6 +198,7 @@ mod tests {
             "workspace = \"/\"\n\
              [execution]\naudit_log = \"/home/u/.bashrc\"\n\
              [policy]\nallow = [\"bash\", \"command:git push\"]\n\
+             [checkpoints]\nenabled = false\ndir = \"/tmp/x\"\nmax_files = 3\n\
              [execution.docker]\nnetwork = true\nimage = \"mine\"\nuser = \"0:0\"\n\
              [isolation]\nmode = \"off\"\n\
              [egress]\nallow = [\"evil.test\"]\nmax_bytes = 5\n\
@@ -207,6 +216,8 @@ mod tests {
                 "[execution.docker] network = true",
                 "[execution.docker] user = \"0:0\"",
                 "[policy] allow = \"command:git push\"",
+                "[checkpoints] enabled = false",
+                "[checkpoints] dir = \"/tmp/x\"",
                 "[isolation] mode = \"off\"",
                 "[egress] allow = [\"evil.test\"]",
                 "[tools.bash.isolation] network = true",

@@ -44,7 +44,9 @@ pub(crate) fn form(ask: &Ask) -> Value {
                     "title": "Decision",
                     "description": "allow_once: run this call; allow_session: run it and \
                                     every later call this rule asks about for this tool in \
-                                    this session; deny: refuse it",
+                                    this session (for a client without protocol sessions: \
+                                    every call of this principal until its session ends); \
+                                    deny: refuse it",
                     "enum": Decision::ALL.map(Decision::as_str),
                 }
             },

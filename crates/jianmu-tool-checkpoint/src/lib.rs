@@ -20,7 +20,7 @@ async fn with_store<T: Send + 'static>(
     slot: &Slot,
     work: impl FnOnce(&Store) -> Result<T, CheckpointError> + Send + 'static,
 ) -> Result<T, ToolError> {
-    let store = slot.store().map_err(ToolError::failed)?;
+    let store = slot.store().map_err(|e| ToolError::failed(e.to_string()))?;
     tokio::task::spawn_blocking(move || work(&store))
         .await
         .map_err(|e| ToolError::failed(format!("the checkpoint store failed: {e}")))?

@@ -61,6 +61,14 @@ impl Policy {
             .map(String::as_str)
     }
 
+    /// Every `ask` entry naming `spec`'s tool or one of its effect tags.
+    pub fn asking<'a>(&'a self, spec: &'a ToolSpec) -> impl Iterator<Item = &'a str> {
+        self.ask
+            .iter()
+            .filter(|e| **e == spec.name || spec.effect_tags.iter().any(|tag| matches_tag(e, tag)))
+            .map(String::as_str)
+    }
+
     /// Whether `spec` may run.
     ///
     /// # Errors

@@ -61,9 +61,8 @@ impl<R: Runner> Runner for WithPolicy<R> {
         if !self.policy.is_open() {
             let spec = call.tool.spec();
             self.policy.check(spec)?;
-            let asked = self.policy.asks_tool(spec);
-            if asked.is_some() || !self.rules.is_empty() {
-                self.decide(&call, asked).await?;
+            if self.policy.asks_tool(spec).is_some() || !self.rules.is_empty() {
+                self.decide(&call).await?;
             }
         }
         self.inner.run(call).await
@@ -74,7 +73,7 @@ impl<R: Runner> Runner for WithPolicy<R> {
 
 impl<R> WithPolicy<R> {
     /// The call rules' part of the decision: refused by a deny rule, or asked about.
-    async fn decide(&self, call: &PreparedCall<'_>, asked: Option<&str>) -> Result<(), ToolError> {
+    async fn decide(&self, call: &PreparedCall<'_>) -> Result<(), ToolError> {
         let spec = call.tool.spec();
         let subject = Subject::of(spec, &call.args);
         let denied = |rule: String| ToolError::Denied {
@@ -84,33 +83,42 @@ impl<R> WithPolicy<R> {
         if let Some((entry, what)) = self.rules.denied(&subject) {
             return Err(denied(format!("{what} is denied (deny `{entry}`)")));
         }
-        let Some(rule) = asked.or_else(|| self.rules.asked(&subject)) else {
-            return Ok(());
-        };
-        if self.rules.approved(&subject) {
+        // Every rule that asks is asked (or remembered): an answer to one rule is
+        // not an answer to another the same call matches.
+        let mut rules: Vec<&str> = self.policy.asking(spec).collect();
+        rules.extend(self.rules.asked_all(&subject));
+        rules.dedup();
+        if rules.is_empty() || self.rules.approved(&subject) {
             return Ok(());
         }
-        let Some(approver) = call.cx.approver() else {
-            return Err(denied(format!(
-                "it needs approval (ask `{rule}`) and this caller cannot be asked"
-            )));
-        };
-        let ask = Ask::new(
-            &spec.name,
-            rule,
-            &subject.summary(&call.args),
-            call.cx.call_id(),
-        );
-        match approver.approve(&ask).await {
-            Answer::Decided { decision, .. } if decision.allows() => Ok(()),
-            Answer::Decided { .. } => Err(denied(format!(
-                "the call was refused when asked (ask `{rule}`); do not retry it unchanged"
-            ))),
-            Answer::Unavailable(why) | Answer::Pending(why) => Err(denied(format!(
-                "it needs approval (ask `{rule}`) and {why}"
-            ))),
-            _ => Err(denied(format!("it needs approval (ask `{rule}`)"))),
+        for rule in rules {
+            let Some(approver) = call.cx.approver() else {
+                return Err(denied(format!(
+                    "it needs approval (ask `{rule}`) and this caller cannot be asked"
+                )));
+            };
+            let ask = Ask::new(
+                &spec.name,
+                rule,
+                &subject.summary(&call.args),
+                call.cx.call_id(),
+            );
+            match approver.approve(&ask).await {
+                Answer::Decided { decision, .. } if decision.allows() => {}
+                Answer::Decided { .. } => {
+                    return Err(denied(format!(
+                        "the call was refused when asked (ask `{rule}`); do not retry it unchanged"
+                    )));
+                }
+                Answer::Unavailable(why) | Answer::Pending(why) => {
+                    return Err(denied(format!(
+                        "it needs approval (ask `{rule}`) and {why}"
+                    )));
+                }
+                _ => return Err(denied(format!("it needs approval (ask `{rule}`)"))),
+            }
         }
+        Ok(())
     }
 }
 

@@ -49,20 +49,26 @@ pub(crate) struct CallRules {
 }
 
 /// What a call offers the rules: its command text and the paths it writes.
-pub(crate) struct Subject<'a> {
-    command: Option<&'a str>,
+pub(crate) struct Subject {
+    command: Option<String>,
     paths: Vec<String>,
 }
 
-impl<'a> Subject<'a> {
+impl Subject {
     /// What `args` of the tool `spec` offer: a command for a tool that runs programs
     /// (`command`, `cmd` or `input`), paths for a tool that writes files.
-    pub(crate) fn of(spec: &ToolSpec, args: &'a Value) -> Self {
+    pub(crate) fn of(spec: &ToolSpec, args: &Value) -> Self {
         let tagged = |tag: &str| spec.effect_tags.iter().any(|t| t == tag);
+        // Every key a tool may run is read, joined by newlines: which one the tool
+        // picks (the first non-blank) is its own affair, and a decoy in another key
+        // must not hide it.
         let command = if tagged("process:exec") {
-            ["command", "cmd", "input"]
+            let parts: Vec<&str> = ["command", "cmd", "input"]
                 .iter()
-                .find_map(|key| args.get(key).and_then(Value::as_str))
+                .filter_map(|key| args.get(key).and_then(Value::as_str))
+                .filter(|text| !text.trim().is_empty())
+                .collect();
+            (!parts.is_empty()).then(|| parts.join("\n"))
         } else {
             None
         };
@@ -76,8 +82,8 @@ impl<'a> Subject<'a> {
 
     /// What to show a person about the call.
     pub(crate) fn summary(&self, args: &Value) -> String {
-        if let Some(command) = self.command {
-            return command.to_owned();
+        if let Some(command) = &self.command {
+            return command.clone();
         }
         if !self.paths.is_empty() {
             return format!("writes {}", self.paths.join(", "));
@@ -97,7 +103,7 @@ fn written_paths(args: &Value) -> Vec<String> {
         paths.extend(list.iter().filter_map(Value::as_str).map(str::to_owned));
     }
     if let Some(patch) = args.get("patch").and_then(Value::as_str) {
-        for line in patch.lines() {
+        for line in patch.lines().map(str::trim) {
             let named = [
                 "*** Add File:",
                 "*** Update File:",
@@ -156,7 +162,7 @@ impl CallRules {
     }
 
     /// The first deny entry matching `subject`, with what it matched.
-    pub(crate) fn denied(&self, subject: &Subject<'_>) -> Option<(&str, String)> {
+    pub(crate) fn denied(&self, subject: &Subject) -> Option<(&str, String)> {
         self.deny.iter().find_map(|rule| {
             rule.matched(subject)
                 .map(|what| (rule.entry.as_str(), what))
@@ -164,21 +170,27 @@ impl CallRules {
     }
 
     /// The first ask entry matching `subject`.
-    pub(crate) fn asked(&self, subject: &Subject<'_>) -> Option<&str> {
+    #[cfg(test)]
+    pub(crate) fn asked<'s>(&'s self, subject: &'s Subject) -> Option<&'s str> {
+        self.asked_all(subject).next()
+    }
+
+    /// Every ask entry matching `subject`.
+    pub(crate) fn asked_all<'s>(&'s self, subject: &'s Subject) -> impl Iterator<Item = &'s str> {
         self.ask
             .iter()
-            .find(|rule| rule.matched(subject).is_some())
+            .filter(|rule| rule.matched(subject).is_some())
             .map(|rule| rule.entry.as_str())
     }
 
     /// Whether the allow entries answer an ask for `subject`: every simple command of
     /// its command starts with an allowed prefix (or an allowed expression matches it),
     /// or every path it writes matches an allowed glob.
-    pub(crate) fn approved(&self, subject: &Subject<'_>) -> bool {
+    pub(crate) fn approved(&self, subject: &Subject) -> bool {
         if self.allow.is_empty() {
             return false;
         }
-        if let Some(command) = subject.command {
+        if let Some(command) = subject.command.as_deref() {
             let whole = self.allow.iter().any(|rule| match &rule.matcher {
                 Matcher::Regex(re) => re.is_match(command),
                 _ => false,
@@ -205,14 +217,14 @@ impl CallRules {
 
 impl Rule {
     /// What of `subject` the rule matches (the simple command or the path), if any.
-    fn matched(&self, subject: &Subject<'_>) -> Option<String> {
+    fn matched(&self, subject: &Subject) -> Option<String> {
         match &self.matcher {
-            Matcher::Prefix(words) => simple_commands(subject.command?)
+            Matcher::Prefix(words) => simple_commands(subject.command.as_deref()?)
                 .into_iter()
                 .find(|part| starts_with_words(part, words))
                 .map(|part| format!("command `{}`", part.join(" "))),
             Matcher::Regex(re) => {
-                let command = subject.command?;
+                let command = subject.command.as_deref()?;
                 re.is_match(command)
                     .then(|| format!("command `{}`", jianmu_tool_core::shorten(command, 80)))
             }
@@ -221,7 +233,9 @@ impl Rule {
                 .iter()
                 .find(|path| path_matches(glob, path))
                 .map(|path| format!("path `{path}`")),
-            Matcher::Broken { path: false } => subject.command.map(|_| "the command".to_owned()),
+            Matcher::Broken { path: false } => {
+                subject.command.as_ref().map(|_| "the command".to_owned())
+            }
             Matcher::Broken { path: true } => subject.paths.first().map(|p| format!("path `{p}`")),
         }
     }

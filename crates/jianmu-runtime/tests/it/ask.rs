@@ -131,3 +131,35 @@ async fn asks_go_to_the_approver_and_allow_session_is_remembered() {
     assert_eq!(lines[1]["asked"], "writes deploy/a");
     assert!(lines[1]["time"].as_f64().unwrap() > 1.7e9);
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_rule_a_call_matches_is_asked_and_one_answer_covers_one_rule() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let session = open(dir.path(), &["command:echo", "command:printf"], &audit);
+    let (approver, asked) = scripted(&[Decision::AllowSession, Decision::Deny]);
+    session.set_approver(Some(approver));
+    let out = session
+        .call("bash", json!({"command": "echo a"}))
+        .await
+        .unwrap();
+    assert_eq!(out.text, "a\n");
+    // `echo` is remembered; `printf` is a rule of its own, asked and refused.
+    let err = session
+        .call("bash", json!({"command": "echo b && printf c"}))
+        .await
+        .unwrap_err();
+    assert!(
+        err.to_string()
+            .contains("refused when asked (ask `command:printf`)"),
+        "{err}"
+    );
+    let rules: Vec<String> = asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|a| a.rule.clone())
+        .collect();
+    assert_eq!(rules, ["command:echo", "command:printf"]);
+    session.close().await;
+}
