@@ -1064,17 +1064,15 @@ fn stateless_clients_keep_state_through_handles_and_principals_never_meet() {
     assert_eq!(server.terminate(), Some(0));
 }
 
-/// The server scenarios of the MCP conformance suite that apply to a tool server,
-/// ported to `conformance.py` (see its docs), on both revisions.
-#[test]
-fn the_conformance_scenarios_pass_on_both_revisions() {
-    let (_dir, ws) = scratch();
-    let server = Served::start(&ws, &[]);
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/conformance.py");
+/// Runs the ported suite `script` (in `tests/it`) with `args`; its checks, each
+/// asserted "ok".
+fn ported_checks(script: &str, args: &[&str]) -> std::collections::BTreeMap<String, String> {
+    let script = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/it")
+        .join(script);
     let out = jianmu_process::std_command(crate::mcp::python())
         .arg(&script)
-        .args([server.url.as_str(), TOKEN])
-        .arg(&ws)
+        .args(args)
         .output()
         .unwrap();
     assert!(
@@ -1090,6 +1088,19 @@ fn the_conformance_scenarios_pass_on_both_revisions() {
         .map(|(check, why)| format!("{check}: {why}"))
         .collect();
     assert!(failed.is_empty(), "{failed:#?}");
+    results
+}
+
+/// The server scenarios of the MCP conformance suite that apply to a tool server,
+/// ported to `conformance.py` (see its docs), on both revisions.
+#[test]
+fn the_conformance_scenarios_pass_on_both_revisions() {
+    let (_dir, ws) = scratch();
+    let server = Served::start(&ws, &[]);
+    let results = ported_checks(
+        "conformance.py",
+        &[&server.url, TOKEN, ws.to_str().unwrap()],
+    );
     let mut expected = vec![
         "caching".to_owned(),
         "dns-rebinding-protection".to_owned(),
@@ -1314,26 +1325,8 @@ fn the_input_required_scenarios_pass() {
             "command:printf",
         ],
     );
-    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/it/mrtr.py");
     let principals = format!("{ALICE},{BOB}");
-    let out = jianmu_process::std_command(crate::mcp::python())
-        .arg(&script)
-        .args([server.url.as_str(), principals.as_str()])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let results: std::collections::BTreeMap<String, String> =
-        serde_json::from_slice(&out.stdout).unwrap();
-    let failed: Vec<String> = results
-        .iter()
-        .filter(|(_, outcome)| *outcome != "ok")
-        .map(|(check, why)| format!("{check}: {why}"))
-        .collect();
-    assert!(failed.is_empty(), "{failed:#?}");
+    let results = ported_checks("mrtr.py", &[&server.url, &principals]);
     let ported: [(&str, &[&str]); 8] = [
         (
             "basic-elicitation",
