@@ -97,7 +97,9 @@ pub(crate) fn write_file<E>(
         let file = file
             .into_inner()
             .map_err(|e| WriteError::Io(e.into_error()))?;
-        // The umask narrowed the mode at creation; set it exactly.
+        own_like(dir, &file);
+        // The umask narrowed the mode at creation; set it exactly (after the owner:
+        // a change of owner clears set-id bits).
         rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))
             .map_err(|e| WriteError::Io(e.into()))?;
         rustix::fs::renameat(dir, tmp.as_str(), dir, name).map_err(|e| WriteError::Io(e.into()))
@@ -122,6 +124,7 @@ pub(crate) fn write_link(dir: &OwnedFd, name: &str, target: &[u8]) -> io::Result
     let tmp = temp_name(name);
     let target = <std::ffi::OsStr as std::os::unix::ffi::OsStrExt>::from_bytes(target);
     rustix::fs::symlinkat(target, dir, tmp.as_str())?;
+    own_like_at(dir, &tmp);
     let done = rustix::fs::renameat(dir, tmp.as_str(), dir, name);
     if done.is_err() {
         let _ = rustix::fs::unlinkat(dir, tmp.as_str(), AtFlags::empty());
@@ -144,7 +147,48 @@ pub(crate) fn remove_dir(dir: &OwnedFd, name: &str) -> io::Result<()> {
 /// Makes the folder `name` in `dir`, open to its owner only until its mode is set.
 pub(crate) fn make_dir(dir: &OwnedFd, name: &str) -> io::Result<()> {
     check_name(name)?;
-    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700)).map_err(Into::into)
+    rustix::fs::mkdirat(dir, name, Mode::from_raw_mode(0o700))?;
+    own_like_at(dir, name);
+    Ok(())
+}
+
+/// Gives `file` the owner of the folder `dir` it is made in, when they differ and
+/// this process may (as root: a Docker sandbox works as the workspace's owner, who
+/// must still be able to change what a restore wrote). Otherwise left as made.
+fn own_like(dir: &OwnedFd, file: &impl AsFd) {
+    let (Ok(want), Ok(got)) = (rustix::fs::fstat(dir), rustix::fs::fstat(file)) else {
+        return;
+    };
+    if (want.st_uid, want.st_gid) != (got.st_uid, got.st_gid) {
+        let _ = rustix::fs::fchown(file, Some(owner(want.st_uid)), Some(group(want.st_gid)));
+    }
+}
+
+/// [`own_like`] for the entry `name` of `dir`, never following a link.
+fn own_like_at(dir: &OwnedFd, name: &str) {
+    let Ok(want) = rustix::fs::fstat(dir) else {
+        return;
+    };
+    let Ok(got) = rustix::fs::statat(dir, name, AtFlags::SYMLINK_NOFOLLOW) else {
+        return;
+    };
+    if (want.st_uid, want.st_gid) != (got.st_uid, got.st_gid) {
+        let _ = rustix::fs::chownat(
+            dir,
+            name,
+            Some(owner(want.st_uid)),
+            Some(group(want.st_gid)),
+            AtFlags::SYMLINK_NOFOLLOW,
+        );
+    }
+}
+
+fn owner(uid: u32) -> rustix::fs::Uid {
+    rustix::fs::Uid::from_raw(uid)
+}
+
+fn group(gid: u32) -> rustix::fs::Gid {
+    rustix::fs::Gid::from_raw(gid)
 }
 
 /// Sets the mode of the folder `name` in `dir` (`""`: `dir` itself) without

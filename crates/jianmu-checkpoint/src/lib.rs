@@ -105,7 +105,7 @@ mod scan;
 mod slot;
 mod snapshot;
 
-pub use slot::{Config, Slot};
+pub use slot::{Config, Mirror, MirrorFuture, Slot};
 
 use object::{Objects, Oid};
 
@@ -284,6 +284,17 @@ pub enum CheckpointError {
         /// The failure.
         #[source]
         source: io::Error,
+    },
+    /// A restore failed partway: the workspace is part restored.
+    #[error(
+        "the restore stopped partway ({failure}); checkpoint {undo} is the workspace as it \
+         was before it: restore that to undo what was done"
+    )]
+    Interrupted {
+        /// The checkpoint taken just before the restore.
+        undo: String,
+        /// Why it stopped.
+        failure: Box<CheckpointError>,
     },
     /// No checkpoint has that id.
     #[error("no checkpoint `{id}`{}; `checkpoint_list` shows them", newest_hint(.newest))]
@@ -545,9 +556,17 @@ impl Store {
                 Err(e) => return Err(in_store(e, d)),
             }
         }
-        for (name, content) in [("HEAD", "ref: refs/heads/main\n"), ("config", CONFIG)] {
+        // Which workspace the store is of, for whoever finds it (the folder's name is
+        // a hash of that path).
+        let mut named = ws.as_os_str().as_encoded_bytes().to_vec();
+        named.push(b'\n');
+        for (name, content) in [
+            ("HEAD", &b"ref: refs/heads/main\n"[..]),
+            ("config", CONFIG.as_bytes()),
+            ("workspace", &named[..]),
+        ] {
             if store.symlink_metadata(name).is_err() {
-                index::write_atomic(&store, Path::new(name), content.as_bytes())
+                index::write_atomic(&store, Path::new(name), content)
                     .map_err(|e| in_store(e, name))?;
             }
         }

@@ -67,8 +67,16 @@ pub(crate) fn restore(
         modes: BTreeMap::new(),
         parent: None,
     };
-    run.remove()?;
-    run.write()?;
+    // Past the undo checkpoint, an error names it: what was done can be undone.
+    let interrupted = |e: CheckpointError| match &undo {
+        Some(undo) => CheckpointError::Interrupted {
+            undo: undo.clone(),
+            failure: Box::new(e),
+        },
+        None => e,
+    };
+    run.remove().map_err(interrupted)?;
+    run.write().map_err(interrupted)?;
     run.set_modes();
     for s in &target.skipped {
         run.left.push(Skipped::new(

@@ -1,24 +1,84 @@
 //! `Slot`: a session's checkpoints, where its tools and its runtime find them (one per
 //! tool scope), and the turns that decide when a snapshot is taken.
 
+use std::future::Future;
+use std::pin::Pin;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::Store;
+use std::path::PathBuf;
+
+use crate::{Settings, Store};
+
+/// A future a [`Mirror`] returns.
+pub type MirrorFuture<'a> = Pin<Box<dyn Future<Output = Result<(), String>> + Send + 'a>>;
+
+/// Where the session's commands really change the workspace when that is not the
+/// folder the store reads: a Docker sandbox's copy of it. The store reads and
+/// restores the folder here; the mirror brings the copy's changes here first, and
+/// sends a restore there after.
+pub trait Mirror: Send + Sync + 'static {
+    /// Brings what changed in the copy here (new and changed files), before the store
+    /// reads the workspace.
+    fn pull(&self) -> MirrorFuture<'_>;
+
+    /// Sends the workspace as it is here to the copy after a restore, and removes
+    /// `removed` (workspace-relative, files before their folders) there too.
+    fn push<'a>(&'a self, removed: &'a [String]) -> MirrorFuture<'a>;
+}
 
 /// A session's store, or why it has none; and the time of its last call, which
 /// tells a new turn from the rest of the current one.
-#[derive(Debug, Default)]
+#[derive(Default)]
 pub struct Slot {
     state: Mutex<State>,
+    mirror: Mutex<Option<Arc<dyn Mirror>>>,
+}
+
+impl std::fmt::Debug for Slot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("state", &*self.lock())
+            .finish_non_exhaustive()
+    }
 }
 
 #[derive(Debug, Default)]
 struct State {
     store: Option<Arc<Store>>,
+    /// How to open the store at its first use.
+    later: Option<Later>,
     off: Option<String>,
     last_call: Option<Instant>,
     turn_marked: bool,
+}
+
+/// The arguments of [`Store::open`], for a store opened at its first use.
+#[derive(Debug)]
+struct Later {
+    store_dir: PathBuf,
+    workspace: PathBuf,
+    exclude: Vec<PathBuf>,
+    settings: Settings,
+}
+
+impl State {
+    /// Opens the store if it is still to be opened; a failure turns checkpoints off,
+    /// saying why.
+    fn open(&mut self) {
+        let Some(later) = self.later.take() else {
+            return;
+        };
+        match Store::open(
+            &later.store_dir,
+            &later.workspace,
+            &later.exclude,
+            later.settings,
+        ) {
+            Ok(store) => self.store = Some(Arc::new(store)),
+            Err(e) => self.off = Some(e.to_string()),
+        }
+    }
 }
 
 impl Slot {
@@ -30,7 +90,33 @@ impl Slot {
     pub fn set(&self, store: Arc<Store>) {
         let mut state = self.lock();
         state.store = Some(store);
+        state.later = None;
         state.off = None;
+    }
+
+    /// Keeps the session's checkpoints in the store [`Store::open`] opens with these
+    /// arguments at its first use (a session that changes nothing makes no store).
+    pub fn open_later(
+        &self,
+        store_dir: PathBuf,
+        workspace: PathBuf,
+        exclude: Vec<PathBuf>,
+        settings: Settings,
+    ) {
+        let mut state = self.lock();
+        state.store = None;
+        state.off = None;
+        state.later = Some(Later {
+            store_dir,
+            workspace,
+            exclude,
+            settings,
+        });
+    }
+
+    /// The store if it has been opened (none is made here).
+    pub fn opened(&self) -> Option<Arc<Store>> {
+        self.lock().store.clone()
     }
 
     /// Says why the session has no checkpoints (turned off, or the store could not
@@ -38,6 +124,7 @@ impl Slot {
     pub fn set_off(&self, why: impl Into<String>) {
         let mut state = self.lock();
         state.store = None;
+        state.later = None;
         state.off = Some(why.into());
     }
 
@@ -46,7 +133,8 @@ impl Slot {
     /// # Errors
     /// [`CheckpointError::Off`](crate::CheckpointError::Off): why there is none.
     pub fn store(&self) -> Result<Arc<Store>, crate::CheckpointError> {
-        let state = self.lock();
+        let mut state = self.lock();
+        state.open();
         match (&state.store, &state.off) {
             (Some(store), _) => Ok(Arc::clone(store)),
             (None, why) => Err(crate::CheckpointError::Off {
@@ -54,6 +142,42 @@ impl Slot {
                     .clone()
                     .unwrap_or_else(|| "no session set them up".to_owned()),
             }),
+        }
+    }
+
+    /// Keeps the workspace's copy that the session's commands change (see [`Mirror`]).
+    pub fn set_mirror(&self, mirror: Arc<dyn Mirror>) {
+        *self.mirror.lock().unwrap_or_else(PoisonError::into_inner) = Some(mirror);
+    }
+
+    fn mirror(&self) -> Option<Arc<dyn Mirror>> {
+        self.mirror
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Brings the copy's changes here when the workspace has a copy (nothing to do
+    /// otherwise).
+    ///
+    /// # Errors
+    /// The copy could not be read: what the store reads may be behind it.
+    pub async fn pull(&self) -> Result<(), String> {
+        match self.mirror() {
+            Some(mirror) => mirror.pull().await,
+            None => Ok(()),
+        }
+    }
+
+    /// After a restore, sends the workspace to its copy when it has one, removing
+    /// `removed` there.
+    ///
+    /// # Errors
+    /// The copy could not be updated: it still holds what it held.
+    pub async fn push(&self, removed: &[String]) -> Result<(), String> {
+        match self.mirror() {
+            Some(mirror) => mirror.push(removed).await,
+            None => Ok(()),
         }
     }
 
@@ -82,6 +206,7 @@ impl Slot {
             return None;
         }
         state.turn_marked = false;
+        state.open();
         state.store.clone()
     }
 

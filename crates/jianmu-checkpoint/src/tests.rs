@@ -1207,3 +1207,49 @@ fn hostile_ignore_files_neither_hang_nor_exhaust_a_snapshot() {
     }
     assert!(!paths.iter().any(|p| p.ends_with("c/x.log")), "{paths:?}");
 }
+
+/// A restore that fails past its undo checkpoint (a damaged object in the store)
+/// names that checkpoint, and restoring it brings the workspace back as it was.
+#[test]
+fn a_restore_that_stops_partway_names_its_undo() {
+    use std::io::Read as _;
+    let f = fixture();
+    f.write("a.txt", "first version\n");
+    let store = f.open();
+    let cp = created(&store.snapshot("one").unwrap());
+    f.write("a.txt", "second version\n");
+    f.write("new.txt", "made later\n");
+    let mut damaged = false;
+    for sub in fs::read_dir(f.store_dir.join("objects")).unwrap() {
+        let sub = sub.unwrap();
+        if sub.file_name().len() != 2 {
+            continue;
+        }
+        for o in fs::read_dir(sub.path()).unwrap() {
+            let path = o.unwrap().path();
+            let mut text = Vec::new();
+            flate2::read::ZlibDecoder::new(fs::File::open(&path).unwrap())
+                .read_to_end(&mut text)
+                .unwrap();
+            if text.ends_with(b"\0first version\n") {
+                fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
+                fs::write(&path, b"not zlib at all").unwrap();
+                damaged = true;
+            }
+        }
+    }
+    assert!(damaged);
+    let err = store.restore(&cp.id, false).unwrap_err();
+    let CheckpointError::Interrupted { undo, .. } = &err else {
+        panic!("{err}");
+    };
+    assert!(
+        err.to_string().contains(&format!(
+            "checkpoint {undo} is the workspace as it was before it"
+        )),
+        "{err}"
+    );
+    store.restore(undo, false).unwrap();
+    assert_eq!(f.read("a.txt"), "second version\n");
+    assert_eq!(f.read("new.txt"), "made later\n");
+}

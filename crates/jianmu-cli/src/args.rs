@@ -310,6 +310,9 @@ pub(crate) enum CheckpointCommand {
         /// Only say what would change.
         #[arg(long)]
         dry_run: bool,
+        /// Allow the restore when this `ask` rule asks about it (as `call --approve`).
+        #[arg(long, value_name = "RULE")]
+        approve: Vec<String>,
     },
 }
 
@@ -329,9 +332,19 @@ impl CheckpointCommand {
         let args = match self {
             Self::List => serde_json::json!({}),
             Self::Diff { id, to, path } => serde_json::json!({"id": id, "to": to, "path": path}),
-            Self::Restore { id, dry_run } => serde_json::json!({"id": id, "dry_run": dry_run}),
+            Self::Restore { id, dry_run, .. } => {
+                serde_json::json!({"id": id, "dry_run": dry_run})
+            }
         };
         args.to_string()
+    }
+
+    /// The `ask` rules it may pass without asking.
+    pub(crate) fn approved(&self) -> &[String] {
+        match self {
+            Self::Restore { approve, .. } => approve,
+            _ => &[],
+        }
     }
 }
 

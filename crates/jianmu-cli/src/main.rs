@@ -135,7 +135,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
             approve,
         } => call(load()?, name, args, approve),
         #[cfg(feature = "checkpoint")]
-        Command::Checkpoint { command } => call(load()?, command.tool(), &command.args(), &[]),
+        Command::Checkpoint { command: c } => call(load()?, c.tool(), &c.args(), c.approved()),
         #[cfg(feature = "mcp")]
         Command::Mcp(mcp_args) => {
             let settings = load()?.for_mcp();

@@ -68,6 +68,11 @@ pub struct PrincipalSettings {
     /// Egress settings over `bash`'s and `python_repl`'s `egress` tables for this
     /// principal's calls (`allow`, `credentials`, limits).
     pub egress: Map<String, Value>,
+    /// Deny and ask entries added to `[policy]` for this principal's calls, and
+    /// `read_only` (`[mcp.http.principals.NAME.policy] ask = ["command:git push"]`):
+    /// stricter only. `[mcp.http.principal.policy]`'s entries and a principal's own add
+    /// up.
+    pub policy: jianmu_tool_core::Tightening,
 }
 
 impl PrincipalSettings {
@@ -90,6 +95,7 @@ impl PrincipalSettings {
             tools,
             isolation,
             egress,
+            policy: self.policy.over(&base.policy),
         }
     }
 }
@@ -159,6 +165,14 @@ impl HttpLimits {
                 return Err(BadLimits(format!(
                     "mcp.http.{name}.max_protocol_sessions must be at least 1"
                 )));
+            }
+            let policy = jianmu_tool_core::Policy {
+                deny: principal.policy.deny.clone(),
+                ask: principal.policy.ask.clone(),
+                ..jianmu_tool_core::Policy::default()
+            };
+            if let Err(e) = jianmu_runtime::check_policy(&policy) {
+                return Err(BadLimits(format!("mcp.http.{name}.policy: {e}")));
             }
         }
         Ok(())

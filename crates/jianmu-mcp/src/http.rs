@@ -563,7 +563,7 @@ pub async fn serve(
     let runtime = Runtime::new(session)?;
     // The first clients' sessions take warm containers.
     runtime.fill_pool();
-    let mut catalog = Catalog::new(runtime.tool_names(), runtime.policy());
+    let mut catalog = Catalog::new(runtime.tool_names());
     catalog.deferral = Arc::new(options.offer.deferral.clone());
     catalog.skills = options.offer.skills;
     let scopes = Scopes::new(

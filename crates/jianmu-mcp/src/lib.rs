@@ -18,7 +18,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Instant;
 
-use jianmu_runtime::{Policy, Session};
+use jianmu_runtime::Session;
 use jianmu_tool_core::{ExecuteOptions, SchemaFormat, ToolError, ToolOutput, ToolSpec};
 use rmcp::model::{
     CallToolRequestParams, CallToolResponse, CallToolResult, ContentBlock, Implementation,
@@ -81,12 +81,10 @@ const LIST_TTL_MS: u64 = 5 * 60 * 1000;
 /// How long calls still running may take to answer once the client closed its input.
 const SHUTDOWN_GRACE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What every session of one server shares: the tool names, the policy, what is
-/// deferred, and the metrics.
+/// What every session of one server shares: the tool names, what is deferred, and
+/// the metrics (each session's policy is its own: a principal's may be stricter).
 #[derive(Debug, Clone)]
 pub(crate) struct Catalog {
-    /// The policy: tools it denies are not listed.
-    policy: Policy,
     /// Tools listed only once `tool_search` finds them.
     deferral: Arc<Deferral>,
     /// Whether skills are served.
@@ -100,9 +98,8 @@ pub(crate) struct Catalog {
 }
 
 impl Catalog {
-    fn new(names: impl IntoIterator<Item = String>, policy: &Policy) -> Self {
+    fn new(names: impl IntoIterator<Item = String>) -> Self {
         Self {
-            policy: policy.clone(),
             deferral: Arc::default(),
             skills: true,
             known: Arc::new(names.into_iter().collect()),
@@ -115,10 +112,11 @@ impl Catalog {
     /// (built from its settings, a principal's included), those the policy allows,
     /// the deferred ones apart.
     fn listing(&self, session: &Session) -> defer::Made {
+        let policy = session.policy();
         let specs: Vec<ToolSpec> = session
             .specs()
             .into_iter()
-            .filter(|spec| self.policy.check(spec).is_ok())
+            .filter(|spec| policy.check(spec).is_ok())
             .collect();
         defer::Made::new(&specs, &self.deferral)
     }
@@ -159,7 +157,7 @@ impl Server {
     /// allows.
     pub fn new(session: Arc<Session>) -> Self {
         // Names only: the tools are built at the first listing or call.
-        let catalog = Catalog::new(session.runtime().tool_names(), session.runtime().policy());
+        let catalog = Catalog::new(session.runtime().tool_names());
         let mut server = Self::session(catalog, session, None, Listing::default());
         server.public = true;
         server
@@ -609,7 +607,7 @@ impl Server {
         ),
         ErrorData,
     > {
-        if self.session.runtime().policy().ask.is_empty() {
+        if self.session.policy().ask.is_empty() {
             return Ok((None, None));
         }
         let modern = context

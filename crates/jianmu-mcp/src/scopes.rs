@@ -202,7 +202,9 @@ impl Scopes {
                 opening = opening.with_setting(tool, "egress", Value::Object(egress));
             }
         }
-        opening = opening.for_principal(principal);
+        opening = opening
+            .for_principal(principal)
+            .with_policy(settings.policy.clone());
         for (tool, keys) in &settings.tools {
             for (key, value) in keys {
                 opening = opening.with_setting(tool, key, value.clone());

@@ -20,8 +20,8 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
 
 use jianmu_tool_core::{
-    CallContext, Calls, DynRunner as _, EventBus, ExecuteOptions, InProcess, Policy, ToolConfig,
-    ToolError, ToolOutput, ToolSet, ToolSpec, calls_tools,
+    CallContext, Calls, DynRunner as _, EventBus, ExecuteOptions, InProcess, Policy, Tightening,
+    ToolConfig, ToolError, ToolOutput, ToolSet, ToolSpec, calls_tools, runs_with_session,
 };
 use serde_json::Value;
 use tokio_util::task::TaskTracker;
@@ -69,7 +69,7 @@ pub struct SessionSettings {
     /// as its tokens and configuration, and other tenants' folders.
     pub hidden: Vec<PathBuf>,
     /// Checkpoints of each session's workspace, taken before the first changing call
-    /// of each turn (on by default; local sessions only), which the `checkpoint_*`
+    /// of each turn (on by default), which the `checkpoint_*`
     /// tools list, diff and restore.
     #[cfg(feature = "checkpoint")]
     #[cfg_attr(docsrs, doc(cfg(feature = "checkpoint")))]
@@ -117,6 +117,9 @@ pub struct Opening {
     pub settings: Vec<(String, String, Value)>,
     /// Who the session serves, named in its audit lines (an HTTP principal).
     pub principal: Option<String>,
+    /// Rules laid over the runtime's policy for this session's calls (a principal's
+    /// own deny and ask entries): they can only make it stricter.
+    pub policy: Tightening,
 }
 
 impl Opening {
@@ -129,6 +132,13 @@ impl Opening {
     #[must_use]
     pub fn for_principal(mut self, principal: impl Into<String>) -> Self {
         self.principal = Some(principal.into());
+        self
+    }
+
+    /// Lays `extra` over the runtime's policy for this session's calls.
+    #[must_use]
+    pub fn with_policy(mut self, extra: Tightening) -> Self {
+        self.policy = extra;
         self
     }
 
@@ -376,12 +386,7 @@ impl Runtime {
                 });
             }
         };
-        Session::start(
-            self,
-            folder,
-            &opening.settings,
-            opening.principal.as_deref(),
-        )
+        Session::start(self, folder, &opening)
     }
 
     /// Waits (up to `limit`) for sessions being closed in the background, then stops
@@ -480,11 +485,13 @@ pub struct Session {
 
 struct Parts {
     tools: ToolSet,
+    /// The policy its calls are checked against.
+    policy: Arc<Policy>,
     /// Answers to the policy's `ask` rules: remembered ones, who answers.
     approvals: Arc<crate::approval::Approvals>,
     /// The session's checkpoints (in its tools' scope too).
     #[cfg(feature = "checkpoint")]
-    checkpoints: Arc<jianmu_checkpoint::Slot>,
+    checkpoints: crate::checkpoints::Checkpoints,
     runner: ToolRunner,
     /// Where a tool that calls tools runs (this process: the calls it makes go
     /// through `runner`), and what it calls them through.
@@ -521,8 +528,7 @@ impl Session {
     fn start(
         runtime: &Runtime,
         folder: Option<Folder>,
-        settings: &[(String, String, Value)],
-        principal: Option<&str>,
+        opening: &Opening,
     ) -> Result<Self, SessionError> {
         let mut session = Self {
             parts: std::sync::Mutex::new(None),
@@ -530,7 +536,7 @@ impl Session {
             runtime: runtime.clone(),
             owns_runtime: false,
         };
-        let parts = match session.build(settings, principal) {
+        let parts = match session.build(opening) {
             Ok(parts) => parts,
             Err(e) => {
                 // Nothing was built: give the count back and remove the folder here
@@ -550,13 +556,26 @@ impl Session {
     }
 
     /// The tool set (the session's own scope and workspace) and the runner.
-    fn build(
-        &self,
-        overrides: &[(String, String, Value)],
-        principal: Option<&str>,
-    ) -> Result<Parts, SessionError> {
+    fn build(&self, opening: &Opening) -> Result<Parts, SessionError> {
+        let overrides = &opening.settings;
+        let principal = opening.principal.as_deref();
         let shared = &self.runtime.shared;
         let settings = &shared.settings;
+        // The runtime's policy, or a stricter one of the session's own.
+        let policy = if opening.policy.is_empty() {
+            Arc::new(settings.policy.clone())
+        } else {
+            let policy = settings.policy.tightened(&opening.policy);
+            crate::check_policy(&policy)?;
+            Arc::new(policy)
+        };
+        let own_policy = |runner: ToolRunner| {
+            if opening.policy.is_empty() {
+                runner
+            } else {
+                runner.with_policy((*policy).clone())
+            }
+        };
         let mut tools = settings.tools.clone().with_new_scope();
         if let Some(folder) = &self.folder {
             tools = tools.with_workspace(&folder.path);
@@ -622,12 +641,21 @@ impl Session {
                 stack(ToolRunner::dynamic(sandbox), settings, &shared.events)
             }
         };
+        let runner = own_policy(runner);
         #[cfg(feature = "checkpoint")]
-        let checkpoints = crate::checkpoints::open(settings, &tools, &hidden);
+        let checkpoints = crate::checkpoints::open(
+            settings,
+            &tools,
+            &hidden,
+            #[cfg(feature = "docker")]
+            docker.as_ref(),
+        );
         let tools = settings.source.make(tools)?;
+        let host = own_policy(shared.local.clone());
         let calls: Arc<dyn Calls> = Arc::new(SessionCalls {
             tools: tools.clone(),
             runner: runner.clone(),
+            host: host.clone(),
         });
         let approvals = Arc::new(crate::approval::Approvals::new(
             shared.audit.clone(),
@@ -635,11 +663,12 @@ impl Session {
         ));
         Ok(Parts {
             tools,
+            policy,
             approvals,
             #[cfg(feature = "checkpoint")]
             checkpoints,
             runner,
-            host: shared.local.clone(),
+            host,
             calls,
             #[cfg(feature = "docker")]
             docker,
@@ -720,6 +749,15 @@ impl Session {
         }
     }
 
+    /// The policy the session's calls are checked against: the runtime's, with the
+    /// session's own rules laid over it ([`Opening::with_policy`]).
+    pub fn policy(&self) -> Arc<Policy> {
+        match self.lock().clone() {
+            Some(parts) => Arc::clone(&parts.policy),
+            None => Arc::new(self.runtime.policy().clone()),
+        }
+    }
+
     /// Whether the session has been closed.
     pub fn is_closed(&self) -> bool {
         self.lock().is_none()
@@ -752,8 +790,8 @@ impl Session {
         let tool = parts.tools.tool(name)?;
         // With ask rules, the call's approver is the session's: remembered answers
         // first, then the caller's approver or the session's own.
-        let asking: Option<Arc<dyn jianmu_tool_core::Approver>> =
-            (!self.runtime.policy().ask.is_empty()).then(|| {
+        let asking: Option<Arc<dyn jianmu_tool_core::Approver>> = (!parts.policy.ask.is_empty())
+            .then(|| {
                 Arc::new(crate::approval::Asking {
                     approvals: Arc::clone(&parts.approvals),
                     answerer: options.approver.cloned(),
@@ -764,17 +802,19 @@ impl Session {
             options = options.approver(asking);
         }
         #[cfg(feature = "checkpoint")]
-        let _turn = crate::checkpoints::before(
-            &parts.checkpoints,
-            tool.spec(),
-            &self.runtime.shared.settings.checkpoints,
-        )
-        .await;
+        let _turn = parts
+            .checkpoints
+            .before(tool.spec(), &self.runtime.shared.settings.checkpoints)
+            .await;
         if calls_tools(tool.spec()) {
             // A script runs here; each call it makes goes through the session's runner.
             return tool
                 .execute(args, options.runner(&parts.host).calls(&parts.calls))
                 .await;
+        }
+        if runs_with_session(tool.spec()) {
+            // Over the session's own state (its checkpoints), kept here.
+            return tool.execute(args, options.runner(&parts.host)).await;
         }
         tool.execute(args, options.runner(&parts.runner)).await
     }
@@ -785,7 +825,7 @@ impl Session {
     #[cfg_attr(docsrs, doc(cfg(feature = "checkpoint")))]
     pub fn begin_turn(&self) {
         if let Some(parts) = self.lock().clone() {
-            parts.checkpoints.mark_turn();
+            parts.checkpoints.slot.mark_turn();
         }
     }
 
@@ -837,6 +877,8 @@ impl Session {
 struct SessionCalls {
     tools: ToolSet,
     runner: ToolRunner,
+    /// Where tools over the session's own state run.
+    host: ToolRunner,
 }
 
 #[async_trait::async_trait]
@@ -864,7 +906,12 @@ impl Calls for SessionCalls {
             )));
         }
         let args = tool.prepare_args(args, None, true)?;
-        self.runner
+        let runner = if runs_with_session(tool.spec()) {
+            &self.host
+        } else {
+            &self.runner
+        };
+        runner
             .run_dyn(jianmu_tool_core::PreparedCall::new(tool, args, cx))
             .await
     }
@@ -878,6 +925,11 @@ async fn close(parts: Arc<Parts>, folder: Option<Folder>, runtime: &Runtime) -> 
     runtime.shared.release();
     #[cfg(feature = "docker")]
     let docker = parts.docker.clone();
+    // A folder of the session's own takes its checkpoints with it.
+    #[cfg(feature = "checkpoint")]
+    if folder.as_ref().is_some_and(|f| !f.kept) {
+        parts.checkpoints.remove_store();
+    }
     // The tools' scope ends with the last tool: their processes, jobs and
     // interpreters end with it (or with the last call still holding it).
     drop(parts);
@@ -920,6 +972,10 @@ impl Drop for Session {
             // No runtime to remove a container on: the tools end here, the folder
             // goes, and the container is removed by the next sandbox's sweep of
             // containers whose owner is gone.
+            #[cfg(feature = "checkpoint")]
+            if folder.as_ref().is_some_and(|f| !f.kept) {
+                parts.checkpoints.remove_store();
+            }
             drop(parts);
             if let Some(folder) = folder {
                 folder.remove_now();

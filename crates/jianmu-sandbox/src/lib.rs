@@ -310,14 +310,7 @@ impl DockerSandbox {
             None => self.inner.place(warm).await?,
         };
         if self.inner.engines[conn.engine()].copy {
-            let copied = copy::upload(
-                conn.backend(),
-                conn.id(),
-                &self.inner.workspace,
-                &self.inner.user,
-                self.inner.settings.copy_limit(),
-            )
-            .await;
+            let copied = self.copy_in(&conn).await;
             match copied {
                 Ok(left_out) => {
                     for s in &left_out.list {
@@ -368,6 +361,54 @@ impl DockerSandbox {
             }
             _ => Ok(Pulled::default()),
         }
+    }
+
+    /// When the workspace is copied: after it was changed here behind the container's
+    /// back (a checkpoint restored), sends it to this session's container again and
+    /// removes `removed` there (workspace-relative paths, files before their
+    /// folders). Nothing to do when it is mounted, or before the first call.
+    ///
+    /// # Errors
+    /// The engine failing, a workspace over `copy_limit_mib`, or paths the container
+    /// could not remove (named).
+    pub async fn push(&self, removed: &[String]) -> Result<(), SandboxError> {
+        let conn = self.conn.lock().await.clone();
+        let Some(conn) = conn else {
+            return Ok(());
+        };
+        if !self.inner.engines[conn.engine()].copy {
+            return Ok(());
+        }
+        if conn.is_dead() {
+            return Err(SandboxError::Lost(
+                "the sandbox container has stopped".into(),
+            ));
+        }
+        if !removed.is_empty() {
+            let args = serde_json::json!({ "paths": removed });
+            let cx = jianmu_tool_core::CallContext::new();
+            match conn.call(wire::REMOVE, args, &cx).await {
+                Outcome::Done { result: Ok(_), .. } => {}
+                Outcome::Done { result: Err(e), .. } => {
+                    return Err(SandboxError::Lost(jianmu_tool_core::error_chain(&e)));
+                }
+                Outcome::Lost(why) => return Err(SandboxError::Lost(why)),
+            }
+        }
+        *lock(&self.left_out) = self.copy_in(&conn).await?;
+        Ok(())
+    }
+
+    /// Copies the workspace into `conn`'s container; returns what was left out.
+    async fn copy_in(&self, conn: &Conn) -> Result<copy::Named, SandboxError> {
+        copy::upload(
+            conn.backend(),
+            conn.id(),
+            &self.inner.workspace,
+            &self.inner.user,
+            self.inner.settings.copy_limit(),
+        )
+        .await
     }
 }
 

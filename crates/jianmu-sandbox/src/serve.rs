@@ -8,12 +8,14 @@
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use jianmu_tool_core::{CallContext, Progress, ProgressSink, ToolConfig, ToolError, ToolSet};
+use jianmu_tool_core::{
+    CallContext, Progress, ProgressSink, ToolConfig, ToolError, ToolOutput, ToolSet,
+};
 use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::wire::{Reply, Request, to_line, write_lines};
+use super::wire::{REMOVE, Reply, Request, to_line, write_lines};
 use crate::lock;
 
 /// Serves calls on this process's stdin and stdout until stdin ends, with the tools
@@ -163,6 +165,7 @@ where
     let writer = tokio::spawn(write_lines(output, rx));
 
     let mut warm = false;
+    let mut root = std::path::PathBuf::new();
     let mut streams: Option<Arc<crate::tunnel::Streams>> = None;
     let tools = match lines.next_line().await? {
         None => return Ok(()),
@@ -173,6 +176,7 @@ where
                 egress,
             }) => {
                 warm = w;
+                config.workspace().clone_into(&mut root);
                 match egress {
                     None => make_tools(config),
                     Some(egress) => match egress_inside(config, &egress, &tx, &mut streams) {
@@ -268,6 +272,7 @@ where
             } => {
                 let name = tool.clone();
                 let tools = Arc::clone(&tools);
+                let root = root.clone();
                 let tx = tx.clone();
                 let done = Arc::clone(&running);
                 // Held across the spawn, so the task cannot finish before it is listed.
@@ -303,9 +308,15 @@ where
                     if let Some(sink) = sink {
                         cx = cx.with_progress(sink);
                     }
-                    let result = match tools.tool(&tool) {
-                        Ok(handle) => handle.run_prepared(args, &cx).await,
-                        Err(e) => Err(e),
+                    let result = if tool == REMOVE {
+                        tokio::task::spawn_blocking(move || remove_paths(&root, &args))
+                            .await
+                            .unwrap_or_else(|e| Err(ToolError::failed(e.to_string())))
+                    } else {
+                        match tools.tool(&tool) {
+                            Ok(handle) => handle.run_prepared(args, &cx).await,
+                            Err(e) => Err(e),
+                        }
                     };
                     let oom = oom_kills().saturating_sub(before);
                     // A call cancelled while it was finishing is confirmed as cancelled.
@@ -328,6 +339,62 @@ where
     drop(tx);
     let _ = writer.await;
     Ok(())
+}
+
+/// The [`REMOVE`] call: each path of `args.paths` removed under `root` (a file, a link
+/// or an empty folder; one already gone is no error), folders on the way opened
+/// without following links. Fails naming those that could not be removed.
+fn remove_paths(root: &std::path::Path, args: &serde_json::Value) -> Result<ToolOutput, ToolError> {
+    use rustix::fs::{AtFlags, Mode, OFlags};
+    use rustix::io::Errno;
+    let paths = args
+        .get("paths")
+        .and_then(serde_json::Value::as_array)
+        .ok_or_else(|| ToolError::failed("`paths` must be a list"))?;
+    let folder = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let top = rustix::fs::open(root, folder, Mode::empty())
+        .map_err(|e| ToolError::failed(format!("cannot open {}: {e}", root.display())))?;
+    let remove = |rel: &str| -> Result<(), Errno> {
+        let parts: Vec<&str> = rel.split('/').collect();
+        if parts
+            .iter()
+            .any(|c| c.is_empty() || *c == "." || *c == "..")
+        {
+            return Err(Errno::INVAL);
+        }
+        let (name, above) = parts.split_last().ok_or(Errno::INVAL)?;
+        let mut here: Option<std::os::fd::OwnedFd> = None;
+        for part in above {
+            let at = here.as_ref().unwrap_or(&top);
+            here = Some(rustix::fs::openat(at, *part, folder, Mode::empty())?);
+        }
+        let at = here.as_ref().unwrap_or(&top);
+        match rustix::fs::unlinkat(at, *name, AtFlags::empty()) {
+            Err(Errno::ISDIR | Errno::PERM) => rustix::fs::unlinkat(at, *name, AtFlags::REMOVEDIR),
+            other => other,
+        }
+    };
+    let mut failed = Vec::new();
+    let mut removed = 0usize;
+    for path in paths {
+        let Some(path) = path.as_str() else {
+            continue;
+        };
+        match remove(path) {
+            Ok(()) => removed += 1,
+            Err(Errno::NOENT) => {}
+            Err(e) => failed.push(format!("{path}: {e}")),
+        }
+    }
+    if failed.is_empty() {
+        Ok(ToolOutput::text(format!("removed {removed} paths")))
+    } else {
+        failed.truncate(20);
+        Err(ToolError::failed(format!(
+            "not removed in the sandbox: {}",
+            failed.join("; ")
+        )))
+    }
 }
 
 /// Answers a cancelled call once its future is gone: dropped by the abort, or finished

@@ -10,6 +10,11 @@ use jianmu_tool_core::{Progress, ToolConfig, ToolError, ToolOutput};
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 
+/// A call the server answers itself, not a tool's (no tool's name has a `:`): removes
+/// `{"paths": [...]}`, workspace-relative, files before their folders, never through a
+/// link. The host sends it after restoring a checkpoint of a copied workspace.
+pub(crate) const REMOVE: &str = "jianmu:remove";
+
 /// What the host sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

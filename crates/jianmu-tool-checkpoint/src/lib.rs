@@ -9,7 +9,9 @@
 use std::sync::Arc;
 
 use jianmu_checkpoint::{Checkpoint, CheckpointError, Diff, Restored, Slot, Store};
-use jianmu_tool_core::{CallContext, Structured, Tool, ToolConfig, ToolError, ToolHandle};
+use jianmu_tool_core::{
+    CallContext, SESSION_STATE, Structured, Tool, ToolConfig, ToolError, ToolHandle,
+};
 use serde::{Deserialize, Serialize};
 
 /// The most diff text a call returns, in bytes; `path` narrows a longer one.
@@ -25,6 +27,15 @@ async fn with_store<T: Send + 'static>(
         .await
         .map_err(|e| ToolError::failed(format!("the checkpoint store failed: {e}")))?
         .map_err(|e| ToolError::failed(e.to_string()))
+}
+
+/// Brings a sandbox's copy of the workspace here first, when it has one.
+async fn pull(slot: &Slot) -> Result<(), ToolError> {
+    slot.pull().await.map_err(|e| {
+        ToolError::failed(format!(
+            "the sandbox's copy of the workspace could not be read ({e}); retry"
+        ))
+    })
 }
 
 /// Arguments of `checkpoint_list`: none.
@@ -59,7 +70,7 @@ impl Tool for CheckpointListTool {
      the size limit are not in checkpoints. See what changed since one with \
      checkpoint_diff; undo with checkpoint_restore.";
 
-    const EFFECTS: &'static [&'static str] = &["filesystem:read"];
+    const EFFECTS: &'static [&'static str] = &["filesystem:read", SESSION_STATE];
 
     async fn call(
         &self,
@@ -121,9 +132,12 @@ impl Tool for CheckpointDiffTool {
      diff, binary files named only. `path` narrows it to one file or folder. A long diff \
      is cut at 64 KiB, and the answer says how much was left out.";
 
-    const EFFECTS: &'static [&'static str] = &["filesystem:read"];
+    const EFFECTS: &'static [&'static str] = &["filesystem:read", SESSION_STATE];
 
     async fn call(&self, args: DiffArgs, _cx: &CallContext) -> Result<Structured<Diff>, ToolError> {
+        if args.to.is_none() {
+            pull(&self.slot).await?;
+        }
         let diff = with_store(&self.slot, move |store| {
             store.diff(
                 &args.id,
@@ -179,7 +193,7 @@ impl Tool for CheckpointRestoreTool {
 
     const PARALLEL_SAFE: bool = false;
 
-    const EFFECTS: &'static [&'static str] = &["filesystem:write"];
+    const EFFECTS: &'static [&'static str] = &["filesystem:write", SESSION_STATE];
 
     async fn call(
         &self,
@@ -187,10 +201,22 @@ impl Tool for CheckpointRestoreTool {
         _cx: &CallContext,
     ) -> Result<Structured<Restored>, ToolError> {
         let id = args.id.clone();
+        pull(&self.slot).await?;
         let restored = with_store(&self.slot, move |store| {
             store.restore(&args.id, args.dry_run)
         })
         .await?;
+        if !restored.dry_run
+            && let Err(e) = self.slot.push(&restored.removed).await
+        {
+            let undo = restored.undo.as_deref().unwrap_or("none");
+            return Err(ToolError::failed(format!(
+                "the workspace was restored to {id}, but the sandbox's copy of it could not be \
+                 updated ({e}); commands still see the files as they were. Retry \
+                 checkpoint_restore {{\"id\": \"{id}\"}}; checkpoint {undo} is the workspace as \
+                 it was before"
+            )));
+        }
         Ok(Structured::new(summary(&id, &restored), restored))
     }
 }

@@ -61,11 +61,11 @@ pub use error::{BoxError, ToolError, Violation, error_chain};
 pub use events::{Emitter, EventBus, EventKind, ExecutionEvent, SubscriptionId};
 pub use export::{Annotations, SchemaFormat};
 pub use function::FunctionTool;
-pub use nested::{CALLS_TOOLS, Calls, calls_tools};
+pub use nested::{CALLS_TOOLS, Calls, SESSION_STATE, calls_tools, runs_with_session};
 pub use node::ToolNode;
 pub use output::{Image, IntoToolOutput, Json, Structured, ToolOutput, cut_chars};
 pub use periodic::spawn_periodic;
-pub use policy::{CALL_RULES, Policy, WRITE_EFFECTS, is_call_rule};
+pub use policy::{CALL_RULES, Policy, Tightening, WRITE_EFFECTS, is_call_rule};
 pub use progress::{Progress, ProgressSink};
 pub use registry::{
     BuildFn, SavedOutputs, Scope, SpecFn, ToolConfig, ToolRegistration, registrations, static_spec,

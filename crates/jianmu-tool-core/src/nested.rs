@@ -11,6 +11,11 @@ use crate::{CallContext, ToolError, ToolOutput, ToolSpec};
 /// hands it [`Calls`]; a policy may deny the tag.
 pub const CALLS_TOOLS: &str = "tools:call";
 
+/// The effect tag of a tool over state its session keeps where the session runs (the
+/// workspace's checkpoints). A session runs such a tool where it is, never in a
+/// sandbox, as it does a tool tagged [`CALLS_TOOLS`].
+pub const SESSION_STATE: &str = "session:state";
+
 /// The session's tools, as a tool that calls other tools reaches them: every call
 /// goes through the session's runner stack (policy, events and audit, time limit,
 /// sandbox), as a direct call does.
@@ -34,4 +39,13 @@ pub trait Calls: Send + Sync + 'static {
 /// Whether `spec` is of a tool that calls other tools.
 pub fn calls_tools(spec: &ToolSpec) -> bool {
     spec.effect_tags.iter().any(|t| t == CALLS_TOOLS)
+}
+
+/// Whether a session runs the tool of `spec` where the session is, never in a sandbox:
+/// it calls other tools ([`CALLS_TOOLS`]) or works on the session's own state
+/// ([`SESSION_STATE`]).
+pub fn runs_with_session(spec: &ToolSpec) -> bool {
+    spec.effect_tags
+        .iter()
+        .any(|t| t == CALLS_TOOLS || t == SESSION_STATE)
 }

@@ -107,3 +107,62 @@ impl Policy {
         }
     }
 }
+
+/// Rules laid over a [`Policy`] that can only make it stricter: more deny and ask
+/// entries (tool names, effect tags, [`CALL_RULES`]), and read-only mode. What one
+/// session or principal gets beyond the runtime's policy
+/// (`[mcp.http.principals.NAME.policy]`); it has no allow entries, since an allow
+/// entry would widen what the base allows or pre-approve what it asks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Tightening {
+    /// Entries added to the policy's `deny`.
+    pub deny: Vec<String>,
+    /// Entries added to the policy's `ask`.
+    pub ask: Vec<String>,
+    /// Read-only mode, whatever the policy says.
+    pub read_only: bool,
+}
+
+impl Tightening {
+    /// Whether it adds nothing.
+    pub fn is_empty(&self) -> bool {
+        self.deny.is_empty() && self.ask.is_empty() && !self.read_only
+    }
+
+    /// `self` over `base`: the entries of both, read-only if either is.
+    #[must_use]
+    pub fn over(&self, base: &Self) -> Self {
+        let join = |a: &[String], b: &[String]| {
+            let mut all = a.to_vec();
+            all.extend(b.iter().filter(|e| !a.contains(e)).cloned());
+            all
+        };
+        Self {
+            deny: join(&base.deny, &self.deny),
+            ask: join(&base.ask, &self.ask),
+            read_only: base.read_only || self.read_only,
+        }
+    }
+}
+
+impl Policy {
+    /// This policy made stricter by `extra`: its deny and ask entries added, read-only
+    /// if either says so.
+    #[must_use]
+    pub fn tightened(&self, extra: &Tightening) -> Policy {
+        let mut policy = self.clone();
+        policy.deny.extend(
+            extra
+                .deny
+                .iter()
+                .filter(|e| !self.deny.contains(e))
+                .cloned(),
+        );
+        policy
+            .ask
+            .extend(extra.ask.iter().filter(|e| !self.ask.contains(e)).cloned());
+        policy.read_only |= extra.read_only;
+        policy
+    }
+}

@@ -126,3 +126,69 @@ fn without_a_terminal_the_call_is_refused_and_the_flag_named() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// `jianmu checkpoint list|diff|restore` for the operator, over the checkpoint a call
+/// took before it changed a file; a restore an `ask` rule asks about is refused
+/// without a terminal, naming `--approve`, which `checkpoint restore` takes as `call`
+/// does.
+#[test]
+fn the_operator_lists_diffs_and_restores_a_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("a.txt"), "one\n").unwrap();
+    let config = dir.path().join("jianmu.toml");
+    let store = dir.path().join("store");
+    std::fs::write(
+        &config,
+        format!("[checkpoints]\ndir = {:?}\n", store.display().to_string()),
+    )
+    .unwrap();
+    let run = |args: &[&str]| {
+        let mut all = vec!["--config", config.to_str().unwrap()];
+        all.extend_from_slice(args);
+        let out = jianmu(&all, &ws);
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        )
+    };
+    // Nothing changed yet: no store is made.
+    let (code, _, err) = run(&["call", "read_file", r#"{"path": "a.txt"}"#]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(!store.exists());
+    let (code, _, err) = run(&[
+        "call",
+        "write_file",
+        r#"{"path": "a.txt", "content": "two\n"}"#,
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    let (code, list, err) = run(&["checkpoint", "list"]);
+    assert_eq!(code, Some(0), "{err}");
+    assert_eq!(list.lines().count(), 1, "{list}");
+    assert!(list.contains("before write_file"), "{list}");
+    let id = list.split_whitespace().next().unwrap().to_owned();
+    let (code, diff, err) = run(&["checkpoint", "diff", &id]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(diff.contains("-one") && diff.contains("+two"), "{diff}");
+    let (code, out, err) = run(&["--ask", "filesystem:write", "checkpoint", "restore", &id]);
+    assert_eq!(code, Some(1), "{out}");
+    assert!(
+        err.contains("run with --approve 'filesystem:write' to allow it"),
+        "{err}"
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "two\n");
+    let (code, out, err) = run(&[
+        "--ask",
+        "filesystem:write",
+        "checkpoint",
+        "restore",
+        &id,
+        "--approve",
+        "filesystem:write",
+    ]);
+    assert_eq!(code, Some(0), "{err}");
+    assert!(out.contains(&format!("restored {id}")), "{out}");
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "one\n");
+}

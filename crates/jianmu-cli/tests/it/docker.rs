@@ -1368,3 +1368,84 @@ async fn the_egress_policy_holds_in_the_container_whose_only_way_out_is_the_host
     runtime.shutdown(Duration::from_secs(10)).await;
     f.sandbox.shutdown().await;
 }
+
+/// Checkpoints of a Docker session, with its workspace mounted and copied. The
+/// checkpoint tools run on the host (the container has no store). With a copy, what
+/// `bash` changed in the container is brought here before the next turn's checkpoint,
+/// and a restore reaches the container: files made since are removed there, changed
+/// ones come back, and the restore itself can be undone there too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn checkpoints_cover_what_the_sandbox_changed_mounted_or_copied() {
+    for mode in [WorkspaceMode::Mount, WorkspaceMode::Copy] {
+        let f = fixture(settings());
+        std::fs::write(f.ws.join("keep.txt"), "v1\n").unwrap();
+        give_to_sandbox_user(&f.ws.join("keep.txt"));
+        let store = tempfile::tempdir().unwrap();
+        let mut session_settings = jianmu_runtime::SessionSettings::new(ToolConfig::new(&f.ws));
+        session_settings.backend = jianmu_runtime::Backend::Docker(Box::new(DockerSettings {
+            workspace_mode: mode,
+            ..settings()
+        }));
+        session_settings.checkpoints.dir = Some(store.path().to_owned());
+        let runtime = jianmu_runtime::Runtime::new(session_settings).unwrap();
+        let session = runtime.open().unwrap();
+        let call = async |tool: &str, args: Value| match session.call(tool, args).await {
+            Ok(out) => out,
+            Err(e) => panic!(
+                "{tool} failed ({mode:?}): {}",
+                jianmu_tool_core::error_chain(&e)
+            ),
+        };
+        let sh = async |command: &str| call("bash", json!({ "command": command })).await.text;
+        sh("echo v2 > keep.txt; echo made > new.txt").await;
+        assert_eq!(
+            f.ws.join("new.txt").exists(),
+            mode == WorkspaceMode::Mount,
+            "{mode:?}"
+        );
+        session.begin_turn();
+        sh("echo v3 > keep.txt; mkdir d; echo late > d/late.txt").await;
+        let listed = call("checkpoint_list", json!({})).await;
+        let ids: Vec<String> = listed.structured.as_ref().unwrap()["checkpoints"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|c| c["id"].as_str().unwrap().to_owned())
+            .collect();
+        assert_eq!(ids.len(), 2, "{mode:?}: {}", listed.text);
+        // The second turn's checkpoint holds what the first turn's bash made.
+        let diff = call("checkpoint_diff", json!({"id": ids[1], "to": ids[0]})).await;
+        assert!(
+            diff.text.contains("+v2") && diff.text.contains("new.txt"),
+            "{mode:?}: {}",
+            diff.text
+        );
+        // Back to before the first turn, in the container too.
+        let restored = call("checkpoint_restore", json!({"id": ids[1]})).await;
+        let undo = restored.structured.as_ref().unwrap()["undo"]
+            .as_str()
+            .unwrap()
+            .to_owned();
+        assert_eq!(
+            sh("cat keep.txt; ls | sort | tr '\\n' ' '").await,
+            "v1\nkeep.txt ",
+            "{mode:?}: {}",
+            restored.text
+        );
+        assert_eq!(
+            std::fs::read_to_string(f.ws.join("keep.txt")).unwrap(),
+            "v1\n"
+        );
+        assert!(!f.ws.join("new.txt").exists(), "{mode:?}");
+        // And the restore undone: the container has the last turn's files again.
+        call("checkpoint_restore", json!({"id": undo})).await;
+        assert_eq!(
+            sh("cat keep.txt d/late.txt new.txt").await,
+            "v3\nlate\nmade\n",
+            "{mode:?}"
+        );
+        session.close().await;
+        runtime.shutdown(Duration::from_secs(15)).await;
+        f.sandbox.shutdown().await;
+    }
+}

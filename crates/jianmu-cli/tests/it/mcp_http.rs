@@ -1392,3 +1392,86 @@ fn the_input_required_scenarios_pass() {
     assert_eq!(results.keys().cloned().collect::<Vec<_>>(), expected);
     assert_eq!(server.terminate(), Some(0));
 }
+
+/// `[mcp.http.principals.NAME.policy]` adds deny and ask rules for one principal's
+/// calls only: bob's list leaves out what he is denied and his call is refused, his
+/// write under `deploy/` is asked about (refused here: the client cannot be asked,
+/// -32021 naming the rule), while alice's same calls run. A bad rule of a principal's
+/// stops the server before it serves, naming the table.
+#[test]
+fn a_principals_own_policy_is_laid_over_the_servers() {
+    let (dir, ws) = scratch();
+    let tokens = two_principals(dir.path());
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        "[mcp.http.principals.bob.policy]\ndeny = [\"calculator\"]\nask = [\"path:deploy/**\"]\n",
+    )
+    .unwrap();
+    let server = Served::start(
+        &ws,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--token-file",
+            tokens.to_str().unwrap(),
+        ],
+    );
+    let listed = |token: &str| {
+        let (status, text) = stateless(&server.url, token, "tools/list", None, json!({}));
+        assert_eq!(status, 200, "{text}");
+        text.contains("\"name\":\"calculator\"")
+    };
+    assert!(listed(ALICE));
+    assert!(!listed(BOB));
+    let (status, text) = stateless_call(&server.url, ALICE, "6*7");
+    assert_eq!(status, 200, "{text}");
+    assert!(text.contains("42"), "{text}");
+    let (_, text) = stateless_call(&server.url, BOB, "6*7");
+    assert!(
+        text.contains("denied") && text.contains("deny `calculator`"),
+        "{text}"
+    );
+    let write = |token: &str, path: &str| {
+        stateless_tool(
+            &server.url,
+            token,
+            "write_file",
+            &json!({"path": path, "content": "x"}),
+        )
+    };
+    let (status, text) = write(BOB, "deploy/prod.yaml");
+    assert_eq!(status, 400, "{text}");
+    assert!(
+        text.contains("-32021") && text.contains("path:deploy/**"),
+        "{text}"
+    );
+    assert!(!ws.join("deploy/prod.yaml").exists());
+    let (status, text) = write(BOB, "notes/bob.txt");
+    assert_eq!(status, 200, "{text}");
+    assert!(ws.join("notes/bob.txt").exists(), "{text}");
+    let (status, text) = write(ALICE, "deploy/prod.yaml");
+    assert_eq!(status, 200, "{text}");
+    assert!(ws.join("deploy/prod.yaml").exists(), "{text}");
+    assert_eq!(server.terminate(), Some(0));
+
+    std::fs::write(
+        &config,
+        "[mcp.http.principals.bob.policy]\nask = [\"command-re:(\"]\n",
+    )
+    .unwrap();
+    let out = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .args(["mcp", "--http", "127.0.0.1:0", "--workspace"])
+        .arg(&ws)
+        .args(["--config", config.to_str().unwrap()])
+        .args(["--token-file", tokens.to_str().unwrap()])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("mcp.http.principals.bob.policy") && stderr.contains("command-re:("),
+        "{stderr}"
+    );
+}

@@ -214,3 +214,50 @@ async fn without_a_store_the_tools_say_why() {
     );
     session.close().await;
 }
+
+/// Two changing calls made at once at the start of a turn: the second waits for the
+/// turn's checkpoint, which so holds neither call's change. Without the wait, the
+/// second call changes a file last in the walk's order (behind 4,000 others) while the
+/// checkpoint is being taken, and the change lands in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_parallel_call_waits_for_the_turns_checkpoint() {
+    let dir = tempfile::tempdir().unwrap();
+    let ws = dir.path().join("ws");
+    for d in 0..40 {
+        std::fs::create_dir_all(ws.join(format!("d{d:02}"))).unwrap();
+        for f in 0..100 {
+            std::fs::write(
+                ws.join(format!("d{d:02}/f{f:03}.txt")),
+                format!("{d} {f}\n"),
+            )
+            .unwrap();
+        }
+    }
+    let mut settings = SessionSettings::new(ToolConfig::new(&ws));
+    settings.checkpoints.dir = Some(dir.path().join("state"));
+    let session = Session::open(settings).unwrap();
+    let first = call(
+        &session,
+        "write_file",
+        json!({"path": "a.txt", "content": "first\n"}),
+    );
+    let second = call(
+        &session,
+        "write_file",
+        json!({"path": "d39/f099.txt", "content": "second\n"}),
+    );
+    tokio::join!(first, second);
+    let listed = call(&session, "checkpoint_list", json!({})).await;
+    let checkpoints = listed["checkpoints"].as_array().unwrap();
+    assert_eq!(checkpoints.len(), 1, "{listed}");
+    let id = checkpoints[0]["id"].as_str().unwrap();
+    let diff = call(&session, "checkpoint_diff", json!({"id": id})).await;
+    let changed: Vec<&str> = diff["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(changed, ["a.txt", "d39/f099.txt"], "{diff}");
+    session.close().await;
+}
