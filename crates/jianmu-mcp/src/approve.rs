@@ -108,18 +108,28 @@ pub(crate) struct Claim {
     p: Option<String>,
     /// Unix seconds it expires at.
     e: u64,
+    /// Random: the state is good for one retry.
+    n: String,
 }
 
-/// A process-wide key seals the states this server hands out.
-fn key() -> &'static ring::hmac::Key {
-    static KEY: std::sync::OnceLock<ring::hmac::Key> = std::sync::OnceLock::new();
+/// A process-wide key seals the states this server hands out; `None` without the
+/// system's randomness (then no state is handed out: a known key would let a client
+/// forge answers).
+fn key() -> Option<&'static ring::hmac::Key> {
+    static KEY: std::sync::OnceLock<Option<ring::hmac::Key>> = std::sync::OnceLock::new();
     KEY.get_or_init(|| {
         let mut bytes = [0u8; 32];
-        // Without randomness the key is still secret to this process's memory layout
-        // only; getrandom failing is not expected on Linux.
-        let _ = getrandom_fill(&mut bytes);
-        ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes)
+        getrandom_fill(&mut bytes).ok()?;
+        Some(ring::hmac::Key::new(ring::hmac::HMAC_SHA256, &bytes))
     })
+    .as_ref()
+}
+
+/// The states already used, with when they expire (forgotten after).
+fn used() -> &'static Mutex<std::collections::HashMap<String, u64>> {
+    static USED: std::sync::OnceLock<Mutex<std::collections::HashMap<String, u64>>> =
+        std::sync::OnceLock::new();
+    USED.get_or_init(Mutex::default)
 }
 
 fn getrandom_fill(bytes: &mut [u8]) -> Result<(), ring::error::Unspecified> {
@@ -141,19 +151,40 @@ pub(crate) fn digest(args: &Value) -> String {
 }
 
 /// The sealed `requestState` of a call of `tool` with `args` by `principal`, asked
-/// by `rule`.
-pub(crate) fn seal(tool: &str, args: &Value, rule: &str, principal: Option<&str>) -> String {
+/// by `rule`, good for one retry.
+///
+/// # Errors
+/// Without the system's randomness, no state can be sealed (-32603).
+pub(crate) fn seal(
+    tool: &str,
+    args: &Value,
+    rule: &str,
+    principal: Option<&str>,
+) -> Result<String, ErrorData> {
+    let no_key = || {
+        ErrorData::internal_error(
+            format!(
+                "`{tool}` needs approval (ask `{rule}`) and this server cannot seal a \
+                 requestState (no system randomness)"
+            ),
+            None,
+        )
+    };
+    let key = key().ok_or_else(no_key)?;
+    let mut nonce = [0u8; 16];
+    getrandom_fill(&mut nonce).map_err(|_| no_key())?;
+    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let claim = Claim {
         t: tool.to_owned(),
         a: digest(args),
         r: rule.to_owned(),
         p: principal.map(str::to_owned),
         e: now() + ANSWER_TIME.as_secs(),
+        n: b64.encode(nonce),
     };
-    let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let payload = b64.encode(serde_json::to_vec(&claim).unwrap_or_default());
-    let tag = ring::hmac::sign(key(), payload.as_bytes());
-    format!("v1.{payload}.{}", b64.encode(tag.as_ref()))
+    let tag = ring::hmac::sign(key, payload.as_bytes());
+    Ok(format!("v1.{payload}.{}", b64.encode(tag.as_ref())))
 }
 
 /// Why a `requestState` is refused: a JSON-RPC error (-32602).
@@ -164,8 +195,8 @@ fn refused(why: &str) -> ErrorData {
     )
 }
 
-/// The rule `state` was sealed for, if it is this server's, unexpired, and for this
-/// very call (tool, arguments, principal).
+/// The rule `state` was sealed for, if it is this server's, unexpired, not used
+/// before, and for this very call (tool, arguments, principal). It is used up.
 ///
 /// # Errors
 /// A JSON-RPC error (-32602) for a state that fails any of these.
@@ -185,7 +216,8 @@ pub(crate) fn open(
     let tag = b64
         .decode(tag)
         .map_err(|_| refused("integrity check failed"))?;
-    ring::hmac::verify(key(), payload.as_bytes(), &tag)
+    let key = key().ok_or_else(|| refused("integrity check failed"))?;
+    ring::hmac::verify(key, payload.as_bytes(), &tag)
         .map_err(|_| refused("integrity check failed"))?;
     let claim: Claim = b64
         .decode(payload)
@@ -197,6 +229,16 @@ pub(crate) fn open(
     }
     if claim.t != tool || claim.a != digest(args) || claim.p.as_deref() != principal {
         return Err(refused("belongs to another call"));
+    }
+    let mut used = used()
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = now();
+    if used.len() >= 1024 {
+        used.retain(|_, expires| *expires >= now);
+    }
+    if used.insert(claim.n, claim.e).is_some() {
+        return Err(refused("was used already"));
     }
     Ok(claim.r)
 }
@@ -281,11 +323,19 @@ mod tests {
     #[test]
     fn states_open_only_for_their_own_call() {
         let args = json!({"command": "git push"});
-        let state = seal("bash", &args, "command:git push", Some("alice"));
+        let state = seal("bash", &args, "command:git push", Some("alice")).unwrap();
         assert_eq!(
             open(&state, "bash", &args, Some("alice")).unwrap(),
             "command:git push"
         );
+        // Good for one retry only.
+        let again = open(&state, "bash", &args, Some("alice")).unwrap_err();
+        assert!(
+            again.message.contains("was used already"),
+            "{}",
+            again.message
+        );
+        let state = seal("bash", &args, "command:git push", Some("alice")).unwrap();
         let other = json!({"command": "git push --force"});
         for (state, tool, args, who, why) in [
             (

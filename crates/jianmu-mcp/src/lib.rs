@@ -574,7 +574,7 @@ impl ServerHandler for Server {
             if !retry.elicits {
                 return Err(approve::missing_elicitation(&ask));
             }
-            let state = approve::seal(&canonical, args, &ask.rule, who);
+            let state = approve::seal(&canonical, args, &ask.rule, who)?;
             return Ok(CallToolResponse::InputRequired(
                 rmcp::model::InputRequiredResult::new(approve::input_requests(&ask), Some(state)),
             ));

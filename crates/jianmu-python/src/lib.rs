@@ -120,9 +120,10 @@ impl NativeSession {
     /// (`{"read_file": {"max_file_size": 1024}}`); `docker` a JSON object of Docker
     /// settings (`{"image": "..."}`), or `None` for local calls; `timeout` a per-call
     /// limit in seconds; `allow_hosts` the hosts the network tools may reach although
-    /// private.
+    /// private; `checkpoints` a JSON object of checkpoint settings (`[checkpoints]`:
+    /// `{"enabled": false}`, `{"dir": ...}`), or `None` for the defaults.
     #[new]
-    #[pyo3(signature = (workspace, settings = None, docker = None, timeout = None, allow_hosts = Vec::new()))]
+    #[pyo3(signature = (workspace, settings = None, docker = None, timeout = None, allow_hosts = Vec::new(), checkpoints = None))]
     fn new(
         py: Python<'_>,
         workspace: std::path::PathBuf,
@@ -130,6 +131,7 @@ impl NativeSession {
         docker: Option<&str>,
         timeout: Option<f64>,
         allow_hosts: Vec<String>,
+        checkpoints: Option<&str>,
     ) -> PyResult<Self> {
         let mut config = ToolConfig::new(&workspace).with_allow_hosts(allow_hosts);
         if let Some(settings) = settings {
@@ -145,6 +147,10 @@ impl NativeSession {
             let docker: DockerSettings = serde_json::from_str(docker)
                 .map_err(|e| PyValueError::new_err(format!("Docker settings: {e}")))?;
             session_settings.backend = Backend::Docker(Box::new(docker));
+        }
+        if let Some(checkpoints) = checkpoints {
+            session_settings.checkpoints = serde_json::from_str(checkpoints)
+                .map_err(|e| PyValueError::new_err(format!("checkpoint settings: {e}")))?;
         }
         if let Some(secs) = timeout {
             let limit = Duration::try_from_secs_f64(secs)
@@ -168,6 +174,12 @@ impl NativeSession {
         Ok(Self {
             session: Arc::new(session),
         })
+    }
+
+    /// Marks the start of a turn (a user's message): the next call that changes files
+    /// takes a checkpoint first.
+    fn begin_turn(&self) {
+        self.session.begin_turn();
     }
 
     /// The folder the tools work in.

@@ -3,6 +3,12 @@ import os
 import pytest
 
 
+@pytest.fixture(autouse=True)
+def state_home(tmp_path, monkeypatch):
+    """Checkpoint stores go under the test's own folder, not the user's."""
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state"))
+
+
 @pytest.fixture
 def ws(tmp_path, monkeypatch):
     """A workspace folder, also the current folder (the tools' default workspace)."""

@@ -254,3 +254,27 @@ def test_images_and_structured_output(ws):
     assert out.images and out.images[0].mime_type == "image/png"
     assert out.images[0].data == png
     assert isinstance(out, str) and out.text == str(out)
+
+
+def test_checkpoints_undo_what_a_turn_changed(ws, tmp_path):
+    """A turn's changes (bash's too) are undone from the checkpoint taken before it;
+    `begin_turn` starts the next turn; with checkpoints off the tools say so."""
+    (ws / "a.txt").write_text("one\n")
+    s = jt.Session(ws, checkpoints={"dir": str(tmp_path / "store")})
+    s.call_sync("bash", {"command": "echo two > a.txt; echo new > b.txt"})
+    s.begin_turn()
+    s.call_sync("write_file", {"path": "c.txt", "content": "c"})
+    listed = s.call_sync("checkpoint_list", {}).structured["checkpoints"]
+    assert [c["label"] for c in listed] == ["before write_file", "before bash"]
+    restored = s.call_sync("checkpoint_restore", {"id": listed[1]["id"]})
+    assert (ws / "a.txt").read_text() == "one\n"
+    assert not (ws / "b.txt").exists() and not (ws / "c.txt").exists()
+    assert restored.structured["undo"] in str(restored)
+    assert (tmp_path / "store").is_dir()
+    s.close()
+    off = jt.Session(ws, checkpoints={"enabled": False})
+    with pytest.raises(ToolError, match="checkpoints are off in this session"):
+        off.call_sync("checkpoint_list", {})
+    off.close()
+    with pytest.raises(ToolError, match="checkpoint settings"):
+        jt.Session(ws, checkpoints={"no_such_key": 1}).call_sync("calculator", {"input": "1"})

@@ -110,7 +110,14 @@ impl Approver for Asking {
             approvals.record(ask, "unavailable", "nobody");
             return Answer::Unavailable(why);
         };
+        // A call dropped while asking (cancelled, or its client gone) is a line too.
+        let mut pending = Cancelled {
+            approvals,
+            ask,
+            armed: true,
+        };
         let answer = answerer.approve(ask).await;
+        pending.armed = false;
         match &answer {
             Answer::Decided { decision, by } => {
                 if *decision == Decision::AllowSession {
@@ -123,5 +130,25 @@ impl Approver for Asking {
             _ => approvals.record(ask, "unavailable", "nobody"),
         }
         answer
+    }
+
+    fn noted(&self, ask: &Ask, by: &str) {
+        self.approvals.record(ask, Decision::AllowOnce.as_str(), by);
+    }
+}
+
+/// Records a question whose call went away before it was answered.
+struct Cancelled<'a> {
+    approvals: &'a Approvals,
+    ask: &'a Ask,
+    armed: bool,
+}
+
+impl Drop for Cancelled<'_> {
+    fn drop(&mut self) {
+        if self.armed {
+            self.approvals
+                .record(self.ask, "cancelled", "nobody: the call ended first");
+        }
     }
 }

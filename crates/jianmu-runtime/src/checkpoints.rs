@@ -24,8 +24,9 @@ pub(crate) struct Checkpoints {
 }
 
 /// The session's checkpoints, in its tools' scope: the store to be opened at the
-/// first snapshot when checkpoints are on, else why not. `hidden` paths inside the
-/// workspace are left out of every checkpoint.
+/// first snapshot when checkpoints are on, else why not. `hidden` paths and the
+/// isolated tools' `read_deny` paths inside the workspace are left out of every
+/// checkpoint.
 pub(crate) fn open(
     settings: &SessionSettings,
     tools: &ToolConfig,
@@ -47,11 +48,25 @@ pub(crate) fn open(
         slot.set_off("no folder for the store (set `[checkpoints] dir`, or HOME)");
         return checkpoints;
     };
-    let exclude: Vec<PathBuf> = hidden
-        .iter()
-        .filter(|p| p.starts_with(workspace))
-        .cloned()
-        .collect();
+    // What commands may not read stays out of checkpoints too (their diffs would
+    // show it): the session's hidden paths and every isolated tool's `read_deny`.
+    let denied = crate::ISOLATED_TOOLS.iter().flat_map(|tool| {
+        tools
+            .raw_settings(tool)
+            .and_then(|s| s.get("isolation"))
+            .and_then(|i| i.get("read_deny"))
+            .and_then(serde_json::Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(serde_json::Value::as_str)
+            .map(PathBuf::from)
+    });
+    let mut exclude: Vec<PathBuf> = Vec::new();
+    for path in hidden.iter().cloned().chain(denied) {
+        if path.is_absolute() && path.starts_with(workspace) && !exclude.contains(&path) {
+            exclude.push(path);
+        }
+    }
     slot.open_later(dir, workspace.to_owned(), exclude, config.limits());
     #[cfg(feature = "docker")]
     if let Some(sandbox) = sandbox {

@@ -115,6 +115,12 @@ pub trait Approver: Send + Sync + 'static {
     /// Answers `ask`. It may take as long as a person takes: the call's time limit
     /// starts after the answer.
     async fn approve(&self, ask: &Ask) -> Answer;
+
+    /// Told of a call the policy's `allow` entries pre-approved, without asking
+    /// (`by` names them), for the record. Nothing by default.
+    fn noted(&self, ask: &Ask, by: &str) {
+        let _ = (ask, by);
+    }
 }
 
 #[async_trait]

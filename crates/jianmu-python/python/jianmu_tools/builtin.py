@@ -76,7 +76,12 @@ class Session:
     """Where built-in tools run and keep their state: a workspace, tool settings
     (`{"read_file": {"max_file_size": 1024}}`), and either this machine or a Docker
     container of the session's own (`docker`: Docker settings, e.g. `{"image": ...}`).
-    Opened on its first call; `close()` ends everything its calls started."""
+    Opened on its first call; `close()` ends everything its calls started.
+
+    It takes a checkpoint of the workspace before the first changing call of each
+    turn (`begin_turn()`, or a quiet gap), which the `checkpoint_list`,
+    `checkpoint_diff` and `checkpoint_restore` tools list, show and undo;
+    `checkpoints` holds their settings (`{"enabled": False}`, `{"dir": ...}`)."""
 
     def __init__(
         self,
@@ -86,8 +91,10 @@ class Session:
         docker: Mapping[str, Any] | None = None,
         timeout: float | None = None,
         allow_hosts: list[str] | tuple[str, ...] = (),
+        checkpoints: Mapping[str, Any] | None = None,
     ):
         self.workspace = Path(workspace if workspace is not None else os.getcwd()).resolve()
+        self.checkpoints = dict(checkpoints) if checkpoints is not None else None
         self.settings = _tool_settings(settings)
         self.docker = dict(docker) if docker is not None else None
         self.timeout = timeout
@@ -109,12 +116,18 @@ class Session:
                             None if self.docker is None else json.dumps(self.docker),
                             self.timeout,
                             self.allow_hosts,
+                            None if self.checkpoints is None else json.dumps(self.checkpoints),
                         )
                     except (ValueError, RuntimeError) as e:
                         raise ToolError(str(e), kind="config") from None
                     self._native = native
                     _OPEN.add(self)
         return native
+
+    def begin_turn(self) -> None:
+        """Marks the start of a turn (a user's message): the next call that changes
+        files takes a checkpoint first, however soon it comes."""
+        self.native().begin_turn()
 
     def check(self, name: str) -> None:
         """Builds tool `name` now, so that settings it refuses are reported here."""

@@ -107,6 +107,7 @@ class DockerSandbox:
                     docker=self.docker,
                     timeout=self.timeout,
                     allow_hosts=local.allow_hosts,
+                    checkpoints=local.checkpoints,
                 )
                 self._sessions[key] = session
         return session

@@ -88,7 +88,17 @@ impl<R> WithPolicy<R> {
         let mut rules: Vec<&str> = self.policy.asking(spec).collect();
         rules.extend(self.rules.asked_all(&subject));
         rules.dedup();
-        if rules.is_empty() || self.rules.approved(&subject) {
+        if rules.is_empty() {
+            return Ok(());
+        }
+        if self.rules.approved(&subject) {
+            if let Some(approver) = call.cx.approver() {
+                for rule in rules {
+                    let summary = subject.summary(&call.args);
+                    let ask = Ask::new(&spec.name, rule, &summary, call.cx.call_id());
+                    approver.noted(&ask, "the policy's allow entries");
+                }
+            }
             return Ok(());
         }
         for rule in rules {

@@ -198,10 +198,11 @@ impl CallRules {
             let parts = simple_commands(command);
             let each = !parts.is_empty()
                 && parts.iter().all(|part| {
-                    self.allow.iter().any(|rule| match &rule.matcher {
-                        Matcher::Prefix(words) => starts_with_words(part, words),
-                        _ => false,
-                    })
+                    part.plain
+                        && self.allow.iter().any(|rule| match &rule.matcher {
+                            Matcher::Prefix(words) => starts_with_words(&part.words, words),
+                            _ => false,
+                        })
                 });
             return whole || each;
         }
@@ -221,8 +222,8 @@ impl Rule {
         match &self.matcher {
             Matcher::Prefix(words) => simple_commands(subject.command.as_deref()?)
                 .into_iter()
-                .find(|part| starts_with_words(part, words))
-                .map(|part| format!("command `{}`", part.join(" "))),
+                .find(|part| starts_with_words(&part.words, words))
+                .map(|part| format!("command `{}`", part.words.join(" "))),
             Matcher::Regex(re) => {
                 let command = subject.command.as_deref()?;
                 re.is_match(command)
@@ -287,30 +288,128 @@ fn words(text: &str) -> Vec<String> {
         .collect()
 }
 
-/// The simple commands of a command line: split at `;`, `&`, `|`, newlines,
-/// parentheses, braces and backquotes (so `$(...)` too), each without leading
-/// variable assignments and the wrappers that run the next word (`env`, `sudo`,
-/// `command`, `exec`, `time`, `nohup`), its program named without its folder.
-fn simple_commands(command: &str) -> Vec<Vec<String>> {
-    const WRAPPERS: [&str; 7] = ["env", "sudo", "command", "exec", "time", "nohup", "builtin"];
-    command
+/// One simple command of a command line, as the rules read it.
+struct Part {
+    /// Its words from the program on (see [`simple_commands`]).
+    words: Vec<String>,
+    /// Run as written: the program named without a folder, through no wrapper that
+    /// runs a string or reads input, and no output redirected. Only such commands
+    /// are pre-approved by an `allow` prefix.
+    plain: bool,
+}
+
+/// Words before the program that start a compound command or negate it.
+const KEYWORDS: [&str; 8] = ["if", "then", "elif", "else", "do", "while", "until", "!"];
+
+/// The simple commands of a command line: lines joined at a backslash before a
+/// newline, then split at `;`, `&`, `|`, newlines, parentheses, braces and backquotes
+/// (so `$(...)` too). Each is read from its program on, past variable assignments,
+/// shell keywords (`if`, `do`, `!`, ...), wrappers that run the next word with their
+/// options (`env`, `sudo`, `command`, `exec`, `time`, `nohup`, `nice`, `timeout DURATION`,
+/// `xargs`, `eval`, ...), and a shell's `-c` (`bash -c 'git push'` reads `git push`;
+/// quotes are dropped). The program is named without its folder, and `git`'s global
+/// options (`-C DIR`, `-c KEY=VALUE`, `--git-dir=...`, `--no-pager`) are dropped, so
+/// `git -C repo push` is `git push`.
+fn simple_commands(command: &str) -> Vec<Part> {
+    let joined = command.replace("\\\n", " ");
+    joined
         .split(['\n', ';', '&', '|', '(', ')', '{', '}', '`'])
-        .filter_map(|part| {
-            let mut words = words(part);
-            let skip = words
-                .iter()
-                .take_while(|w| {
-                    w.contains('=') || WRAPPERS.contains(&w.as_str()) || w.starts_with('-')
-                })
-                .count();
-            words.drain(..skip);
+        .filter_map(|text| {
+            let words = words(text);
+            let redirected = words.iter().any(|w| w.contains('>'));
+            let (mut words, wrapped) = from_program(words);
             let first = words.first_mut()?;
+            let mut plain = !redirected && !wrapped;
             if let Some((_, name)) = first.rsplit_once('/') {
                 *first = name.to_owned();
+                plain = false;
             }
-            Some(words)
+            if words[0] == "git" {
+                git_globals(&mut words);
+            }
+            Some(Part { words, plain })
         })
         .collect()
+}
+
+/// `words` from the program on (see [`simple_commands`]), and whether a wrapper that
+/// runs a string or its input (`eval`, `xargs`, a shell's `-c`) was passed.
+fn from_program(mut words: Vec<String>) -> (Vec<String>, bool) {
+    let mut wrapped = false;
+    // Each round drops one wrapper and its options; a line holds few words.
+    for _ in 0..words.len() {
+        let Some(first) = words.first() else {
+            break;
+        };
+        if KEYWORDS.contains(&first.as_str()) || (first.contains('=') && !first.starts_with('-')) {
+            words.remove(0);
+            continue;
+        }
+        let name = first.rsplit('/').next().unwrap_or(first).to_owned();
+        // Options of the wrapper that take the next word as their value.
+        let valued: &[&str] = match name.as_str() {
+            "sudo" | "doas" => &["-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"],
+            "env" => &["-u", "-C", "-S"],
+            "nice" => &["-n"],
+            "ionice" => &["-c", "-n", "-p"],
+            "stdbuf" => &["-i", "-o", "-e"],
+            "timeout" => &["-s", "-k"],
+            "xargs" => &["-n", "-P", "-I", "-L", "-d", "-E", "-s", "-a"],
+            "command" | "exec" | "time" | "nohup" | "builtin" | "eval" | "chronic" => &[],
+            "bash" | "sh" | "zsh" | "dash" | "ksh" | "ash" | "busybox" => {
+                // A shell runs a command of its own only with `-c` (or `-lc`, ...).
+                let Some(at) = words
+                    .iter()
+                    .position(|w| w.starts_with('-') && !w.starts_with("--") && w.contains('c'))
+                else {
+                    break;
+                };
+                words.drain(..=at);
+                wrapped = true;
+                continue;
+            }
+            _ => break,
+        };
+        wrapped |= matches!(name.as_str(), "xargs" | "eval");
+        words.remove(0);
+        while let Some(word) = words.first() {
+            if !word.starts_with('-') {
+                break;
+            }
+            let takes_value = valued.contains(&word.as_str());
+            words.remove(0);
+            if takes_value && !words.is_empty() {
+                words.remove(0);
+            }
+        }
+        if name == "timeout" && !words.is_empty() {
+            words.remove(0); // the duration
+        }
+    }
+    (words, wrapped)
+}
+
+/// Drops `git`'s global options, those before its subcommand.
+fn git_globals(words: &mut Vec<String>) {
+    let at = 1;
+    while let Some(word) = words.get(at) {
+        if !word.starts_with('-') {
+            break;
+        }
+        let takes_value = matches!(
+            word.as_str(),
+            "-C" | "-c"
+                | "--git-dir"
+                | "--work-tree"
+                | "--namespace"
+                | "--exec-path"
+                | "--config-env"
+        );
+        words.remove(at);
+        if takes_value && at < words.len() {
+            words.remove(at);
+        }
+    }
 }
 
 fn starts_with_words(part: &[String], prefix: &[String]) -> bool {
@@ -383,6 +482,20 @@ mod tests {
             "echo $(git push)",
             "git 'push'",
             "true\ngit push",
+            "git -C repo push",
+            "git -c user.name=x --no-pager push",
+            "git --git-dir=.git push",
+            "bash -c 'git push'",
+            "sh -ec \"cd x; git push\"",
+            "busybox sh -c 'git push'",
+            "eval git push",
+            "echo . | xargs -n 1 git push",
+            "timeout 30 git push",
+            "nice -n 5 git push",
+            "if true; then git push; fi",
+            "for r in a b; do git push; done",
+            "! git push",
+            "git \\\npush",
         ] {
             check(
                 &ask,
@@ -392,7 +505,15 @@ mod tests {
                 Some("command:git push"),
             );
         }
-        for command in ["git pushx", "git status", "echo git push", "gitpush", "git"] {
+        for command in [
+            "git pushx",
+            "git status",
+            "echo git push",
+            "gitpush",
+            "git",
+            "bash push.sh",
+            "git -C push status",
+        ] {
             check(&ask, &[], &bash(), json!({"command": command}), None);
         }
         // `cmd` and a shell session's `input` are commands too.
@@ -487,6 +608,22 @@ mod tests {
             json!({"command": "git status; git push"}),
             Some("command:git"),
         );
+        // Only a command run as written is pre-approved: not one whose output goes to
+        // a file, nor a program from a folder, nor one a wrapper runs from a string.
+        for command in [
+            "git status > ~/.bashrc",
+            "./git status",
+            "bash -c 'git status'",
+            "echo x | xargs git status",
+        ] {
+            check(
+                &ask_calls,
+                &allow,
+                &bash(),
+                json!({"command": command}),
+                Some("command:git"),
+            );
+        }
         let _ = ask;
         let allow = ["path:docs/**"];
         check(

@@ -163,3 +163,60 @@ async fn every_rule_a_call_matches_is_asked_and_one_answer_covers_one_rule() {
     assert_eq!(rules, ["command:echo", "command:printf"]);
     session.close().await;
 }
+
+/// A call an `allow` call rule pre-approves is an audit line too (nobody asked), and
+/// so is a question whose call is dropped before the answer comes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pre_approved_and_cancelled_asks_are_audit_lines() {
+    let dir = tempfile::tempdir().unwrap();
+    let audit = dir.path().join("audit.jsonl");
+    let mut settings = SessionSettings::new(ToolConfig::new(dir.path()));
+    settings.policy = Policy {
+        ask: vec!["command:echo".into()],
+        allow: vec!["command:echo hi".into()],
+        ..Policy::default()
+    };
+    settings.audit_log = Some(audit.clone());
+    let session = Session::open(settings).unwrap();
+    // An approver that never answers.
+    struct Never;
+    #[async_trait::async_trait]
+    impl Approver for Never {
+        async fn approve(&self, _: &Ask) -> Answer {
+            std::future::pending().await
+        }
+    }
+    session.set_approver(Some(Arc::new(Never)));
+    let out = session
+        .call("bash", json!({"command": "echo hi"}))
+        .await
+        .unwrap();
+    assert_eq!(out.text, "hi\n");
+    let waiting = session.call("bash", json!({"command": "echo other"}));
+    let timed_out = tokio::time::timeout(std::time::Duration::from_millis(300), waiting).await;
+    assert!(timed_out.is_err());
+    session.close().await;
+    let lines: Vec<Value> = std::fs::read_to_string(&audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l["event"] == "approval")
+        .collect();
+    let answers: Vec<(&str, &str, &str)> = lines
+        .iter()
+        .map(|l| {
+            (
+                l["answer"].as_str().unwrap(),
+                l["by"].as_str().unwrap(),
+                l["asked"].as_str().unwrap(),
+            )
+        })
+        .collect();
+    assert_eq!(
+        answers,
+        [
+            ("allow_once", "the policy's allow entries", "echo hi"),
+            ("cancelled", "nobody: the call ended first", "echo other"),
+        ]
+    );
+}

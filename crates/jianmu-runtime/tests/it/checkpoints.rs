@@ -261,3 +261,45 @@ async fn a_parallel_call_waits_for_the_turns_checkpoint() {
     assert_eq!(changed, ["a.txt", "d39/f099.txt"], "{diff}");
     session.close().await;
 }
+
+/// A path commands may not read (an isolated tool's `read_deny`, inside the
+/// workspace) stays out of checkpoints: not stored, not in a diff, not restored.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn paths_hidden_from_commands_stay_out_of_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::create_dir(dir.path().join("ws")).unwrap();
+    let ws = dir.path().join("ws").canonicalize().unwrap();
+    std::fs::write(ws.join("secret.env"), "TOKEN=1\n").unwrap();
+    std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    let secret = ws.join("secret.env").display().to_string();
+    let tools =
+        ToolConfig::new(&ws).with_setting("bash", "isolation", json!({"read_deny": [secret]}));
+    let mut settings = SessionSettings::new(tools);
+    settings.checkpoints.dir = Some(dir.path().join("state"));
+    let session = Session::open(settings).unwrap();
+    call(
+        &session,
+        "write_file",
+        json!({"path": "a.txt", "content": "b\n"}),
+    )
+    .await;
+    std::fs::write(ws.join("secret.env"), "TOKEN=2\n").unwrap();
+    let listed = call(&session, "checkpoint_list", json!({})).await;
+    let id = listed["checkpoints"][0]["id"].as_str().unwrap().to_owned();
+    let diff = call(&session, "checkpoint_diff", json!({"id": id})).await;
+    let changed: Vec<&str> = diff["changes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|c| c["path"].as_str().unwrap())
+        .collect();
+    assert_eq!(changed, ["a.txt"], "{diff}");
+    assert!(!diff.to_string().contains("TOKEN"), "{diff}");
+    call(&session, "checkpoint_restore", json!({"id": id})).await;
+    assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "a\n");
+    assert_eq!(
+        std::fs::read_to_string(ws.join("secret.env")).unwrap(),
+        "TOKEN=2\n"
+    );
+    session.close().await;
+}
