@@ -103,10 +103,11 @@ pub(crate) enum Command {
     /// service with --http.
     #[cfg(feature = "mcp")]
     Mcp(McpArgs),
-    /// Run calls sent as JSON lines on stdin (the runner inside a sandbox container).
+    /// Run calls sent as JSON lines: on stdin (the runner inside a sandbox container),
+    /// or with --listen over mutual TLS (a runner any host, pod or task runs).
     #[cfg(feature = "docker")]
     #[command(hide = true)]
-    Serve,
+    Serve(ServeArgs),
     /// How calls are isolated here, and the Docker sandbox.
     Sandbox {
         #[command(subcommand)]
@@ -269,6 +270,51 @@ pub(crate) enum SandboxCommand {
         #[arg(long)]
         verbose: bool,
     },
+    /// The files of mutual TLS between a host and its runners (`jianmu serve
+    /// --listen`).
+    #[cfg(feature = "docker")]
+    Tls {
+        #[command(subcommand)]
+        command: TlsCommand,
+    },
+}
+
+/// `jianmu sandbox tls ...`.
+#[cfg(feature = "docker")]
+#[derive(Debug, Subcommand)]
+pub(crate) enum TlsCommand {
+    /// Make DIR (new or empty) with a new certificate authority (`ca.pem`,
+    /// `ca-key.pem`), the host's client certificate (`DIR/host`) and a runner's server
+    /// certificate (`DIR/runner`, for `serve --tls-dir`); keys readable by the owner
+    /// alone.
+    Init {
+        /// The folder to make.
+        dir: PathBuf,
+        /// A host name or IP address the runner is reached by (repeatable)
+        /// [default: localhost and 127.0.0.1].
+        #[arg(long = "name", value_name = "NAME")]
+        names: Vec<String>,
+    },
+}
+
+/// `jianmu serve`: on stdin and stdout, or listening.
+#[cfg(feature = "docker")]
+#[derive(Debug, clap::Args)]
+pub(crate) struct ServeArgs {
+    /// Listen on ADDR (e.g. 0.0.0.0:7443) for hosts over mutual TLS instead.
+    #[arg(long, value_name = "ADDR", requires = "tls_dir")]
+    pub(crate) listen: Option<std::net::SocketAddr>,
+    /// With --listen: the folder with `ca.pem` (hosts' certificates must chain to
+    /// it), `cert.pem` and `key.pem` (the runner's own).
+    #[arg(long, value_name = "DIR", requires = "listen")]
+    pub(crate) tls_dir: Option<PathBuf>,
+    /// With --listen: where hosts' workspaces are kept (a host's `/a/ws` is
+    /// `ROOT/a/ws`) [default: the current folder].
+    #[arg(long, value_name = "ROOT", requires = "listen")]
+    pub(crate) root: Option<PathBuf>,
+    /// With --listen: exit once the first session ends.
+    #[arg(long, requires = "listen")]
+    pub(crate) once: bool,
 }
 
 /// `--version`'s long form: the version and the Cargo features this build has (named

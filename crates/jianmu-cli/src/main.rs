@@ -12,8 +12,6 @@
 
 use std::process::ExitCode;
 
-#[cfg(any(feature = "mcp", feature = "docker"))]
-use anyhow::Context;
 use clap::{CommandFactory as _, FromArgMatches as _};
 use jianmu_tool_core::{SchemaFormat, ToolError, ToolSpec};
 
@@ -24,6 +22,8 @@ mod build_image;
 mod config;
 mod native;
 mod render;
+#[cfg(feature = "docker")]
+mod runner;
 mod settings;
 mod status;
 mod term;
@@ -82,11 +82,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
     let load = || Settings::from_args(&cli);
     match &cli.command {
         #[cfg(feature = "docker")]
-        Command::Serve => {
-            jianmu_runtime::docker::serve_stdio(jianmu_runtime::Tools::builtin_set)
-                .context("the sandbox runner failed")?;
-            Ok(())
-        }
+        Command::Serve(serve) => Ok(runner::serve(serve)?),
         &Command::Tools {
             json,
             format,
@@ -149,10 +145,7 @@ fn run(cli: Cli) -> Result<(), Failure> {
                     mcp_args.workspace_per_principal.clone(),
                 )?
                 .offering(settings.offer());
-                let rt = tokio::runtime::Builder::new_multi_thread()
-                    .enable_all()
-                    .build()
-                    .context("cannot start the async runtime")?;
+                let rt = term::multi_thread_runtime()?;
                 // With a token file, SIGHUP reloads it instead of stopping the server.
                 let reloads = options.reloads_tokens();
                 let session = settings.session()?;
@@ -200,6 +193,10 @@ fn run(cli: Cli) -> Result<(), Failure> {
         Command::Sandbox {
             command: build @ args::SandboxCommand::BuildImage { .. },
         } => print(&build_image::run(&load()?, build)?),
+        #[cfg(feature = "docker")]
+        Command::Sandbox {
+            command: args::SandboxCommand::Tls { command },
+        } => print(&runner::tls(command)?),
         Command::Sandbox {
             command: args::SandboxCommand::Status { json },
         } => {

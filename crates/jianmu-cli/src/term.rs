@@ -60,6 +60,15 @@ pub(crate) fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .context("cannot start the async runtime")
 }
 
+/// A runtime on worker threads (a server's).
+#[cfg(feature = "mcp")]
+pub(crate) fn multi_thread_runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the async runtime")
+}
+
 pub(crate) fn read_args(raw: &str) -> Result<Value, Failure> {
     let text = if raw == "-" {
         let mut buf = String::new();

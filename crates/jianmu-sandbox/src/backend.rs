@@ -3,8 +3,9 @@
 //! asked for), hands back a duplex byte stream to it, says how it ended, and removes
 //! it. Everything above — the wire protocol (`conn.rs`, `wire.rs`), placement over
 //! engines, the warm pool, the copied workspace — only talks to this trait.
-//! [`DockerBackend`] is the one implementation (a Docker engine through bollard);
-//! docs/scale-out.md says how a Kubernetes one would map onto it.
+//! [`DockerBackend`] is a Docker engine through bollard; `RemoteBackend` (`remote.rs`)
+//! a runner already listening (`jianmu serve --listen`); docs/scale-out.md says how a
+//! Kubernetes one would map onto them.
 
 use std::path::Path;
 use std::pin::Pin;

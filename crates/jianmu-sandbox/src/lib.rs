@@ -37,11 +37,14 @@
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
 mod backend;
+mod certs;
 mod conn;
 mod container;
 mod copy;
 mod error;
 pub mod image;
+mod listen;
+mod remote;
 mod serve;
 mod settings;
 mod tunnel;
@@ -57,9 +60,11 @@ use jianmu_tool_core::{PreparedCall, Runner, ToolConfig, ToolError, ToolOutput};
 use tokio::sync::{Mutex, OnceCell};
 
 use backend::{Backend, DockerBackend, Spec};
+pub use certs::{TlsInit, tls_init};
 use conn::{Conn, Outcome};
 pub use copy::{Pulled, Skipped};
 pub use error::SandboxError;
+pub use listen::{Listen, serve_listen};
 pub use serve::serve_stdio;
 pub use settings::{
     DEFAULT_IMAGE, DockerSettings, ENGINE_RETRY, EngineAddress, TlsEngine, TlsFiles, WorkspaceMode,
@@ -443,6 +448,14 @@ impl Engine {
     async fn backend(&self) -> Result<&Arc<dyn Backend>, SandboxError> {
         self.backend
             .get_or_try_init(|| async {
+                if let Some(url) = self
+                    .address
+                    .as_deref()
+                    .filter(|a| a.starts_with(remote::SCHEME))
+                {
+                    let runner = remote::RemoteBackend::new(url, self.tls.as_ref())?;
+                    return Ok(Arc::new(runner) as Arc<dyn Backend>);
+                }
                 let docker =
                     image::connect_with(self.address.as_deref(), self.tls.as_ref()).await?;
                 Ok(Arc::new(DockerBackend { docker }) as Arc<dyn Backend>)
@@ -455,6 +468,13 @@ impl Engine {
         let mut placed = lock(&self.placed);
         placed.retain(|c| c.upgrade().is_some_and(|c| !c.is_dead()));
         placed.len()
+    }
+
+    /// Whether it is a runner (`jianmu://`), not an engine.
+    fn is_runner(&self) -> bool {
+        self.address
+            .as_deref()
+            .is_some_and(|a| a.starts_with(remote::SCHEME))
     }
 
     fn is_up(&self) -> bool {
@@ -500,6 +520,8 @@ impl Inner {
             .iter()
             .enumerate()
             .map(|(i, e)| (!e.is_up(), e.load(), i))
+            // A runner serves one session at a time.
+            .filter(|&(_, load, i)| load == 0 || !self.engines[i].is_runner())
             .collect();
         ranked.sort_unstable();
         let mut failure = None;
@@ -537,8 +559,9 @@ impl Inner {
                 }
             }
         }
-        Err(failure
-            .unwrap_or_else(|| SandboxError::Settings("no engine to place the sandbox on".into())))
+        Err(failure.unwrap_or_else(|| {
+            SandboxError::Lost("no engine or runner is free to place the sandbox on".into())
+        }))
     }
 
     /// Starts spares in the background until the pool (with those already starting)

@@ -27,23 +27,27 @@ use crate::lock;
 pub fn serve_stdio(
     tools: impl Fn(ToolConfig) -> Result<ToolSet, jianmu_tool_core::ToolError> + Send + Sync + 'static,
 ) -> std::io::Result<()> {
-    // Threads count against the container's pids limit: keep the pools small.
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .max_blocking_threads(16)
-        .enable_all()
-        .build()?;
-    rt.block_on(serve(
+    runtime()?.block_on(serve(
         tokio::io::stdin(),
         tokio::io::stdout(),
         move |config| tools(in_container(config)),
     ))
 }
 
+/// A runner's async runtime. Threads count against the container's pids limit: the
+/// pools are small.
+pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .max_blocking_threads(16)
+        .enable_all()
+        .build()
+}
+
 /// Inside the container, the container decides the network (its own switch) and owns
 /// `/tmp` (a private tmpfs): the tools' local isolation keeps its supervisor and
 /// Landlock but lets both through.
-fn in_container(mut config: ToolConfig) -> ToolConfig {
+pub(crate) fn in_container(mut config: ToolConfig) -> ToolConfig {
     for tool in ["bash", "python_repl"] {
         let mut settings = config
             .raw_settings(tool)

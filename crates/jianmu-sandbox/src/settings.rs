@@ -79,7 +79,9 @@ pub enum WorkspaceMode {
 pub const ENGINE_RETRY: std::time::Duration = std::time::Duration::from_secs(15);
 
 /// One entry of [`DockerSettings::hosts`]: an address (`unix:///run/docker.sock`,
-/// `tcp://10.0.0.5:2375`), or a table with the mutual TLS files of a `tcp://` engine.
+/// `tcp://10.0.0.5:2375`), or a table with the mutual TLS files of a `tcp://` engine
+/// or of a runner (`jianmu://HOST:PORT`: `jianmu serve --listen`, already running
+/// somewhere, one session at a time, its workspace copied).
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(untagged)]
 pub enum EngineAddress {
@@ -93,9 +95,9 @@ pub enum EngineAddress {
 #[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct TlsEngine {
-    /// `tcp://HOST:PORT`.
+    /// `tcp://HOST:PORT`, or `jianmu://HOST:PORT` for a runner.
     pub url: String,
-    /// The CA that signed the engine's certificate.
+    /// The CA that signed the engine's (or runner's) certificate.
     pub ca: PathBuf,
     /// This client's certificate.
     pub cert: PathBuf,
@@ -286,6 +288,23 @@ impl DockerSettings {
         }
         if settings.hosts.len() > 64 {
             return Err(bad("hosts may list at most 64 engines".into()));
+        }
+        for host in &settings.hosts {
+            let (url, tls) = host.parts();
+            if url.starts_with(crate::remote::SCHEME) {
+                if settings.workspace_mode == WorkspaceMode::Mount {
+                    return Err(bad(format!(
+                        "{url} is a runner, which cannot mount the workspace: use \
+                         workspace_mode = \"copy\" (or \"auto\")"
+                    )));
+                }
+                if tls.is_none() {
+                    return Err(bad(format!(
+                        "{url} is a runner, reached over mutual TLS only: give its table \
+                         `ca`, `cert` and `key`"
+                    )));
+                }
+            }
         }
         if let Some(runtime) = &settings.runtime
             && (runtime.is_empty()

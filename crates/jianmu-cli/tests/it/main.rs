@@ -22,6 +22,8 @@ mod mcp_http;
 mod mcp_lines;
 #[cfg(feature = "full")]
 mod native;
+#[cfg(all(feature = "docker", feature = "full"))]
+mod runner;
 #[cfg(all(feature = "mcp", feature = "full"))]
 mod view;
 

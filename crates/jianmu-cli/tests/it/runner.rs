@@ -1,0 +1,254 @@
+//! Runners reached over mutual TLS (`jianmu serve --listen`, `jianmu://` hosts): real
+//! runner processes on 127.0.0.1, each keeping workspaces below a root of its own, and
+//! a runtime placing sessions on them.
+
+use std::io::{BufRead as _, BufReader};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Stdio};
+use std::time::{Duration, Instant};
+
+use jianmu_runtime::docker::{EngineAddress, TlsEngine};
+use jianmu_runtime::{Backend, DockerSettings, Runtime, SessionSettings};
+use jianmu_tool_core::ToolConfig;
+use serde_json::json;
+
+/// A `jianmu serve --listen 127.0.0.1:0` process and its address.
+struct Runner {
+    child: Child,
+    addr: String,
+}
+
+impl Runner {
+    fn start(tls_dir: &Path, root: &Path, once: bool) -> Self {
+        let mut command = jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"));
+        command
+            .args(["serve", "--listen", "127.0.0.1:0", "--tls-dir"])
+            .arg(tls_dir)
+            .arg("--root")
+            .arg(root)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped());
+        if once {
+            command.arg("--once");
+        }
+        let mut child = command.spawn().unwrap();
+        let mut stderr = BufReader::new(child.stderr.take().unwrap());
+        let mut line = String::new();
+        stderr.read_line(&mut line).unwrap();
+        let addr = line
+            .split_whitespace()
+            .find(|w| w.starts_with("127.0.0.1:"))
+            .unwrap_or_else(|| panic!("no address in {line:?}"))
+            .to_owned();
+        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
+        Self { child, addr }
+    }
+
+    /// Waits (at most 20 s) for the process to exit.
+    fn exited(&mut self) -> bool {
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while Instant::now() < deadline {
+            if self.child.try_wait().unwrap().is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        false
+    }
+}
+
+impl Drop for Runner {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn tls_init(dir: &Path) -> std::process::Output {
+    jianmu_process::std_command(env!("CARGO_BIN_EXE_jianmu"))
+        .args(["sandbox", "tls", "init"])
+        .arg(dir)
+        .output()
+        .unwrap()
+}
+
+fn host_entry(addr: &str, host: &Path) -> EngineAddress {
+    EngineAddress::Tls(TlsEngine {
+        url: format!("jianmu://{addr}"),
+        ca: host.join("ca.pem"),
+        cert: host.join("cert.pem"),
+        key: host.join("key.pem"),
+    })
+}
+
+fn runtime(ws: &Path, hosts: Vec<EngineAddress>) -> Runtime {
+    let mut settings = SessionSettings::new(ToolConfig::new(ws));
+    settings.backend = Backend::Docker(Box::new(DockerSettings {
+        hosts,
+        ..DockerSettings::default()
+    }));
+    Runtime::new(settings).unwrap()
+}
+
+/// Where a runner keeps a host path.
+fn kept(root: &Path, path: &Path) -> PathBuf {
+    root.join(path.strip_prefix("/").unwrap())
+}
+
+/// `tls init` makes the three folders (keys for the owner alone) and never writes over
+/// a folder in use; sessions go to free runners over mutual TLS, run there in a copy
+/// of the workspace below the runner's root, and bring their changes back when they
+/// close; a runner serves one session at a time; `--once` ends the runner with its
+/// session, and what the session started ends with it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_run_on_runners_over_mutual_tls() {
+    use std::os::unix::fs::PermissionsExt as _;
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    let out = tls_init(&tls);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for key in ["ca-key.pem", "host/key.pem", "runner/key.pem"] {
+        let mode = std::fs::metadata(tls.join(key))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o600, "{key}");
+    }
+    let again = tls_init(&tls);
+    assert_eq!(again.status.code(), Some(2));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("holds files already"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("in.txt"), "from the host\n").unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let (root1, root2) = (dir.path().join("r1"), dir.path().join("r2"));
+    let mut one = Runner::start(&tls.join("runner"), &root1, true);
+    let two = Runner::start(&tls.join("runner"), &root2, false);
+    let host = tls.join("host");
+    let runtime = runtime(
+        &ws,
+        vec![host_entry(&one.addr, &host), host_entry(&two.addr, &host)],
+    );
+    let first = runtime.open().unwrap();
+    let second = runtime.open().unwrap();
+    let sh = async |session: &jianmu_runtime::Session, command: &str| match session
+        .call("bash", json!({ "command": command }))
+        .await
+    {
+        Ok(out) => out.text,
+        Err(e) => panic!("{command}: {}", jianmu_tool_core::error_chain(&e)),
+    };
+    let pwd1 = sh(&first, "cat in.txt; echo one > made.txt; sleep 3217 & pwd").await;
+    let pwd2 = sh(&second, "echo two > other.txt; pwd").await;
+    let places = [pwd1.lines().last().unwrap(), pwd2.lines().last().unwrap()];
+    assert!(pwd1.starts_with("from the host\n"), "{pwd1}");
+    let (k1, k2) = (
+        kept(&root1.canonicalize().unwrap(), &ws),
+        kept(&root2.canonicalize().unwrap(), &ws),
+    );
+    let (k1, k2) = (k1.display().to_string(), k2.display().to_string());
+    assert!(
+        places == [k1.as_str(), k2.as_str()] || places == [k2.as_str(), k1.as_str()],
+        "{places:?} {k1} {k2}"
+    );
+    // Nothing came back yet; a third session finds no free runner.
+    assert!(!ws.join("made.txt").exists());
+    let third = runtime.open().unwrap();
+    let refused = third.call("calculator", json!("1+1")).await.unwrap_err();
+    assert!(
+        jianmu_tool_core::error_chain(&refused).contains("no engine or runner is free"),
+        "{}",
+        jianmu_tool_core::error_chain(&refused)
+    );
+    third.close().await;
+    // Closing brings the changes back; the runner with --once exits with its session,
+    // and the job its session started is gone with it.
+    let closed = first.close().await;
+    assert!(closed.is_complete(), "{closed}");
+    second.close().await;
+    assert_eq!(
+        std::fs::read_to_string(ws.join("made.txt")).unwrap_or_default()
+            + std::fs::read_to_string(ws.join("other.txt"))
+                .unwrap_or_default()
+                .as_str(),
+        "one\ntwo\n"
+    );
+    let once_pid = one.child.id();
+    let sleepers = || {
+        std::fs::read_dir("/proc")
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter(|e| {
+                std::fs::read_to_string(e.path().join("cmdline"))
+                    .is_ok_and(|c| c.starts_with("sleep\u{0}3217"))
+            })
+            .count()
+    };
+    if places[0] == k1.as_str() {
+        assert!(one.exited(), "the --once runner {once_pid} did not exit");
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while sleepers() > 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(sleepers(), 0, "a job outlived its session");
+    runtime.shutdown(Duration::from_secs(10)).await;
+    drop(two);
+}
+
+/// A host whose certificate another authority signed is refused by the runner, and
+/// a host that does not trust the runner's authority refuses it: either way the call
+/// fails saying the TLS handshake failed, and nothing runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_and_a_host_of_different_authorities_refuse_each_other() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tls, other) = (dir.path().join("tls"), dir.path().join("other"));
+    assert!(tls_init(&tls).status.success());
+    assert!(tls_init(&other).status.success());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let root = dir.path().join("root");
+    let runner = Runner::start(&tls.join("runner"), &root, false);
+    let runtime = runtime(&ws, vec![host_entry(&runner.addr, &other.join("host"))]);
+    let session = runtime.open().unwrap();
+    let err = session
+        .call("bash", json!({"command": "echo ran > ran.txt"}))
+        .await
+        .unwrap_err();
+    let text = jianmu_tool_core::error_chain(&err);
+    assert!(text.contains("TLS handshake failed"), "{text}");
+    session.close().await;
+    runtime.shutdown(Duration::from_secs(10)).await;
+    // A host that trusts the runner but shows a certificate of another authority.
+    let mixed = EngineAddress::Tls(TlsEngine {
+        url: format!("jianmu://{}", runner.addr),
+        ca: tls.join("host/ca.pem"),
+        cert: other.join("host/cert.pem"),
+        key: other.join("host/key.pem"),
+    });
+    let runtime = self::runtime(&ws, vec![mixed]);
+    let session = runtime.open().unwrap();
+    let err = session
+        .call("bash", json!({"command": "echo ran > ran.txt"}))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, jianmu_tool_core::ToolError::Runner { .. }),
+        "{}",
+        jianmu_tool_core::error_chain(&err)
+    );
+    session.close().await;
+    runtime.shutdown(Duration::from_secs(10)).await;
+    let kept_ws = kept(&root.canonicalize().unwrap(), &ws.canonicalize().unwrap());
+    assert!(!kept_ws.join("ran.txt").exists());
+}

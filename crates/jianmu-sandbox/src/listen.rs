@@ -1,0 +1,434 @@
+//! `jianmu serve --listen ADDR --tls-dir DIR`: the runner reached over the network,
+//! what a Swarm task, a Kubernetes pod or any host runs. Each connection is mutual TLS
+//! (TLS 1.3; the client's certificate must chain to `DIR/ca.pem`; the runner shows
+//! `DIR/cert.pem` with `DIR/key.pem`: Docker's file names), and its first line says
+//! what it is for:
+//!
+//! - the wire's `init` ([`super::wire`]): a session, served as `jianmu serve` serves
+//!   stdin and stdout. One at a time: a runner is one sandbox, and a second host is
+//!   answered `init_failed`. When the connection ends, everything its calls started
+//!   ends; with `--once` the runner exits then.
+//! - `{"op": "put_archive", "path": P}`: the rest of the stream is a tar unpacked into
+//!   the folder `P` (the copied workspace going in), answered with one JSON line.
+//! - `{"op": "get_archive", "path": P}`: the folder `P` comes back as a tar (one top
+//!   folder, as an engine's archive API gives it).
+//!
+//! Host paths are served below `--root`: the host's `/home/a/ws` is `ROOT/home/a/ws`
+//! here, in tools' settings and archives alike.
+
+use std::net::SocketAddr;
+use std::path::{Component, Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use jianmu_tool_core::{ToolConfig, ToolError, ToolSet};
+use rustls::pki_types::pem::PemObject as _;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer};
+use tokio::io::{
+    AsyncBufReadExt as _, AsyncRead, AsyncReadExt as _, AsyncWrite, AsyncWriteExt as _, BufReader,
+};
+use tokio::net::TcpListener;
+
+/// How long a client has to finish its TLS handshake and send its first line.
+const OPENING: Duration = Duration::from_secs(10);
+
+/// The longest first line read.
+const FIRST_LINE: usize = 64 * 1024;
+
+/// Handshakes and first lines under way at once; more connections wait.
+const OPENINGS: usize = 16;
+
+/// What `jianmu serve --listen` is told.
+#[derive(Debug, Clone)]
+pub struct Listen {
+    /// Where to listen (`0.0.0.0:7443`; port 0 picks one, printed on stderr).
+    pub addr: SocketAddr,
+    /// The folder with `ca.pem`, `cert.pem` and `key.pem`.
+    pub tls_dir: PathBuf,
+    /// Where host paths are served (`ROOT/<host path>`).
+    pub root: PathBuf,
+    /// Exit once the first session ends.
+    pub once: bool,
+}
+
+/// Serves sessions and archives over mutual TLS until stopped (or, with
+/// [`Listen::once`], until the first session ends), with the tools `tools` makes from
+/// each host's settings. Prints `listening on ADDR` on stderr once it listens.
+///
+/// # Errors
+/// The TLS files cannot be read or do not make a server, or the address cannot be
+/// listened on.
+pub fn serve_listen(
+    listen: Listen,
+    tools: impl Fn(ToolConfig) -> Result<ToolSet, ToolError> + Send + Sync + 'static,
+) -> std::io::Result<()> {
+    super::serve::runtime()?.block_on(run(listen, Arc::new(tools)))
+}
+
+type MakeTools = Arc<dyn Fn(ToolConfig) -> Result<ToolSet, ToolError> + Send + Sync>;
+
+async fn run(listen: Listen, tools: MakeTools) -> std::io::Result<()> {
+    let config = server_config(&listen.tls_dir)?;
+    let acceptor = tokio_rustls::TlsAcceptor::from(Arc::new(config));
+    std::fs::create_dir_all(&listen.root)?;
+    let root = listen.root.canonicalize()?;
+    let listener = TcpListener::bind(listen.addr).await?;
+    eprintln!(
+        "jianmu serve: listening on {} (mutual TLS)",
+        listener.local_addr()?
+    );
+    let busy = Arc::new(AtomicBool::new(false));
+    let openings = Arc::new(tokio::sync::Semaphore::new(OPENINGS));
+    let (ended, mut first_ended) = tokio::sync::mpsc::channel::<()>(1);
+    loop {
+        let accepted = tokio::select! {
+            accepted = listener.accept() => accepted,
+            _ = first_ended.recv() => return Ok(()),
+        };
+        let (tcp, peer) = match accepted {
+            Ok(accepted) => accepted,
+            Err(e) => {
+                tracing::warn!(%e, "accept failed");
+                tokio::time::sleep(Duration::from_millis(50)).await;
+                continue;
+            }
+        };
+        let Ok(opening) = Arc::clone(&openings).acquire_owned().await else {
+            return Ok(());
+        };
+        let acceptor = acceptor.clone();
+        let (busy, tools, root, ended) = (
+            Arc::clone(&busy),
+            Arc::clone(&tools),
+            root.clone(),
+            ended.clone(),
+        );
+        let once = listen.once;
+        tokio::spawn(async move {
+            let opened = tokio::time::timeout(OPENING, async {
+                let tls = acceptor.accept(tcp).await?;
+                let (read, write) = tokio::io::split(tls);
+                let mut read = BufReader::new(read);
+                let line = first_line(&mut read).await?;
+                Ok::<_, std::io::Error>((read, write, line))
+            })
+            .await;
+            drop(opening);
+            let (read, write, line) = match opened {
+                Ok(Ok(opened)) => opened,
+                Ok(Err(e)) => return tracing::warn!(%peer, %e, "a connection was refused"),
+                Err(_) => return tracing::warn!(%peer, "a connection took too long to open"),
+            };
+            let session = handle(line, read, write, &root, &busy, tools).await;
+            if let Err(e) = &session {
+                tracing::warn!(%peer, %e, "a connection failed");
+            }
+            if once && matches!(session, Ok(true)) {
+                let _ = ended.send(()).await;
+            }
+        });
+    }
+}
+
+/// Serves one opened connection; `Ok(true)` when it was a session.
+async fn handle<R, W>(
+    line: String,
+    read: BufReader<R>,
+    mut write: W,
+    root: &Path,
+    busy: &AtomicBool,
+    tools: MakeTools,
+) -> std::io::Result<bool>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let first: serde_json::Value = serde_json::from_str(&line).map_err(std::io::Error::other)?;
+    let path = || {
+        first
+            .get("path")
+            .and_then(serde_json::Value::as_str)
+            .and_then(|p| under(root, Path::new(p)))
+            .ok_or_else(|| std::io::Error::other("`path` must be an absolute path"))
+    };
+    match first.get("op").and_then(serde_json::Value::as_str) {
+        Some("init") => {
+            if busy.swap(true, Ordering::AcqRel) {
+                let refused = super::wire::to_line(&super::wire::Reply::InitFailed {
+                    message: "this runner serves another session".into(),
+                });
+                write.write_all(&refused).await?;
+                write.shutdown().await?;
+                return Ok(false);
+            }
+            let _free = Free(busy);
+            // The first line again, then the rest, as the stdio server reads them.
+            let input = std::io::Cursor::new(format!("{line}\n").into_bytes()).chain(read);
+            let root = root.to_owned();
+            super::serve::serve(input, write, move |config| {
+                let workspace = under(&root, config.workspace())
+                    .ok_or_else(|| ToolError::failed("the workspace must be an absolute path"))?;
+                std::fs::create_dir_all(&workspace).map_err(|e| {
+                    ToolError::failed(format!("cannot make {}: {e}", workspace.display()))
+                })?;
+                tools(super::serve::in_container(config.with_workspace(workspace)))
+            })
+            .await?;
+            Ok(true)
+        }
+        Some("put_archive") => {
+            let dir = path()?;
+            let done = put_archive(read, &dir).await;
+            let reply = match &done {
+                Ok(()) => serde_json::json!({"ok": true}),
+                Err(e) => serde_json::json!({"ok": false, "message": e.to_string()}),
+            };
+            write.write_all(format!("{reply}\n").as_bytes()).await?;
+            write.shutdown().await?;
+            done.map(|()| false)
+        }
+        Some("get_archive") => {
+            let dir = path()?;
+            get_archive(&dir, write).await.map(|()| false)
+        }
+        _ => Err(std::io::Error::other("unknown first request")),
+    }
+}
+
+/// Frees the runner for the next session when dropped.
+struct Free<'a>(&'a AtomicBool);
+
+impl Drop for Free<'_> {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
+}
+
+/// The first line of a connection, at most [`FIRST_LINE`] bytes.
+async fn first_line<R: AsyncRead + Unpin>(read: &mut BufReader<R>) -> std::io::Result<String> {
+    let mut line = Vec::new();
+    let mut limited = (&mut *read).take(FIRST_LINE as u64 + 1);
+    limited.read_until(b'\n', &mut line).await?;
+    if line.len() > FIRST_LINE {
+        return Err(std::io::Error::other("the first line is too long"));
+    }
+    if line.pop() != Some(b'\n') {
+        return Err(std::io::Error::other(
+            "the connection ended before its first line",
+        ));
+    }
+    String::from_utf8(line).map_err(std::io::Error::other)
+}
+
+/// The host path `path` served below `root`: `None` unless it is absolute and plain.
+fn under(root: &Path, path: &Path) -> Option<PathBuf> {
+    if !path.is_absolute() {
+        return None;
+    }
+    let mut out = root.to_owned();
+    for part in path.components() {
+        match part {
+            Component::RootDir => {}
+            Component::Normal(name) => out.push(name),
+            _ => return None,
+        }
+    }
+    Some(out)
+}
+
+/// Unpacks the tar arriving on `read` into `dir` (made if missing).
+async fn put_archive<R: AsyncRead + Unpin + Send + 'static>(
+    read: R,
+    dir: &Path,
+) -> std::io::Result<()> {
+    std::fs::create_dir_all(dir)?;
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(16);
+    let dir = dir.to_owned();
+    let unpacking = tokio::task::spawn_blocking(move || {
+        let mut archive = tar::Archive::new(Chunks {
+            rx,
+            chunk: Vec::new(),
+            at: 0,
+        });
+        archive.set_preserve_permissions(true);
+        archive.set_overwrite(true);
+        archive.unpack(&dir)
+    });
+    let mut read = read;
+    let mut buf = vec![0u8; 64 * 1024];
+    loop {
+        let n = tokio::io::AsyncReadExt::read(&mut read, &mut buf).await?;
+        if n == 0 || tx.send(buf[..n].to_vec()).is_err() {
+            break;
+        }
+    }
+    drop(tx);
+    unpacking.await.map_err(std::io::Error::other)?
+}
+
+/// Writes the folder `dir` as a tar with one top folder to `write`.
+async fn get_archive<W: AsyncWrite + Unpin + Send + 'static>(
+    dir: &Path,
+    mut write: W,
+) -> std::io::Result<()> {
+    let (tx, mut rx) = tokio::sync::mpsc::channel::<Vec<u8>>(16);
+    let dir = dir.to_owned();
+    let packing = tokio::task::spawn_blocking(move || {
+        let name = dir
+            .file_name()
+            .map_or_else(|| "workspace".into(), |n| n.to_owned());
+        let mut builder = tar::Builder::new(Sender { tx });
+        builder.follow_symlinks(false);
+        builder.append_dir_all(name, &dir)?;
+        builder.into_inner().map(drop)
+    });
+    while let Some(chunk) = rx.recv().await {
+        write.write_all(&chunk).await?;
+    }
+    write.shutdown().await?;
+    packing.await.map_err(std::io::Error::other)?
+}
+
+/// The blocking end of an archive going in.
+struct Chunks {
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    chunk: Vec<u8>,
+    at: usize,
+}
+
+impl std::io::Read for Chunks {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        while self.at == self.chunk.len() {
+            match self.rx.recv() {
+                Ok(chunk) => (self.chunk, self.at) = (chunk, 0),
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = buf.len().min(self.chunk.len() - self.at);
+        buf[..n].copy_from_slice(&self.chunk[self.at..self.at + n]);
+        self.at += n;
+        Ok(n)
+    }
+}
+
+/// The blocking end of an archive going out.
+struct Sender {
+    tx: tokio::sync::mpsc::Sender<Vec<u8>>,
+}
+
+impl std::io::Write for Sender {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.tx
+            .blocking_send(buf.to_vec())
+            .map_err(|_| std::io::Error::other("the host went away"))?;
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        Ok(())
+    }
+}
+
+/// The runner's TLS: TLS 1.3, its certificate, and client certificates required to
+/// chain to `dir/ca.pem`.
+fn server_config(dir: &Path) -> std::io::Result<rustls::ServerConfig> {
+    let (roots, certs, key) = tls_files(dir)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let verifier = rustls::server::WebPkiClientVerifier::builder_with_provider(
+        Arc::new(roots),
+        Arc::clone(&provider),
+    )
+    .build()
+    .map_err(std::io::Error::other)?;
+    rustls::ServerConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(std::io::Error::other)?
+        .with_client_cert_verifier(verifier)
+        .with_single_cert(certs, key)
+        .map_err(std::io::Error::other)
+}
+
+/// The host's TLS towards a runner: TLS 1.3, the runner's certificate checked against
+/// `ca`, and this host's certificate shown.
+pub(crate) fn client_config(
+    ca: &Path,
+    cert: &Path,
+    key: &Path,
+) -> std::io::Result<rustls::ClientConfig> {
+    let roots = roots(ca)?;
+    let (certs, key) = cert_and_key(cert, key)?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    rustls::ClientConfig::builder_with_provider(provider)
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .map_err(std::io::Error::other)?
+        .with_root_certificates(roots)
+        .with_client_auth_cert(certs, key)
+        .map_err(std::io::Error::other)
+}
+
+type TlsFiles = (
+    rustls::RootCertStore,
+    Vec<CertificateDer<'static>>,
+    PrivateKeyDer<'static>,
+);
+
+fn tls_files(dir: &Path) -> std::io::Result<TlsFiles> {
+    let roots = roots(&dir.join("ca.pem"))?;
+    let (certs, key) = cert_and_key(&dir.join("cert.pem"), &dir.join("key.pem"))?;
+    Ok((roots, certs, key))
+}
+
+fn roots(ca: &Path) -> std::io::Result<rustls::RootCertStore> {
+    let named = |e: &dyn std::fmt::Display| {
+        std::io::Error::other(format!("cannot read {}: {e}", ca.display()))
+    };
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_file_iter(ca).map_err(|e| named(&e))? {
+        roots
+            .add(cert.map_err(|e| named(&e))?)
+            .map_err(|e| named(&e))?;
+    }
+    if roots.is_empty() {
+        return Err(named(&"no certificate in it"));
+    }
+    Ok(roots)
+}
+
+fn cert_and_key(
+    cert: &Path,
+    key: &Path,
+) -> std::io::Result<(Vec<CertificateDer<'static>>, PrivateKeyDer<'static>)> {
+    let named = |path: &Path, e: &dyn std::fmt::Display| {
+        std::io::Error::other(format!("cannot read {}: {e}", path.display()))
+    };
+    let certs = CertificateDer::pem_file_iter(cert)
+        .map_err(|e| named(cert, &e))?
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(|e| named(cert, &e))?;
+    if certs.is_empty() {
+        return Err(named(cert, &"no certificate in it"));
+    }
+    let key = PrivateKeyDer::from_pem_file(key).map_err(|e| named(key, &e))?;
+    Ok((certs, key))
+}
+
+#[cfg(test)]
+mod tests {
+    use std::path::Path;
+
+    use super::under;
+
+    #[test]
+    fn host_paths_are_served_below_the_root_and_only_plain_ones() {
+        let root = Path::new("/srv/r");
+        assert_eq!(
+            under(root, Path::new("/home/a/ws")).unwrap(),
+            Path::new("/srv/r/home/a/ws")
+        );
+        assert_eq!(under(root, Path::new("/")).unwrap(), root);
+        for bad in ["relative/ws", "/home/../etc", "/home/./a/../../x"] {
+            assert!(under(root, Path::new(bad)).is_none(), "{bad}");
+        }
+    }
+}
