@@ -39,6 +39,10 @@ pub struct HttpLimits {
     /// Each principal works in a folder of its own, `DIR/NAME` (made on first use and
     /// kept), instead of the workspace; `--workspace-per-principal` sets it too.
     pub principal_workspaces: Option<PathBuf>,
+    /// Stateless scopes idle for `session_idle_secs` are suspended to a file in this
+    /// folder (one per principal) instead of closed, and resumed by the principal's
+    /// next request (`Session::suspend`, `Runtime::resume`).
+    pub suspend_dir: Option<PathBuf>,
     /// `[mcp.http.principal]`: what every principal gets, unless its own table says
     /// otherwise.
     pub principal: PrincipalSettings,
@@ -112,6 +116,7 @@ impl Default for HttpLimits {
             allowed_origins: Vec::new(),
             allowed_hosts: Vec::new(),
             principal_workspaces: None,
+            suspend_dir: None,
             principal: PrincipalSettings::default(),
             principals: std::collections::BTreeMap::new(),
         }

@@ -74,6 +74,8 @@ pub(crate) struct Scopes {
     each: HashMap<String, PrincipalSettings>,
     /// How long a stateless scope lives without a request.
     idle: Duration,
+    /// `suspend_dir`: idle stateless scopes are suspended there, not closed.
+    suspend_dir: Option<PathBuf>,
     state: Mutex<State>,
 }
 
@@ -138,6 +140,13 @@ impl Drop for Held {
     }
 }
 
+/// The suspension file of `principal`'s scope in `dir` (its name in hex: any name is a
+/// file name).
+fn suspension(dir: &std::path::Path, principal: &str) -> PathBuf {
+    let hex: String = principal.bytes().map(|b| format!("{b:02x}")).collect();
+    dir.join(format!("scope-{hex}.json"))
+}
+
 impl Scopes {
     pub(crate) fn new(
         runtime: Runtime,
@@ -156,6 +165,7 @@ impl Scopes {
                 .collect(),
             defaults: limits.principal.clone(),
             idle: Duration::from_secs(limits.session_idle_secs),
+            suspend_dir: limits.suspend_dir.clone(),
             state: Mutex::default(),
         });
         scopes.expire_idle();
@@ -306,11 +316,13 @@ impl Scopes {
             )
             .stateless());
         }
-        let session = Arc::new(
-            self.runtime
+        let session = Arc::new(match self.resume(name) {
+            Some(session) => session,
+            None => self
+                .runtime
                 .open_with(self.opening(name, true))
                 .map_err(|e| Self::refuse(arrival, jianmu_tool_core::error_chain(&e)))?,
-        );
+        });
         let listing = Listing::default();
         state.stateless.insert(
             Arc::clone(name),
@@ -331,22 +343,62 @@ impl Scopes {
     /// Closes stateless scopes no request has used for `idle` and no call holds,
     /// every quarter of `idle` (1 s to 60 s), for as long as the scopes exist. A scope
     /// taken out here is its last holder: dropping it closes it in the background,
-    /// where the runtime's shutdown waits for it.
+    /// where the runtime's shutdown waits for it. With `suspend_dir`, it is suspended
+    /// there instead.
     fn expire_idle(self: &Arc<Self>) {
         let idle = self.idle;
         let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
         jianmu_tool_core::spawn_periodic(Arc::downgrade(self), every, move |scopes: &Self| {
-            let expired: Vec<Arc<Session>> = scopes
+            let expired: Vec<(Arc<str>, Arc<Session>)> = scopes
                 .lock()
                 .stateless
                 .extract_if(|_, (session, _, used)| {
                     used.elapsed() >= idle && Arc::strong_count(session) == 1
                 })
-                .map(|(_, (session, _, _))| session)
+                .map(|(name, (session, _, _))| (name, session))
                 .collect();
-            // Dropped outside the lock.
-            drop(expired);
+            let Some(dir) = &scopes.suspend_dir else {
+                // Dropped outside the lock.
+                drop(expired);
+                return;
+            };
+            for (name, session) in expired {
+                let file = suspension(dir, &name);
+                tokio::spawn(async move {
+                    match session.suspend(&file).await {
+                        Ok(done) => tracing::info!(principal = %name, "{done}"),
+                        Err(e) => {
+                            tracing::warn!(principal = %name, %e, "an idle scope was closed, not suspended")
+                        }
+                    }
+                });
+            }
         });
+    }
+
+    /// The principal's scope resumed from its suspension file, which is used up (one
+    /// that cannot be resumed is logged and removed: the scope then opens afresh).
+    fn resume(&self, principal: &str) -> Option<Session> {
+        let file = suspension(self.suspend_dir.as_ref()?, principal);
+        if !file.exists() {
+            return None;
+        }
+        let resumed = self
+            .runtime
+            .resume_with(&file, self.opening(principal, true));
+        if let Err(e) = std::fs::remove_file(&file) {
+            tracing::warn!(%e, file = %file.display(), "a used suspension file was not removed");
+        }
+        match resumed {
+            Ok((session, report)) => {
+                tracing::info!(%principal, "{report}");
+                Some(session)
+            }
+            Err(e) => {
+                tracing::warn!(%principal, %e, "a suspended scope could not be resumed; opening a new one");
+                None
+            }
+        }
     }
 
     /// Closes every stateless scope (the server is stopping).

@@ -76,7 +76,9 @@ pub use jianmu_tool_core::{
 pub use layer::RunnerExt;
 pub use layer::rules::BadRule;
 pub use runner::ToolRunner;
-pub use session::{Backend, Closed, Opening, Runtime, Session, SessionError, SessionSettings};
+pub use session::{
+    Backend, Closed, Opening, Resumed, Runtime, Session, SessionError, SessionSettings, Suspended,
+};
 pub use source::Tools;
 
 /// Checkpoints of a session's workspace (feature `checkpoint`): the store and its

@@ -120,6 +120,9 @@ pub struct Opening {
     /// Rules laid over the runtime's policy for this session's calls (a principal's
     /// own deny and ask entries): they can only make it stricter.
     pub policy: Tightening,
+    /// `workspace` is the session's own folder (a resumed one's): removed when the
+    /// session closes.
+    pub(crate) own_folder: bool,
 }
 
 impl Opening {
@@ -192,6 +195,16 @@ pub enum SessionError {
     /// An entry of the policy cannot be used.
     #[error(transparent)]
     Policy(#[from] crate::BadRule),
+    /// A session cannot be suspended to, or resumed from, this file.
+    #[error("cannot {what} {}: {why}", path.display())]
+    Suspension {
+        /// `suspend to` or `resume from`.
+        what: &'static str,
+        /// The file.
+        path: PathBuf,
+        /// Why.
+        why: String,
+    },
 }
 
 /// What the sessions of one process share; see the module docs. Clones share it.
@@ -367,7 +380,7 @@ impl Runtime {
                 .map(|()| {
                     Some(Folder {
                         path: dir.clone(),
-                        kept: true,
+                        kept: !opening.own_folder,
                     })
                 })
                 .map_err(|source| (dir, source)),
@@ -400,6 +413,9 @@ impl Runtime {
         }
     }
 }
+
+mod suspend;
+pub use suspend::{Resumed, Suspended};
 
 /// The policy, the time limit and the runtime's event bus laid over `runner`.
 fn stack(runner: ToolRunner, settings: &SessionSettings, events: &EventBus) -> ToolRunner {
@@ -481,10 +497,18 @@ pub struct Session {
     runtime: Runtime,
     /// Opened by [`Session::open`]: closing the session shuts the runtime down too.
     owns_runtime: bool,
+    /// What a resume restored and did not, said before the first answer that
+    /// succeeds.
+    resumed: std::sync::Mutex<Option<String>>,
 }
 
 struct Parts {
     tools: ToolSet,
+    /// What the tools keep for a suspension (a local session's; a sandbox's are in
+    /// its container).
+    kept: Arc<jianmu_tool_core::Kept>,
+    /// Who the session serves.
+    principal: Option<String>,
     /// The policy its calls are checked against.
     policy: Arc<Policy>,
     /// Answers to the policy's `ask` rules: remembered ones, who answers.
@@ -535,6 +559,7 @@ impl Session {
             folder,
             runtime: runtime.clone(),
             owns_runtime: false,
+            resumed: std::sync::Mutex::new(None),
         };
         let parts = match session.build(opening) {
             Ok(parts) => parts,
@@ -650,6 +675,7 @@ impl Session {
             #[cfg(feature = "docker")]
             docker.as_ref(),
         );
+        let kept = tools.scope().get::<jianmu_tool_core::Kept>();
         let tools = settings.source.make(tools)?;
         let host = own_policy(shared.local.clone());
         let calls: Arc<dyn Calls> = Arc::new(SessionCalls {
@@ -663,6 +689,8 @@ impl Session {
         ));
         Ok(Parts {
             tools,
+            kept,
+            principal: principal.map(str::to_owned),
             policy,
             approvals,
             #[cfg(feature = "checkpoint")]
@@ -806,17 +834,28 @@ impl Session {
             .checkpoints
             .before(tool.spec(), &self.runtime.shared.settings.checkpoints)
             .await;
-        if calls_tools(tool.spec()) {
+        let result = if calls_tools(tool.spec()) {
             // A script runs here; each call it makes goes through the session's runner.
-            return tool
-                .execute(args, options.runner(&parts.host).calls(&parts.calls))
-                .await;
-        }
-        if runs_with_session(tool.spec()) {
+            tool.execute(args, options.runner(&parts.host).calls(&parts.calls))
+                .await
+        } else if runs_with_session(tool.spec()) {
             // Over the session's own state (its checkpoints), kept here.
-            return tool.execute(args, options.runner(&parts.host)).await;
+            tool.execute(args, options.runner(&parts.host)).await
+        } else {
+            tool.execute(args, options.runner(&parts.runner)).await
+        };
+        let mut result = result;
+        if let Ok(out) = &mut result {
+            let note = self
+                .resumed
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .take();
+            if let Some(note) = note {
+                out.text = format!("[{note}]\n{}", out.text);
+            }
         }
-        tool.execute(args, options.runner(&parts.runner)).await
+        result
     }
 
     /// Marks the start of a new turn (a user's message): the next call that changes

@@ -88,6 +88,9 @@ pub struct DockerSandbox {
     conn: Arc<Mutex<Option<Arc<Conn>>>>,
     /// What was not copied into this session's container (a copied workspace).
     left_out: Arc<std::sync::Mutex<copy::Named>>,
+    /// Shell sessions' states to hand its container when it starts (a resumed
+    /// session's).
+    gifts: Arc<std::sync::Mutex<std::collections::BTreeMap<String, jianmu_tool_core::ShellState>>>,
 }
 
 struct Inner {
@@ -167,6 +170,7 @@ impl DockerSandbox {
             }),
             conn: Arc::default(),
             left_out: Arc::default(),
+            gifts: Arc::default(),
         }
     }
 
@@ -179,6 +183,7 @@ impl DockerSandbox {
             inner: Arc::clone(&self.inner),
             conn: Arc::default(),
             left_out: Arc::default(),
+            gifts: Arc::default(),
         }
     }
 
@@ -333,6 +338,14 @@ impl DockerSandbox {
                 }
             }
         }
+        let gifts = std::mem::take(&mut *lock(&self.gifts));
+        if !gifts.is_empty()
+            && let Err(e) = self
+                .internal(&conn, wire::GIVE, serde_json::json!({ "shells": gifts }))
+                .await
+        {
+            tracing::warn!(%e, "shell sessions' states did not reach the sandbox");
+        }
         *slot = Some(Arc::clone(&conn));
         Ok(conn)
     }
@@ -391,17 +404,59 @@ impl DockerSandbox {
         }
         if !removed.is_empty() {
             let args = serde_json::json!({ "paths": removed });
-            let cx = jianmu_tool_core::CallContext::new();
-            match conn.call(wire::REMOVE, args, &cx).await {
-                Outcome::Done { result: Ok(_), .. } => {}
-                Outcome::Done { result: Err(e), .. } => {
-                    return Err(SandboxError::Lost(jianmu_tool_core::error_chain(&e)));
-                }
-                Outcome::Lost(why) => return Err(SandboxError::Lost(why)),
-            }
+            self.internal(&conn, wire::REMOVE, args).await?;
         }
         *lock(&self.left_out) = self.copy_in(&conn).await?;
         Ok(())
+    }
+
+    /// What the session's tools in the container keep for a suspension, and what
+    /// cannot be kept (nothing before the first call).
+    ///
+    /// # Errors
+    /// The container was lost.
+    pub async fn kept(&self) -> Result<jianmu_tool_core::KeptState, SandboxError> {
+        let conn = self.conn.lock().await.clone();
+        match conn {
+            Some(conn) if !conn.is_dead() => {
+                let out = self
+                    .internal(&conn, wire::KEPT, serde_json::json!({}))
+                    .await?;
+                serde_json::from_value(out.structured.unwrap_or_default())
+                    .map_err(|e| SandboxError::Lost(format!("unreadable kept state: {e}")))
+            }
+            _ => Ok(jianmu_tool_core::KeptState::default()),
+        }
+    }
+
+    /// Hands `shells` to the shell sessions of those names in this session's
+    /// container when it starts (a resumed session's, before its first call).
+    pub fn give_at_start(
+        &self,
+        shells: std::collections::BTreeMap<String, jianmu_tool_core::ShellState>,
+    ) {
+        lock(&self.gifts).extend(shells);
+    }
+
+    /// A call the server in the container answers itself.
+    async fn internal(
+        &self,
+        conn: &Conn,
+        op: &str,
+        args: serde_json::Value,
+    ) -> Result<ToolOutput, SandboxError> {
+        match conn
+            .call(op, args, &jianmu_tool_core::CallContext::new())
+            .await
+        {
+            Outcome::Done {
+                result: Ok(out), ..
+            } => Ok(out),
+            Outcome::Done { result: Err(e), .. } => {
+                Err(SandboxError::Lost(jianmu_tool_core::error_chain(&e)))
+            }
+            Outcome::Lost(why) => Err(SandboxError::Lost(why)),
+        }
     }
 
     /// Copies the workspace into `conn`'s container; returns what was left out.

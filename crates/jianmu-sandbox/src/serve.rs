@@ -15,7 +15,7 @@ use tokio::io::{AsyncBufReadExt as _, AsyncRead, AsyncWrite, BufReader};
 use tokio::sync::mpsc;
 use tokio::task::AbortHandle;
 
-use super::wire::{REMOVE, Reply, Request, to_line, write_lines};
+use super::wire::{GIVE, KEPT, REMOVE, Reply, Request, to_line, write_lines};
 use crate::lock;
 
 /// Serves calls on this process's stdin and stdout until stdin ends, with the tools
@@ -170,6 +170,7 @@ where
 
     let mut warm = false;
     let mut root = std::path::PathBuf::new();
+    let mut kept: Option<Arc<jianmu_tool_core::Kept>> = None;
     let mut streams: Option<Arc<crate::tunnel::Streams>> = None;
     let tools = match lines.next_line().await? {
         None => return Ok(()),
@@ -181,6 +182,7 @@ where
             }) => {
                 warm = w;
                 config.workspace().clone_into(&mut root);
+                kept = Some(config.scope().get::<jianmu_tool_core::Kept>());
                 match egress {
                     None => make_tools(config),
                     Some(egress) => match egress_inside(config, &egress, &tx, &mut streams) {
@@ -277,6 +279,7 @@ where
                 let name = tool.clone();
                 let tools = Arc::clone(&tools);
                 let root = root.clone();
+                let kept = kept.clone();
                 let tx = tx.clone();
                 let done = Arc::clone(&running);
                 // Held across the spawn, so the task cannot finish before it is listed.
@@ -312,7 +315,9 @@ where
                     if let Some(sink) = sink {
                         cx = cx.with_progress(sink);
                     }
-                    let result = if tool == REMOVE {
+                    let result = if tool == KEPT || tool == GIVE {
+                        kept_call(kept.as_deref(), &tool, args)
+                    } else if tool == REMOVE {
                         tokio::task::spawn_blocking(move || remove_paths(&root, &args))
                             .await
                             .unwrap_or_else(|e| Err(ToolError::failed(e.to_string())))
@@ -343,6 +348,24 @@ where
     drop(tx);
     let _ = writer.await;
     Ok(())
+}
+
+/// The [`KEPT`] and [`GIVE`] calls.
+fn kept_call(
+    kept: Option<&jianmu_tool_core::Kept>,
+    tool: &str,
+    args: serde_json::Value,
+) -> Result<ToolOutput, ToolError> {
+    let kept = kept.ok_or_else(|| ToolError::failed("no session here yet"))?;
+    if tool == KEPT {
+        let state =
+            serde_json::to_value(kept.state()).map_err(|e| ToolError::failed(e.to_string()))?;
+        return Ok(ToolOutput::text("kept").with_structured(state));
+    }
+    let shells = serde_json::from_value(args.get("shells").cloned().unwrap_or_default())
+        .map_err(|e| ToolError::failed(format!("`shells`: {e}")))?;
+    kept.give_shells(shells);
+    Ok(ToolOutput::text("given"))
 }
 
 /// The [`REMOVE`] call: each path of `args.paths` removed under `root` (a file, a link

@@ -15,6 +15,15 @@ use serde_json::Value;
 /// link. The host sends it after restoring a checkpoint of a copied workspace.
 pub(crate) const REMOVE: &str = "jianmu:remove";
 
+/// A call the server answers itself: what its tools keep for a suspension (shell
+/// sessions' folders and exports) and what cannot be kept, as structured output
+/// ([`jianmu_tool_core::KeptState`]).
+pub(crate) const KEPT: &str = "jianmu:kept";
+
+/// A call the server answers itself: `{"shells": {...}}` handed to the shell sessions
+/// of those names (a resumed session's).
+pub(crate) const GIVE: &str = "jianmu:give";
+
 /// What the host sends.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "op", rename_all = "snake_case")]

@@ -246,7 +246,8 @@ fn build_python(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
     )?
     .with_network(config.scope().get::<jianmu_process::Network>())
     .with_egress(config.scope().get::<jianmu_egress::Door>())?
-    .with_saver(jianmu_workspace::Saver::for_tool(config, PythonRepl::NAME)?);
+    .with_saver(jianmu_workspace::Saver::for_tool(config, PythonRepl::NAME)?)
+    .with_kept(&config.scope().get::<jianmu_tool_core::Kept>());
     ToolHandle::with_spec(repl, spec_python(config)?)
 }
 

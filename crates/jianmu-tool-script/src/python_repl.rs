@@ -297,6 +297,27 @@ impl PythonRepl {
         self.jail.describe()
     }
 
+    /// Says in `kept` which interpreters run: they cannot survive a suspension.
+    #[must_use]
+    pub fn with_kept(self, kept: &jianmu_tool_core::Kept) -> Self {
+        let (state, named) = (Arc::downgrade(&self.state), Arc::downgrade(&self.named));
+        kept.lists("interpreter", move || {
+            let mut out = Vec::new();
+            if let Some(state) = state.upgrade()
+                && state.try_lock().map_or(true, |s| s.interpreter.is_some())
+            {
+                out.push("the default one (no `session`)".to_owned());
+            }
+            if let Some(named) = named.upgrade() {
+                let mut names: Vec<String> = named.lock().keys().cloned().collect();
+                names.sort();
+                out.extend(names);
+            }
+            out
+        });
+        self
+    }
+
     /// Runs the interpreter in `network`, the private network of its session (shared
     /// with its other tools), where one is in force; by default each has its own.
     #[must_use]

@@ -233,6 +233,15 @@ impl Bash {
         self
     }
 
+    /// Keeps each shell session's folder and exports in `kept` after every call, and
+    /// starts a session of a name `kept` was given from that state (a resumed
+    /// session's).
+    #[must_use]
+    pub fn with_kept(mut self, kept: Arc<jianmu_tool_core::Kept>) -> Self {
+        self.sessions = Arc::new(shells::Shells::keeping(kept));
+        self
+    }
+
     /// Runs the command.
     ///
     /// # Errors
@@ -638,8 +647,23 @@ fn spec(config: &ToolConfig) -> Result<ToolSpec, ToolError> {
 }
 
 fn build(config: &ToolConfig) -> Result<ToolHandle, ToolError> {
+    let kept = config.scope().get::<jianmu_tool_core::Kept>();
+    let jobs = config.scope().get::<Jobs>();
+    // Running jobs cannot survive a suspension: say which there are.
+    let listed = Arc::downgrade(&jobs);
+    kept.lists("job", move || {
+        listed.upgrade().map_or_else(Vec::new, |jobs| {
+            jobs.list()
+                .jobs
+                .into_iter()
+                .filter(|j| j.running)
+                .map(|j| format!("{} ({})", j.job, j.command))
+                .collect()
+        })
+    });
     let bash = Bash::new(config.settings(Bash::NAME)?, config.workspace().to_owned())?
-        .with_jobs(config.scope().get::<Jobs>())
+        .with_jobs(jobs)
+        .with_kept(kept)
         .with_network(config.scope().get::<jianmu_process::Network>())
         .with_egress(config.scope().get::<jianmu_egress::Door>())?
         .with_saver(jianmu_workspace::Saver::for_tool(config, Bash::NAME)?);

@@ -82,6 +82,8 @@ pub(crate) struct Shells {
     inner: Mutex<Inner>,
     /// Set once a task ends idle sessions on its own.
     watched: std::sync::atomic::AtomicBool,
+    /// Where sessions' states are kept for a suspension, and given back.
+    kept: Option<Arc<jianmu_tool_core::Kept>>,
 }
 
 #[derive(Debug, Default)]
@@ -95,6 +97,9 @@ struct Inner {
 /// One session: its state folder and, between calls, its live shell.
 #[derive(Debug)]
 pub(crate) struct Shell {
+    /// Its name, and where its state is kept.
+    id: String,
+    kept: Option<Arc<jianmu_tool_core::Kept>>,
     dir: PathBuf,
     used: Mutex<Instant>,
     /// Held for the whole of a call: one call at a time per session.
@@ -111,6 +116,48 @@ struct State {
     env: Vec<(OsString, OsString)>,
 }
 
+impl State {
+    /// As kept for a suspension: names and values that are not UTF-8 are left out.
+    fn to_kept(&self) -> jianmu_tool_core::ShellState {
+        jianmu_tool_core::ShellState {
+            cwd: self.cwd.to_string_lossy().into_owned(),
+            env: self
+                .env
+                .iter()
+                .filter_map(|(n, v)| Some((n.to_str()?.to_owned(), v.to_str()?.to_owned())))
+                .collect(),
+        }
+    }
+
+    /// From a kept state, checked as a shell's own report is: valid names, each
+    /// variable and the whole within the limits.
+    fn from_kept(kept: jianmu_tool_core::ShellState) -> Self {
+        let mut size = 0usize;
+        let mut env = Vec::new();
+        for (name, value) in kept.env {
+            let valid = !name.is_empty()
+                && !name.as_bytes()[0].is_ascii_digit()
+                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
+            if !valid || name.len() + value.len() + 2 > MAX_VAR || value.contains('\0') {
+                continue;
+            }
+            size += name.len() + value.len() + 2;
+            if size > MAX_ENV {
+                break;
+            }
+            env.push((OsString::from(name), OsString::from(value)));
+        }
+        let mut cwd = kept.cwd;
+        if cwd.len() > MAX_CWD || cwd.contains('\0') {
+            cwd = String::from("/");
+        }
+        Self {
+            cwd: PathBuf::from(cwd),
+            env,
+        }
+    }
+}
+
 #[derive(Debug)]
 struct Live {
     child: Supervised,
@@ -124,10 +171,21 @@ struct Live {
 impl Drop for Shell {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.dir);
+        if let Some(kept) = &self.kept {
+            kept.forget_shell(&self.id);
+        }
     }
 }
 
 impl Shells {
+    /// Sessions whose states are kept in `kept` (see [`jianmu_tool_core::Kept`]).
+    pub(crate) fn keeping(kept: Arc<jianmu_tool_core::Kept>) -> Self {
+        Self {
+            kept: Some(kept),
+            ..Self::default()
+        }
+    }
+
     /// Ends sessions unused for `idle` from now on, without waiting for a call: a task
     /// on the current runtime looks every quarter of `idle` (1 s to 60 s) for as long
     /// as the sessions exist.
@@ -217,11 +275,18 @@ impl Shells {
                 "cannot make a folder for shell session `{id}`: {e}"
             ))
         })?;
+        let given = self
+            .kept
+            .as_ref()
+            .and_then(|k| k.take_given(id))
+            .map(State::from_kept);
         let session = Arc::new(Shell {
+            id: id.to_owned(),
+            kept: self.kept.clone(),
             dir,
             used: Mutex::new(now),
             live: tokio::sync::Mutex::new(None),
-            state: Mutex::new(None),
+            state: Mutex::new(given),
         });
         inner.map.insert(id.to_owned(), Arc::clone(&session));
         Ok(session)
@@ -335,6 +400,9 @@ impl Shell {
         match tokio::time::timeout(limit, outcome).await {
             Ok((code, alive, state)) => {
                 if let Some(state) = state {
+                    if let Some(kept) = &self.kept {
+                        kept.save_shell(&self.id, state.to_kept());
+                    }
                     *self.state.lock().unwrap_or_else(PoisonError::into_inner) = Some(state);
                 }
                 if alive {

@@ -1449,3 +1449,56 @@ async fn checkpoints_cover_what_the_sandbox_changed_mounted_or_copied() {
         f.sandbox.shutdown().await;
     }
 }
+
+/// A Docker session with a copied workspace, suspended and resumed: the changes made
+/// in the container come back first, and the resumed session, in a new container,
+/// has them and its shell session's folder and exports.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_copied_sandbox_session_suspends_and_resumes_in_a_new_container() {
+    let f = fixture(settings());
+    std::fs::create_dir(f.ws.join("sub")).unwrap();
+    give_to_sandbox_user(&f.ws.join("sub"));
+    let mut session_settings = jianmu_runtime::SessionSettings::new(ToolConfig::new(&f.ws));
+    session_settings.backend = jianmu_runtime::Backend::Docker(Box::new(DockerSettings {
+        workspace_mode: WorkspaceMode::Copy,
+        ..settings()
+    }));
+    let runtime = jianmu_runtime::Runtime::new(session_settings).unwrap();
+    let sh = async |session: &jianmu_runtime::Session, command: &str| match session
+        .call("bash", json!({"command": command, "session": "dev"}))
+        .await
+    {
+        Ok(out) => out.text,
+        Err(e) => panic!("{command}: {}", jianmu_tool_core::error_chain(&e)),
+    };
+    let session = runtime.open().unwrap();
+    let first = sh(
+        &session,
+        "cd sub && export A=7 && echo made > made.txt && hostname",
+    )
+    .await;
+    assert!(!f.ws.join("sub/made.txt").exists());
+    let file = f._dir.path().join("suspended.json");
+    let suspended = session.suspend(&file).await.unwrap();
+    assert_eq!(suspended.shells, ["dev"], "{suspended}");
+    assert_eq!(
+        std::fs::read_to_string(f.ws.join("sub/made.txt")).unwrap(),
+        "made\n"
+    );
+    let (resumed, report) = runtime.resume(&file).unwrap();
+    assert_eq!(report.shells, ["dev"]);
+    let back = sh(&resumed, "pwd; echo $A; cat made.txt; hostname").await;
+    let back = back
+        .strip_prefix(&format!("[{report}]\n"))
+        .unwrap_or_else(|| panic!("no report first: {back}"));
+    let lines: Vec<&str> = back.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [f.ws.join("sub").to_str().unwrap(), "7", "made"],
+        "{back}"
+    );
+    assert_ne!(lines[3], first.trim(), "the same container");
+    resumed.close().await;
+    runtime.shutdown(Duration::from_secs(15)).await;
+    f.sandbox.shutdown().await;
+}

@@ -149,6 +149,19 @@ impl Client {
     }
 }
 
+/// A server with the settings file `config` and the token file `tokens`.
+fn served_with(ws: &Path, config: &Path, tokens: &Path) -> Served {
+    Served::start(
+        ws,
+        &[
+            "--config",
+            config.to_str().unwrap(),
+            "--token-file",
+            tokens.to_str().unwrap(),
+        ],
+    )
+}
+
 /// Processes below `pid`, as (pid, command name).
 fn descendants(pid: u32) -> Vec<(u32, String)> {
     let mut parent_of = Vec::new();
@@ -1408,15 +1421,7 @@ fn a_principals_own_policy_is_laid_over_the_servers() {
         "[mcp.http.principals.bob.policy]\ndeny = [\"calculator\"]\nask = [\"path:deploy/**\"]\n",
     )
     .unwrap();
-    let server = Served::start(
-        &ws,
-        &[
-            "--config",
-            config.to_str().unwrap(),
-            "--token-file",
-            tokens.to_str().unwrap(),
-        ],
-    );
+    let server = served_with(&ws, &config, &tokens);
     let listed = |token: &str| {
         let (status, text) = stateless(&server.url, token, "tools/list", None, json!({}));
         assert_eq!(status, 200, "{text}");
@@ -1474,4 +1479,67 @@ fn a_principals_own_policy_is_laid_over_the_servers() {
         stderr.contains("mcp.http.principals.bob.policy") && stderr.contains("command-re:("),
         "{stderr}"
     );
+}
+
+/// With `[mcp.http] suspend_dir`, a principal's idle stateless scope is suspended to
+/// a file instead of closed, and its next request resumes it: the shell session's
+/// folder and exports are back, and the first answer says so. Another principal's
+/// scope is its own.
+#[test]
+fn an_idle_scope_is_suspended_and_the_next_request_resumes_it() {
+    let (dir, ws) = scratch();
+    std::fs::create_dir(ws.join("sub")).unwrap();
+    let tokens = two_principals(dir.path());
+    let suspended = dir.path().join("suspended");
+    std::fs::create_dir(&suspended).unwrap();
+    let config = dir.path().join("jianmu.toml");
+    std::fs::write(
+        &config,
+        format!(
+            "[mcp.http]\nsession_idle_secs = 1\nsuspend_dir = {:?}\n",
+            suspended.display().to_string()
+        ),
+    )
+    .unwrap();
+    let server = served_with(&ws, &config, &tokens);
+    let sh = |token: &str, command: &str| {
+        let (status, text) = stateless_tool(
+            &server.url,
+            token,
+            "bash",
+            &json!({"command": command, "session": "s"}),
+        );
+        assert_eq!(status, 200, "{text}");
+        let body = text.split_once("\r\n\r\n").map_or("", |(_, b)| b);
+        let answer: Value = serde_json::from_str(body).unwrap_or_else(|_| panic!("{text}"));
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default()
+            .to_owned()
+    };
+    sh(ALICE, "cd sub && export K=kept");
+    let file = suspended.join("scope-616c696365.json");
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !file.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "the idle scope was not suspended"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let back = sh(ALICE, "pwd; echo $K");
+    assert!(
+        back.starts_with("[resumed: the workspace, and shell sessions s restored"),
+        "{back}"
+    );
+    assert!(
+        back.ends_with(&format!(
+            "{}\nkept\n",
+            ws.join("sub").canonicalize().unwrap().display()
+        )),
+        "{back}"
+    );
+    assert!(!file.exists());
+    assert_eq!(sh(BOB, "echo ${K:-unset}"), "unset\n");
+    assert_eq!(server.terminate(), Some(0));
 }

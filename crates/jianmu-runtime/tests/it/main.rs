@@ -9,6 +9,7 @@ mod ask;
 #[cfg(feature = "checkpoint")]
 mod checkpoints;
 mod egress;
+mod suspend;
 
 use jianmu_runtime::{Opening, Runtime, Session, SessionError, SessionSettings};
 use jianmu_test_support::running_with;
