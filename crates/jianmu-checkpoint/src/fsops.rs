@@ -97,10 +97,17 @@ pub(crate) fn write_file<E>(
         let file = file
             .into_inner()
             .map_err(|e| WriteError::Io(e.into_error()))?;
-        own_like(dir, &file);
-        // The umask narrowed the mode at creation; set it exactly (after the owner:
-        // a change of owner clears set-id bits).
-        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode & 0o7777))
+        // Set-id bits never survive a change of owner, nor land on a file of root's:
+        // a file the model wrote must not become another user's set-id program.
+        let chowned = own_like(dir, &file);
+        let rooted = rustix::fs::fstat(&file).is_ok_and(|st| st.st_uid == 0);
+        let mode = if chowned || rooted {
+            mode & 0o1777
+        } else {
+            mode & 0o7777
+        };
+        // The umask narrowed the mode at creation; set it exactly.
+        rustix::fs::fchmod(&file, Mode::from_raw_mode(mode))
             .map_err(|e| WriteError::Io(e.into()))?;
         rustix::fs::renameat(dir, tmp.as_str(), dir, name).map_err(|e| WriteError::Io(e.into()))
     });
@@ -154,14 +161,14 @@ pub(crate) fn make_dir(dir: &OwnedFd, name: &str) -> io::Result<()> {
 
 /// Gives `file` the owner of the folder `dir` it is made in, when they differ and
 /// this process may (as root: a Docker sandbox works as the workspace's owner, who
-/// must still be able to change what a restore wrote). Otherwise left as made.
-fn own_like(dir: &OwnedFd, file: &impl AsFd) {
+/// must still be able to change what a restore wrote); whether it did. Otherwise left
+/// as made.
+fn own_like(dir: &OwnedFd, file: &impl AsFd) -> bool {
     let (Ok(want), Ok(got)) = (rustix::fs::fstat(dir), rustix::fs::fstat(file)) else {
-        return;
+        return false;
     };
-    if (want.st_uid, want.st_gid) != (got.st_uid, got.st_gid) {
-        let _ = rustix::fs::fchown(file, Some(owner(want.st_uid)), Some(group(want.st_gid)));
-    }
+    (want.st_uid, want.st_gid) != (got.st_uid, got.st_gid)
+        && rustix::fs::fchown(file, Some(owner(want.st_uid)), Some(group(want.st_gid))).is_ok()
 }
 
 /// [`own_like`] for the entry `name` of `dir`, never following a link.

@@ -1253,3 +1253,19 @@ fn a_restore_that_stops_partway_names_its_undo() {
     assert_eq!(f.read("a.txt"), "second version\n");
     assert_eq!(f.read("new.txt"), "made later\n");
 }
+
+/// A restore writing as root never makes a set-id program: the bits are dropped.
+#[test]
+fn a_restore_as_root_makes_no_set_id_program() {
+    use std::os::unix::fs::MetadataExt as _;
+    let f = fixture();
+    f.write("tool", "#!/bin/sh\n");
+    fs::set_permissions(f.ws.join("tool"), fs::Permissions::from_mode(0o6755)).unwrap();
+    let store = f.open();
+    let cp = created(&store.snapshot("one").unwrap());
+    fs::remove_file(f.ws.join("tool")).unwrap();
+    store.restore(&cp.id, false).unwrap();
+    let meta = fs::metadata(f.ws.join("tool")).unwrap();
+    let expected = if meta.uid() == 0 { 0o755 } else { 0o6755 };
+    assert_eq!(meta.mode() & 0o7777, expected);
+}

@@ -237,6 +237,12 @@ pub(crate) fn open(
     if used.len() >= 1024 {
         used.retain(|_, expires| *expires >= now);
     }
+    // Each entry lives 15 minutes at most; past this many, answers wait.
+    if used.len() >= 100_000 {
+        return Err(refused(
+            "cannot be checked now (too many answers in flight); retry",
+        ));
+    }
     if used.insert(claim.n, claim.e).is_some() {
         return Err(refused("was used already"));
     }

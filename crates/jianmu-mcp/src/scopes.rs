@@ -88,6 +88,8 @@ struct State {
     open: HashMap<Arc<str>, usize>,
     /// Each protocol session's principal, by session id.
     owners: HashMap<String, Arc<str>>,
+    /// Principals whose idle scope is being suspended: their requests wait.
+    suspending: std::collections::HashSet<Arc<str>>,
 }
 
 /// What a protocol session's server holds beyond its session: its place in the
@@ -140,6 +142,17 @@ impl Drop for Held {
     }
 }
 
+/// Suspends `session` (a principal's idle scope) to `file`; closes it if that fails.
+async fn suspend(session: &Session, file: &std::path::Path, principal: &str) {
+    match session.suspend(file).await {
+        Ok(done) => tracing::info!(%principal, "{done}"),
+        Err(e) => {
+            tracing::warn!(%principal, %e, "an idle scope was closed, not suspended");
+            session.close().await;
+        }
+    }
+}
+
 /// The suspension file of `principal`'s scope in `dir` (its name in hex: any name is a
 /// file name).
 fn suspension(dir: &std::path::Path, principal: &str) -> PathBuf {
@@ -165,7 +178,17 @@ impl Scopes {
                 .collect(),
             defaults: limits.principal.clone(),
             idle: Duration::from_secs(limits.session_idle_secs),
-            suspend_dir: limits.suspend_dir.clone(),
+            suspend_dir: limits.suspend_dir.clone().filter(|dir| {
+                let made = std::os::unix::fs::DirBuilderExt::mode(
+                    std::fs::DirBuilder::new().recursive(true),
+                    0o700,
+                )
+                .create(dir);
+                if let Err(e) = &made {
+                    tracing::warn!(%e, dir = %dir.display(), "idle scopes will be closed, not suspended");
+                }
+                made.is_ok()
+            }),
             state: Mutex::default(),
         });
         scopes.expire_idle();
@@ -304,6 +327,12 @@ impl Scopes {
     fn stateless(&self, arrival: &Arrival) -> std::io::Result<Server> {
         let name = &arrival.principal.0;
         let mut state = self.lock();
+        if state.suspending.contains(name) {
+            return Err(Self::refuse(
+                arrival,
+                "this principal's idle scope is being suspended; retry in a moment".into(),
+            ));
+        }
         if let Some((session, listing, used)) = state.stateless.get_mut(name)
             && !session.is_closed()
         {
@@ -316,7 +345,10 @@ impl Scopes {
             )
             .stateless());
         }
-        let session = Arc::new(match self.resume(name) {
+        let resumed = self
+            .resume(name)
+            .map_err(|why| Self::refuse(arrival, why))?;
+        let session = Arc::new(match resumed {
             Some(session) => session,
             None => self
                 .runtime
@@ -344,13 +376,15 @@ impl Scopes {
     /// every quarter of `idle` (1 s to 60 s), for as long as the scopes exist. A scope
     /// taken out here is its last holder: dropping it closes it in the background,
     /// where the runtime's shutdown waits for it. With `suspend_dir`, it is suspended
-    /// there instead.
+    /// there instead (on a task the runtime's shutdown waits for), and its principal's
+    /// requests wait until the file is written.
     fn expire_idle(self: &Arc<Self>) {
         let idle = self.idle;
         let every = (idle / 4).clamp(Duration::from_secs(1), Duration::from_secs(60));
+        let weak = Arc::downgrade(self);
         jianmu_tool_core::spawn_periodic(Arc::downgrade(self), every, move |scopes: &Self| {
-            let expired: Vec<(Arc<str>, Arc<Session>)> = scopes
-                .lock()
+            let mut state = scopes.lock();
+            let expired: Vec<(Arc<str>, Arc<Session>)> = state
                 .stateless
                 .extract_if(|_, (session, _, used)| {
                     used.elapsed() >= idle && Arc::strong_count(session) == 1
@@ -358,59 +392,79 @@ impl Scopes {
                 .map(|(name, (session, _, _))| (name, session))
                 .collect();
             let Some(dir) = &scopes.suspend_dir else {
+                drop(state);
                 // Dropped outside the lock.
                 drop(expired);
                 return;
             };
             for (name, session) in expired {
+                state.suspending.insert(Arc::clone(&name));
                 let file = suspension(dir, &name);
-                tokio::spawn(async move {
-                    match session.suspend(&file).await {
-                        Ok(done) => tracing::info!(principal = %name, "{done}"),
-                        Err(e) => {
-                            tracing::warn!(principal = %name, %e, "an idle scope was closed, not suspended")
-                        }
+                let weak = weak.clone();
+                scopes.runtime.spawn_tracked(async move {
+                    suspend(&session, &file, &name).await;
+                    if let Some(scopes) = weak.upgrade() {
+                        scopes.lock().suspending.remove(&name);
                     }
                 });
             }
         });
     }
 
-    /// The principal's scope resumed from its suspension file, which is used up (one
-    /// that cannot be resumed is logged and removed: the scope then opens afresh).
-    fn resume(&self, principal: &str) -> Option<Session> {
-        let file = suspension(self.suspend_dir.as_ref()?, principal);
+    /// The principal's scope resumed from its suspension file, which is used up:
+    /// `Ok(None)` when there is none, or when it cannot be resumed as written (it is
+    /// removed, and the scope opens afresh); `Err` when resuming failed for a reason
+    /// that may pass (the file stays for the next request).
+    fn resume(&self, principal: &str) -> Result<Option<Session>, String> {
+        let Some(dir) = &self.suspend_dir else {
+            return Ok(None);
+        };
+        let file = suspension(dir, principal);
         if !file.exists() {
-            return None;
+            return Ok(None);
         }
-        let resumed = self
+        let remove = || {
+            if let Err(e) = std::fs::remove_file(&file) {
+                tracing::warn!(%e, file = %file.display(), "a used suspension file was not removed");
+            }
+        };
+        match self
             .runtime
-            .resume_with(&file, self.opening(principal, true));
-        if let Err(e) = std::fs::remove_file(&file) {
-            tracing::warn!(%e, file = %file.display(), "a used suspension file was not removed");
-        }
-        match resumed {
+            .resume_with(&file, self.opening(principal, true))
+        {
             Ok((session, report)) => {
+                remove();
                 tracing::info!(%principal, "{report}");
-                Some(session)
+                Ok(Some(session))
             }
-            Err(e) => {
-                tracing::warn!(%principal, %e, "a suspended scope could not be resumed; opening a new one");
-                None
+            Err(e @ jianmu_runtime::SessionError::Suspension { .. }) => {
+                remove();
+                tracing::warn!(%principal, %e, "a suspended scope cannot be resumed; opening a new one");
+                Ok(None)
             }
+            Err(e) => Err(format!(
+                "this principal's suspended scope could not be resumed yet: {}",
+                jianmu_tool_core::error_chain(&e)
+            )),
         }
     }
 
-    /// Closes every stateless scope (the server is stopping).
+    /// Closes every stateless scope, or with `suspend_dir` suspends it, so that a
+    /// restarted server resumes it (the server is stopping).
     pub(crate) async fn close_all(&self) {
-        let all: Vec<Arc<Session>> = self
+        let all: Vec<(Arc<str>, Arc<Session>)> = self
             .lock()
             .stateless
             .drain()
-            .map(|(_, (session, _, _))| session)
+            .map(|(name, (session, _, _))| (name, session))
             .collect();
-        for session in all {
-            session.close().await;
+        for (name, session) in all {
+            match &self.suspend_dir {
+                Some(dir) => suspend(&session, &suspension(dir, &name), &name).await,
+                None => {
+                    session.close().await;
+                }
+            }
         }
     }
 }

@@ -61,9 +61,21 @@ pub(crate) fn open(
             .filter_map(serde_json::Value::as_str)
             .map(PathBuf::from)
     });
+    // Read as the tools read them: `~/` is the home folder, a relative path is the
+    // workspace's, and links are resolved on both sides.
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    let real = |path: PathBuf| path.canonicalize().unwrap_or(path);
+    let ws = real(workspace.to_owned());
     let mut exclude: Vec<PathBuf> = Vec::new();
     for path in hidden.iter().cloned().chain(denied) {
-        if path.is_absolute() && path.starts_with(workspace) && !exclude.contains(&path) {
+        let path = match (path.strip_prefix("~"), &home) {
+            (Ok(rest), Some(home)) => home.join(rest),
+            (Ok(_), None) => continue,
+            (Err(_), _) if path.is_relative() => workspace.join(&path),
+            (Err(_), _) => path,
+        };
+        let path = real(path);
+        if path.starts_with(&ws) && !exclude.contains(&path) {
             exclude.push(path);
         }
     }

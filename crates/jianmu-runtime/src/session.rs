@@ -402,6 +402,13 @@ impl Runtime {
         Session::start(self, folder, &opening)
     }
 
+    /// Runs `task` on the runtime's tracker of closes: [`Runtime::shutdown`] waits
+    /// for it as for a session being closed (a front end suspending a session in the
+    /// background).
+    pub fn spawn_tracked(&self, task: impl std::future::Future<Output = ()> + Send + 'static) {
+        drop(self.shared.closing.spawn(task));
+    }
+
     /// Waits (up to `limit`) for sessions being closed in the background, then stops
     /// what sessions share (the warm pool's containers).
     pub async fn shutdown(&self, limit: Duration) {

@@ -402,12 +402,15 @@ impl DockerSandbox {
                 "the sandbox container has stopped".into(),
             ));
         }
-        if !removed.is_empty() {
+        // The copy goes in even when a removal failed, so what can be restored is.
+        let removals = if removed.is_empty() {
+            Ok(())
+        } else {
             let args = serde_json::json!({ "paths": removed });
-            self.internal(&conn, wire::REMOVE, args).await?;
-        }
+            self.internal(&conn, wire::REMOVE, args).await.map(drop)
+        };
         *lock(&self.left_out) = self.copy_in(&conn).await?;
-        Ok(())
+        removals
     }
 
     /// What the session's tools in the container keep for a suspension, and what

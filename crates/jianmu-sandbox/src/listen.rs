@@ -78,7 +78,15 @@ async fn run(listen: Listen, tools: MakeTools) -> std::io::Result<()> {
         "jianmu serve: listening on {} (mutual TLS)",
         listener.local_addr()?
     );
-    let busy = Arc::new(AtomicBool::new(false));
+    let tls_dir = listen
+        .tls_dir
+        .canonicalize()
+        .unwrap_or_else(|_| listen.tls_dir.clone());
+    let busy = Arc::new(Busy {
+        on: AtomicBool::new(false),
+        workspace: std::sync::Mutex::new(None),
+        tls_dir,
+    });
     let openings = Arc::new(tokio::sync::Semaphore::new(OPENINGS));
     let (ended, mut first_ended) = tokio::sync::mpsc::channel::<()>(1);
     loop {
@@ -120,88 +128,192 @@ async fn run(listen: Listen, tools: MakeTools) -> std::io::Result<()> {
                 Ok(Err(e)) => return tracing::warn!(%peer, %e, "a connection was refused"),
                 Err(_) => return tracing::warn!(%peer, "a connection took too long to open"),
             };
-            let session = handle(line, read, write, &root, &busy, tools).await;
-            if let Err(e) = &session {
+            let (was_session, done) = handle(line, read, write, &root, &busy, tools).await;
+            if let Err(e) = &done {
                 tracing::warn!(%peer, %e, "a connection failed");
             }
-            if once && matches!(session, Ok(true)) {
+            if once && was_session {
                 let _ = ended.send(()).await;
             }
         });
     }
 }
 
-/// Serves one opened connection; `Ok(true)` when it was a session.
+/// The runner's one session: whether one is served, its workspace here, and the
+/// TLS folder its commands never see.
+struct Busy {
+    on: AtomicBool,
+    workspace: std::sync::Mutex<Option<PathBuf>>,
+    tls_dir: PathBuf,
+}
+
+impl Busy {
+    fn workspace(&self) -> Option<PathBuf> {
+        self.workspace
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+}
+
+/// Serves one opened connection: whether it was a session, and how it ended.
 async fn handle<R, W>(
     line: String,
     read: BufReader<R>,
     mut write: W,
     root: &Path,
-    busy: &AtomicBool,
+    busy: &Busy,
     tools: MakeTools,
-) -> std::io::Result<bool>
+) -> (bool, std::io::Result<()>)
 where
     R: AsyncRead + Unpin + Send + 'static,
     W: AsyncWrite + Unpin + Send + 'static,
 {
-    let first: serde_json::Value = serde_json::from_str(&line).map_err(std::io::Error::other)?;
-    let path = || {
-        first
+    let first = match serde_json::from_str::<serde_json::Value>(&line) {
+        Ok(first) => first,
+        Err(e) => return (false, Err(std::io::Error::other(e))),
+    };
+    // Archives only of the session being served: its workspace, or the folder it is
+    // unpacked into.
+    let path = |of_parent: bool| {
+        let asked = first
             .get("path")
             .and_then(serde_json::Value::as_str)
-            .and_then(|p| under(root, Path::new(p)))
-            .ok_or_else(|| std::io::Error::other("`path` must be an absolute path"))
+            .and_then(|p| under(root, Path::new(p)));
+        let ws = busy.workspace();
+        let allowed = ws.as_deref().map(|w| {
+            if of_parent {
+                w.parent().unwrap_or(w)
+            } else {
+                w
+            }
+        });
+        match (asked, allowed) {
+            (Some(asked), Some(allowed)) if asked == allowed => Ok(asked),
+            _ => Err(std::io::Error::other(
+                "no session here works in that folder",
+            )),
+        }
     };
     match first.get("op").and_then(serde_json::Value::as_str) {
         Some("init") => {
-            if busy.swap(true, Ordering::AcqRel) {
+            if busy.on.swap(true, Ordering::AcqRel) {
                 let refused = super::wire::to_line(&super::wire::Reply::InitFailed {
                     message: "this runner serves another session".into(),
                 });
-                write.write_all(&refused).await?;
-                write.shutdown().await?;
-                return Ok(false);
+                let sent = async {
+                    write.write_all(&refused).await?;
+                    write.shutdown().await
+                };
+                return (false, sent.await);
             }
-            let _free = Free(busy);
-            // The first line again, then the rest, as the stdio server reads them.
-            let input = std::io::Cursor::new(format!("{line}\n").into_bytes()).chain(read);
+            let served = session(line, read, write, root, busy, tools).await;
+            // What the session left here goes before the next one comes.
             let root = root.to_owned();
-            super::serve::serve(input, write, move |config| {
-                let workspace = under(&root, config.workspace())
-                    .ok_or_else(|| ToolError::failed("the workspace must be an absolute path"))?;
-                std::fs::create_dir_all(&workspace).map_err(|e| {
-                    ToolError::failed(format!("cannot make {}: {e}", workspace.display()))
-                })?;
-                tools(super::serve::in_container(config.with_workspace(workspace)))
-            })
-            .await?;
-            Ok(true)
+            let _ = tokio::task::spawn_blocking(move || wipe(&root)).await;
+            *busy
+                .workspace
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            busy.on.store(false, Ordering::Release);
+            (true, served)
         }
         Some("put_archive") => {
-            let dir = path()?;
+            let dir = match path(true) {
+                Ok(dir) => dir,
+                Err(e) => return (false, Err(e)),
+            };
             let done = put_archive(read, &dir).await;
             let reply = match &done {
                 Ok(()) => serde_json::json!({"ok": true}),
                 Err(e) => serde_json::json!({"ok": false, "message": e.to_string()}),
             };
-            write.write_all(format!("{reply}\n").as_bytes()).await?;
-            write.shutdown().await?;
-            done.map(|()| false)
+            let sent = async {
+                write.write_all(format!("{reply}\n").as_bytes()).await?;
+                write.shutdown().await
+            };
+            (false, done.and(sent.await))
         }
-        Some("get_archive") => {
-            let dir = path()?;
-            get_archive(&dir, write).await.map(|()| false)
-        }
-        _ => Err(std::io::Error::other("unknown first request")),
+        Some("get_archive") => match path(false) {
+            Ok(dir) => (false, get_archive(&dir, write).await),
+            Err(e) => (false, Err(e)),
+        },
+        _ => (false, Err(std::io::Error::other("unknown first request"))),
     }
 }
 
-/// Frees the runner for the next session when dropped.
-struct Free<'a>(&'a AtomicBool);
+/// One session: its `init` read, its workspace moved below the root (in the settings
+/// the server sees, so every path it uses is the moved one), the TLS folder hidden
+/// from its commands, then served as the stdio server serves.
+async fn session<R, W>(
+    line: String,
+    read: BufReader<R>,
+    write: W,
+    root: &Path,
+    busy: &Busy,
+    tools: MakeTools,
+) -> std::io::Result<()>
+where
+    R: AsyncRead + Unpin + Send + 'static,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
+    let request: super::wire::Request =
+        serde_json::from_str(&line).map_err(std::io::Error::other)?;
+    let super::wire::Request::Init {
+        config,
+        warm,
+        egress,
+    } = request
+    else {
+        return Err(std::io::Error::other("the first request must be `init`"));
+    };
+    let workspace = under(root, config.workspace())
+        .ok_or_else(|| std::io::Error::other("the workspace must be an absolute path"))?;
+    std::fs::create_dir_all(&workspace)?;
+    *busy
+        .workspace
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(workspace.clone());
+    let config = hide(config.with_workspace(workspace), &busy.tls_dir);
+    let init = super::wire::to_line(&super::wire::Request::Init {
+        config,
+        warm,
+        egress,
+    });
+    // The moved `init`, then the rest, as the stdio server reads them.
+    let input = std::io::Cursor::new(init).chain(read);
+    super::serve::serve(input, write, move |config| {
+        tools(super::serve::in_container(config))
+    })
+    .await
+}
 
-impl Drop for Free<'_> {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+/// `config` with `path` in every isolated tool's `read_deny`.
+fn hide(config: ToolConfig, path: &Path) -> ToolConfig {
+    let path = path.to_string_lossy();
+    super::serve::with_isolation(
+        config,
+        &["bash", "python_repl", "git", "lsp"],
+        |isolation| {
+            super::serve::push(isolation, "read_deny", &path);
+        },
+    )
+}
+
+/// Removes everything below `root` (the copies the last session kept there).
+fn wipe(root: &Path) {
+    let Ok(entries) = std::fs::read_dir(root) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let path = entry.path();
+        let gone = match entry.file_type() {
+            Ok(t) if t.is_dir() => std::fs::remove_dir_all(&path),
+            _ => std::fs::remove_file(&path),
+        };
+        if let Err(e) = gone {
+            tracing::warn!(%e, path = %path.display(), "a session's file was not removed");
+        }
     }
 }
 
@@ -286,8 +398,10 @@ async fn get_archive<W: AsyncWrite + Unpin + Send + 'static>(
     while let Some(chunk) = rx.recv().await {
         write.write_all(&chunk).await?;
     }
-    write.shutdown().await?;
-    packing.await.map_err(std::io::Error::other)?
+    // A tar cut short by a failure must not end cleanly: the host would take it for
+    // the whole workspace. The connection is dropped without TLS's close instead.
+    packing.await.map_err(std::io::Error::other)??;
+    write.shutdown().await
 }
 
 /// The blocking end of an archive going in.

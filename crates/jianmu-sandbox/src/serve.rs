@@ -47,8 +47,23 @@ pub(crate) fn runtime() -> std::io::Result<tokio::runtime::Runtime> {
 /// Inside the container, the container decides the network (its own switch) and owns
 /// `/tmp` (a private tmpfs): the tools' local isolation keeps its supervisor and
 /// Landlock but lets both through.
-pub(crate) fn in_container(mut config: ToolConfig) -> ToolConfig {
-    for tool in ["bash", "python_repl"] {
+pub(crate) fn in_container(config: ToolConfig) -> ToolConfig {
+    let config = with_isolation(config, &["bash", "python_repl"], |isolation| {
+        isolation.insert("network".into(), true.into());
+        push(isolation, "writable", "/tmp");
+    });
+    // Its commands' servers live on the container's loopback, which the host does not
+    // reach.
+    config.with_settings("expose_port", serde_json::json!({"in_container": true}))
+}
+
+/// `config` with `edit` applied to the `isolation` table of each of `tools`.
+pub(crate) fn with_isolation(
+    mut config: ToolConfig,
+    tools: &[&str],
+    edit: impl Fn(&mut serde_json::Map<String, serde_json::Value>),
+) -> ToolConfig {
+    for &tool in tools {
         let mut settings = config
             .raw_settings(tool)
             .cloned()
@@ -61,20 +76,22 @@ pub(crate) fn in_container(mut config: ToolConfig) -> ToolConfig {
             })
             .and_then(serde_json::Value::as_object_mut)
         {
-            isolation.insert("network".into(), true.into());
-            if let Some(writable) = isolation
-                .entry("writable")
-                .or_insert_with(|| serde_json::json!([]))
-                .as_array_mut()
-            {
-                writable.push("/tmp".into());
-            }
+            edit(isolation);
         }
         config = config.with_settings(tool, settings);
     }
-    // Its commands' servers live on the container's loopback, which the host does not
-    // reach.
-    config.with_settings("expose_port", serde_json::json!({"in_container": true}))
+    config
+}
+
+/// Appends `value` to the list `key` of `table` (made if missing).
+pub(crate) fn push(table: &mut serde_json::Map<String, serde_json::Value>, key: &str, value: &str) {
+    if let Some(list) = table
+        .entry(key)
+        .or_insert_with(|| serde_json::json!([]))
+        .as_array_mut()
+    {
+        list.push(value.into());
+    }
 }
 
 /// Listens on the container's loopback as the session's proxy, sends each connection
@@ -229,7 +246,18 @@ where
     }));
 
     let running: Arc<std::sync::Mutex<HashMap<u64, (AbortHandle, String)>>> = Arc::default();
-    while let Some(line) = lines.next_line().await? {
+    // Every way out stops what the calls still run (a broken connection too).
+    let _stop = StopAll(Arc::clone(&running));
+    loop {
+        // A broken input is the end of input: the host is gone.
+        let line = match lines.next_line().await {
+            Ok(Some(line)) => line,
+            Ok(None) => break,
+            Err(e) => {
+                tracing::warn!(%e, "the host's input broke");
+                break;
+            }
+        };
         let request = match serde_json::from_str::<Request>(&line) {
             Ok(r) => r,
             Err(e) => {
@@ -348,6 +376,17 @@ where
     drop(tx);
     let _ = writer.await;
     Ok(())
+}
+
+/// Stops every call still running when dropped.
+struct StopAll(Arc<std::sync::Mutex<HashMap<u64, (AbortHandle, String)>>>);
+
+impl Drop for StopAll {
+    fn drop(&mut self) {
+        for (_, (handle, _)) in lock(&self.0).drain() {
+            handle.abort();
+        }
+    }
 }
 
 /// The [`KEPT`] and [`GIVE`] calls.

@@ -148,10 +148,15 @@ impl Tightening {
 
 impl Policy {
     /// This policy made stricter by `extra`: its deny and ask entries added, read-only
-    /// if either says so.
+    /// if either says so. With ask entries of its own, this policy's `allow` call
+    /// rules are dropped: they pre-approve what they cover, which would answer the
+    /// extra questions too.
     #[must_use]
     pub fn tightened(&self, extra: &Tightening) -> Policy {
         let mut policy = self.clone();
+        if !extra.ask.is_empty() {
+            policy.allow.retain(|e| !is_call_rule(e));
+        }
         policy.deny.extend(
             extra
                 .deny
@@ -164,5 +169,36 @@ impl Policy {
             .extend(extra.ask.iter().filter(|e| !self.ask.contains(e)).cloned());
         policy.read_only |= extra.read_only;
         policy
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Policy, Tightening};
+
+    /// A tightening adds entries and never pre-approves its own questions through the
+    /// base's `allow` call rules.
+    #[test]
+    fn a_tightening_adds_rules_and_drops_pre_approvals_for_its_asks() {
+        let base = Policy {
+            allow: vec!["command:git".into(), "bash".into()],
+            deny: vec!["x".into()],
+            ..Policy::default()
+        };
+        let extra = Tightening {
+            ask: vec!["command:git push".into()],
+            deny: vec!["y".into(), "x".into()],
+            read_only: true,
+        };
+        let policy = base.tightened(&extra);
+        assert_eq!(policy.allow, ["bash"]);
+        assert_eq!(policy.deny, ["x", "y"]);
+        assert_eq!(policy.ask, ["command:git push"]);
+        assert!(policy.read_only);
+        let denying = base.tightened(&Tightening {
+            deny: vec!["z".into()],
+            ..Tightening::default()
+        });
+        assert_eq!(denying.allow, base.allow);
     }
 }

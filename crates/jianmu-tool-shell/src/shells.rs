@@ -114,6 +114,9 @@ struct State {
     cwd: PathBuf,
     /// The exported variables, restored as the environment of the next shell.
     env: Vec<(OsString, OsString)>,
+    /// Kept from another session (a resumed one's): laid over the new shell's own
+    /// environment, whose variables (its `TMPDIR`, proxy, certificates) win.
+    overlay: bool,
 }
 
 impl State {
@@ -154,6 +157,7 @@ impl State {
         Self {
             cwd: PathBuf::from(cwd),
             env,
+            overlay: true,
         }
     }
 }
@@ -467,8 +471,16 @@ impl Shell {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .clone();
-        if let Some(State { cwd, env }) = saved {
-            spec.env_exactly(env);
+        if let Some(State { cwd, env, overlay }) = saved {
+            if overlay {
+                for (name, value) in env {
+                    if !spec.has_env(&name) {
+                        spec.env(name, value);
+                    }
+                }
+            } else {
+                spec.env_exactly(env);
+            }
             if cwd.is_dir() {
                 spec.current_dir(cwd);
             }
@@ -610,6 +622,7 @@ fn parse_state(raw: &[u8]) -> Option<State> {
     Some(State {
         cwd: PathBuf::from(OsString::from_vec(cwd.to_vec())),
         env,
+        overlay: false,
     })
 }
 

@@ -202,8 +202,68 @@ async fn sessions_run_on_runners_over_mutual_tls() {
         std::thread::sleep(Duration::from_millis(100));
     }
     assert_eq!(sleepers(), 0, "a job outlived its session");
+    // A runner serving on keeps nothing of a session that ended.
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while std::fs::read_dir(&root2).unwrap().next().is_some() {
+        assert!(
+            Instant::now() < deadline,
+            "the runner kept the last session's files"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
     runtime.shutdown(Duration::from_secs(10)).await;
     drop(two);
+}
+
+/// A checkpoint restored in a session on a runner reaches the runner's copy (below
+/// its root, not the host's path there): what the turn made is removed there and the
+/// changed file comes back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restore_reaches_the_runners_copy() {
+    let dir = tempfile::tempdir().unwrap();
+    let tls = dir.path().join("tls");
+    assert!(tls_init(&tls).status.success());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    std::fs::write(ws.join("keep.txt"), "v1\n").unwrap();
+    let ws = ws.canonicalize().unwrap();
+    let root = dir.path().join("root");
+    let runner = Runner::start(&tls.join("runner"), &root, false);
+    let mut settings = SessionSettings::new(ToolConfig::new(&ws));
+    settings.backend = Backend::Docker(Box::new(DockerSettings {
+        hosts: vec![host_entry(&runner.addr, &tls.join("host"))],
+        ..DockerSettings::default()
+    }));
+    settings.checkpoints.dir = Some(dir.path().join("store"));
+    let runtime = Runtime::new(settings).unwrap();
+    let session = runtime.open().unwrap();
+    let call = async |tool: &str, args: serde_json::Value| match session.call(tool, args).await {
+        Ok(out) => out,
+        Err(e) => panic!("{tool}: {}", jianmu_tool_core::error_chain(&e)),
+    };
+    call(
+        "bash",
+        json!({"command": "echo v2 > keep.txt; echo new > new.txt"}),
+    )
+    .await;
+    let listed = call("checkpoint_list", json!({})).await;
+    let id = listed.structured.unwrap()["checkpoints"][0]["id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    call("checkpoint_restore", json!({"id": id})).await;
+    let seen = call("bash", json!({"command": "cat keep.txt; ls"}))
+        .await
+        .text;
+    assert_eq!(seen, "v1\nkeep.txt\n");
+    session.close().await;
+    runtime.shutdown(Duration::from_secs(10)).await;
+    assert_eq!(
+        std::fs::read_to_string(ws.join("keep.txt")).unwrap(),
+        "v1\n"
+    );
+    assert!(!ws.join("new.txt").exists());
+    drop(runner);
 }
 
 /// A host whose certificate another authority signed is refused by the runner, and

@@ -200,6 +200,9 @@ impl CallRules {
                 && parts.iter().all(|part| {
                     part.plain
                         && self.allow.iter().any(|rule| match &rule.matcher {
+                            Matcher::Prefix(words) if part.folder => {
+                                starts_with_words(&part.written, words)
+                            }
                             Matcher::Prefix(words) => starts_with_words(&part.words, words),
                             _ => false,
                         })
@@ -290,12 +293,18 @@ fn words(text: &str) -> Vec<String> {
 
 /// One simple command of a command line, as the rules read it.
 struct Part {
-    /// Its words from the program on (see [`simple_commands`]).
+    /// Its words from the program on (see [`simple_commands`]), the program without
+    /// its folder.
     words: Vec<String>,
-    /// Run as written: the program named without a folder, through no wrapper that
-    /// runs a string or reads input, and no output redirected. Only such commands
-    /// are pre-approved by an `allow` prefix.
+    /// The same with the program as written (`./gradlew`).
+    written: Vec<String>,
+    /// Run as written: through no assignment or wrapper, with no global option of
+    /// git's and no output redirected (but to `/dev/null`). Only such commands are
+    /// pre-approved by an `allow` prefix.
     plain: bool,
+    /// The program was named with a folder: only an `allow` prefix that names it the
+    /// same way pre-approves it.
+    folder: bool,
 }
 
 /// Words before the program that start a compound command or negate it.
@@ -311,29 +320,50 @@ const KEYWORDS: [&str; 8] = ["if", "then", "elif", "else", "do", "while", "until
 /// options (`-C DIR`, `-c KEY=VALUE`, `--git-dir=...`, `--no-pager`) are dropped, so
 /// `git -C repo push` is `git push`.
 fn simple_commands(command: &str) -> Vec<Part> {
-    let joined = command.replace("\\\n", " ");
+    let mut joined = command.replace("\\\n", " ");
+    // Harmless redirections: output thrown away, one descriptor copied to another
+    // (`2>&1` would otherwise split at its `&`).
+    for harmless in ["&>/dev/null", "2>/dev/null", "1>/dev/null", ">/dev/null"] {
+        joined = joined.replace(harmless, " ");
+    }
+    for fd in ['0', '1', '2'] {
+        for to in ['0', '1', '2'] {
+            joined = joined.replace(&format!("{fd}>&{to}"), " ");
+        }
+    }
     joined
         .split(['\n', ';', '&', '|', '(', ')', '{', '}', '`'])
         .filter_map(|text| {
             let words = words(text);
             let redirected = words.iter().any(|w| w.contains('>'));
             let (mut words, wrapped) = from_program(words);
+            let written = words.clone();
             let first = words.first_mut()?;
             let mut plain = !redirected && !wrapped;
+            let mut folder = false;
             if let Some((_, name)) = first.rsplit_once('/') {
                 *first = name.to_owned();
+                folder = true;
+            }
+            // A global option can make git run a program of the caller's choosing
+            // (`-c core.fsmonitor=./x`, `-C` into another repository's config).
+            if words[0] == "git" && git_globals(&mut words) {
                 plain = false;
             }
-            if words[0] == "git" {
-                git_globals(&mut words);
-            }
-            Some(Part { words, plain })
+            Some(Part {
+                words,
+                written,
+                plain,
+                folder,
+            })
         })
         .collect()
 }
 
-/// `words` from the program on (see [`simple_commands`]), and whether a wrapper that
-/// runs a string or its input (`eval`, `xargs`, a shell's `-c`) was passed.
+/// `words` from the program on (see [`simple_commands`]), and whether anything was
+/// passed on the way but shell keywords: an assignment (`GIT_DIR=...`), a wrapper
+/// (`env -S`, `sudo`, `xargs`, `eval`, a shell's `-c`), any of which can change what
+/// runs, so such a command is never pre-approved.
 fn from_program(mut words: Vec<String>) -> (Vec<String>, bool) {
     let mut wrapped = false;
     // Each round drops one wrapper and its options; a line holds few words.
@@ -341,8 +371,13 @@ fn from_program(mut words: Vec<String>) -> (Vec<String>, bool) {
         let Some(first) = words.first() else {
             break;
         };
-        if KEYWORDS.contains(&first.as_str()) || (first.contains('=') && !first.starts_with('-')) {
+        if KEYWORDS.contains(&first.as_str()) {
             words.remove(0);
+            continue;
+        }
+        if first.contains('=') && !first.starts_with('-') {
+            words.remove(0);
+            wrapped = true;
             continue;
         }
         let name = first.rsplit('/').next().unwrap_or(first).to_owned();
@@ -370,7 +405,7 @@ fn from_program(mut words: Vec<String>) -> (Vec<String>, bool) {
             }
             _ => break,
         };
-        wrapped |= matches!(name.as_str(), "xargs" | "eval");
+        wrapped = true;
         words.remove(0);
         while let Some(word) = words.first() {
             if !word.starts_with('-') {
@@ -389,27 +424,24 @@ fn from_program(mut words: Vec<String>) -> (Vec<String>, bool) {
     (words, wrapped)
 }
 
-/// Drops `git`'s global options, those before its subcommand.
-fn git_globals(words: &mut Vec<String>) {
+/// Drops `git`'s global options, those before its subcommand; whether there were any.
+fn git_globals(words: &mut Vec<String>) -> bool {
     let at = 1;
+    let before = words.len();
     while let Some(word) = words.get(at) {
         if !word.starts_with('-') {
             break;
         }
         let takes_value = matches!(
             word.as_str(),
-            "-C" | "-c"
-                | "--git-dir"
-                | "--work-tree"
-                | "--namespace"
-                | "--exec-path"
-                | "--config-env"
+            "-C" | "-c" | "--git-dir" | "--work-tree" | "--namespace" | "--config-env"
         );
         words.remove(at);
         if takes_value && at < words.len() {
             words.remove(at);
         }
     }
+    words.len() != before
 }
 
 fn starts_with_words(part: &[String], prefix: &[String]) -> bool {
@@ -608,6 +640,28 @@ mod tests {
             json!({"command": "git status; git push"}),
             Some("command:git"),
         );
+        // Output thrown away or descriptors copied are still the command as written,
+        // and a program named with its folder is pre-approved by an entry naming it so.
+        for command in [
+            "git status 2>/dev/null",
+            "git diff 2>&1",
+            "git status >/dev/null && git diff",
+        ] {
+            check(
+                &ask_calls,
+                &allow,
+                &bash(),
+                json!({"command": command}),
+                None,
+            );
+        }
+        check(
+            &["command:gradlew"],
+            &["command:./gradlew build"],
+            &bash(),
+            json!({"command": "./gradlew build"}),
+            None,
+        );
         // Only a command run as written is pre-approved: not one whose output goes to
         // a file, nor a program from a folder, nor one a wrapper runs from a string.
         for command in [
@@ -615,6 +669,10 @@ mod tests {
             "./git status",
             "bash -c 'git status'",
             "echo x | xargs git status",
+            "git -c core.fsmonitor=./x.sh status",
+            "git -C sub status",
+            "GIT_DIR=evil/.git git status",
+            "env -Stouch git status",
         ] {
             check(
                 &ask_calls,

@@ -127,6 +127,14 @@ impl Session {
         #[cfg(feature = "docker")]
         if let Some(docker) = &parts.docker {
             state = docker.kept().await?;
+            // The copy's changes come here before the file says they are kept; a
+            // pull that fails leaves the session open.
+            let pulled = docker.pull().await?;
+            if !pulled.is_complete() {
+                return Err(failed(format!(
+                    "part of the sandbox's workspace did not come back: {pulled}"
+                )));
+            }
         }
         let saved = Saved {
             version: VERSION,
@@ -192,7 +200,15 @@ impl Runtime {
         }
         let mut opening = opening;
         match &opening.principal {
-            None => opening.principal = saved.principal.clone(),
+            // A principal's session comes back with that principal's settings only.
+            None if saved.principal.is_some() => {
+                return Err(failed(
+                    "it is a principal's session: resume it with Runtime::resume_with and \
+                     that principal's opening"
+                        .into(),
+                ));
+            }
+            None => {}
             Some(p) if Some(p) != saved.principal.as_ref() => {
                 return Err(failed("it is another principal's session".into()));
             }

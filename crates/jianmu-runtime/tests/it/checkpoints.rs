@@ -271,9 +271,14 @@ async fn paths_hidden_from_commands_stay_out_of_checkpoints() {
     let ws = dir.path().join("ws").canonicalize().unwrap();
     std::fs::write(ws.join("secret.env"), "TOKEN=1\n").unwrap();
     std::fs::write(ws.join("a.txt"), "a\n").unwrap();
+    std::fs::write(ws.join("rel.key"), "KEY=1\n").unwrap();
     let secret = ws.join("secret.env").display().to_string();
-    let tools =
-        ToolConfig::new(&ws).with_setting("bash", "isolation", json!({"read_deny": [secret]}));
+    // An absolute entry, and a relative one (the workspace's).
+    let tools = ToolConfig::new(&ws).with_setting(
+        "bash",
+        "isolation",
+        json!({"read_deny": [secret, "rel.key"]}),
+    );
     let mut settings = SessionSettings::new(tools);
     settings.checkpoints.dir = Some(dir.path().join("state"));
     let session = Session::open(settings).unwrap();
@@ -284,6 +289,7 @@ async fn paths_hidden_from_commands_stay_out_of_checkpoints() {
     )
     .await;
     std::fs::write(ws.join("secret.env"), "TOKEN=2\n").unwrap();
+    std::fs::write(ws.join("rel.key"), "KEY=2\n").unwrap();
     let listed = call(&session, "checkpoint_list", json!({})).await;
     let id = listed["checkpoints"][0]["id"].as_str().unwrap().to_owned();
     let diff = call(&session, "checkpoint_diff", json!({"id": id})).await;
@@ -295,6 +301,7 @@ async fn paths_hidden_from_commands_stay_out_of_checkpoints() {
         .collect();
     assert_eq!(changed, ["a.txt"], "{diff}");
     assert!(!diff.to_string().contains("TOKEN"), "{diff}");
+    assert!(!diff.to_string().contains("KEY"), "{diff}");
     call(&session, "checkpoint_restore", json!({"id": id})).await;
     assert_eq!(std::fs::read_to_string(ws.join("a.txt")).unwrap(), "a\n");
     assert_eq!(
