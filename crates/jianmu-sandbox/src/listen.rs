@@ -149,10 +149,7 @@ struct Busy {
 
 impl Busy {
     fn workspace(&self) -> Option<PathBuf> {
-        self.workspace
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner)
-            .clone()
+        crate::lock(&self.workspace).clone()
     }
 }
 
@@ -211,10 +208,7 @@ where
             // What the session left here goes before the next one comes.
             let root = root.to_owned();
             let _ = tokio::task::spawn_blocking(move || wipe(&root)).await;
-            *busy
-                .workspace
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+            *crate::lock(&busy.workspace) = None;
             busy.on.store(false, Ordering::Release);
             (true, served)
         }
@@ -270,10 +264,7 @@ where
     let workspace = under(root, config.workspace())
         .ok_or_else(|| std::io::Error::other("the workspace must be an absolute path"))?;
     std::fs::create_dir_all(&workspace)?;
-    *busy
-        .workspace
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner) = Some(workspace.clone());
+    *crate::lock(&busy.workspace) = Some(workspace.clone());
     let config = hide(config.with_workspace(workspace), &busy.tls_dir);
     let init = super::wire::to_line(&super::wire::Request::Init {
         config,

@@ -138,10 +138,7 @@ impl State {
         let mut size = 0usize;
         let mut env = Vec::new();
         for (name, value) in kept.env {
-            let valid = !name.is_empty()
-                && !name.as_bytes()[0].is_ascii_digit()
-                && name.bytes().all(|b| b.is_ascii_alphanumeric() || b == b'_');
-            if !valid || name.len() + value.len() + 2 > MAX_VAR || value.contains('\0') {
+            if !restorable(name.as_bytes(), value.as_bytes()) {
                 continue;
             }
             size += name.len() + value.len() + 2;
@@ -592,6 +589,17 @@ async fn read_state(control: &mut UnixStream, held: &mut Vec<u8>) -> Option<Stat
 /// The directory and exports from the shell's report (see [`prelude`]): NUL-separated
 /// fields, the directory first, then `p` and the text of `export -p` (or bash's
 /// `declare -px`). Names that are not variable names are left out.
+/// Whether `NAME=VALUE` can be a variable of the next shell: a shell variable's name,
+/// no NUL, and within the kernel's limit for one string of a program's environment (a
+/// longer one, kept, would stop the next shell; every program the shell ran had
+/// failed already).
+fn restorable(name: &[u8], value: &[u8]) -> bool {
+    matches!(name.first(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))
+        && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_')
+        && !value.contains(&0)
+        && name.len() + value.len() + 2 <= MAX_VAR
+}
+
 fn parse_state(raw: &[u8]) -> Option<State> {
     let mut fields = raw.splitn(3, |b| *b == 0);
     let cwd = fields
@@ -606,11 +614,7 @@ fn parse_state(raw: &[u8]) -> Option<State> {
     let mut env = Vec::new();
     let mut size = 0;
     for (name, value) in pairs {
-        let valid = matches!(name.first(), Some(b'A'..=b'Z' | b'a'..=b'z' | b'_'))
-            && name.iter().all(|b| b.is_ascii_alphanumeric() || *b == b'_');
-        // The kernel refuses to start a program with one variable this long (every
-        // program the shell ran had failed already): kept, it would stop the next shell.
-        if !valid || name.len() + value.len() + 2 > MAX_VAR {
+        if !restorable(&name, &value) {
             continue;
         }
         size += name.len() + value.len() + 2;

@@ -184,16 +184,7 @@ async fn sessions_run_on_runners_over_mutual_tls() {
         "one\ntwo\n"
     );
     let once_pid = one.child.id();
-    let sleepers = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(|e| e.ok())
-            .filter(|e| {
-                std::fs::read_to_string(e.path().join("cmdline"))
-                    .is_ok_and(|c| c.starts_with("sleep\u{0}3217"))
-            })
-            .count()
-    };
+    let sleepers = || jianmu_test_support::running_with("sleep 3217").len();
     if places[0] == k1.as_str() {
         assert!(one.exited(), "the --once runner {once_pid} did not exit");
     }

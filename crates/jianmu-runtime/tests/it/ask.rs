@@ -31,6 +31,17 @@ fn open(dir: &std::path::Path, ask: &[&str], audit: &std::path::Path) -> Session
     Session::open(settings).unwrap()
 }
 
+/// The `approval` lines of the audit log `audit`, each parsed (a line that is not JSON
+/// fails the test).
+fn approvals(audit: &std::path::Path) -> Vec<Value> {
+    std::fs::read_to_string(audit)
+        .unwrap()
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .filter(|l: &Value| l["event"] == "approval")
+        .collect()
+}
+
 fn write(path: &str) -> Value {
     json!({"path": path, "content": "x", "create_dirs": true})
 }
@@ -105,12 +116,7 @@ async fn asks_go_to_the_approver_and_allow_session_is_remembered() {
     assert!(ws.join("deploy/e").exists());
     session.close().await;
 
-    let lines: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &Value| l["event"] == "approval")
-        .collect();
+    let lines = approvals(&audit);
     let answers: Vec<(&str, &str)> = lines
         .iter()
         .map(|l| (l["answer"].as_str().unwrap(), l["by"].as_str().unwrap()))
@@ -196,12 +202,7 @@ async fn pre_approved_and_cancelled_asks_are_audit_lines() {
     let timed_out = tokio::time::timeout(std::time::Duration::from_millis(300), waiting).await;
     assert!(timed_out.is_err());
     session.close().await;
-    let lines: Vec<Value> = std::fs::read_to_string(&audit)
-        .unwrap()
-        .lines()
-        .map(|l| serde_json::from_str(l).unwrap())
-        .filter(|l: &Value| l["event"] == "approval")
-        .collect();
+    let lines = approvals(&audit);
     let answers: Vec<(&str, &str, &str)> = lines
         .iter()
         .map(|l| {

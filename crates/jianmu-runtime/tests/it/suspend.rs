@@ -64,22 +64,10 @@ async fn a_suspended_session_resumes_with_its_shells_and_names_what_ended() {
     );
     // Suspended is closed: its processes are gone.
     assert!(session.is_closed());
-    let sleeping = || {
-        std::fs::read_dir("/proc")
-            .unwrap()
-            .filter_map(Result::ok)
-            .any(|e| {
-                std::fs::read_to_string(e.path().join("cmdline"))
-                    .is_ok_and(|c| c.starts_with("sleep\u{0}3301"))
-            })
-    };
-    for _ in 0..100 {
-        if !sleeping() {
-            break;
-        }
-        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-    }
-    assert!(!sleeping(), "the job outlived the suspension");
+    assert!(
+        crate::eventually(|| jianmu_test_support::running_with("sleep 3301").is_empty()).await,
+        "the job outlived the suspension"
+    );
 
     let (resumed, report) = runtime.resume(&file).unwrap();
     assert_eq!(report.shells, ["dev", "other"]);
