@@ -7,6 +7,8 @@
 #   swarm.sh status  show what exists
 #   swarm.sh kill-node nX   SIGKILL every process of node nX (engine, containerd,
 #                           shims, docker-proxy, containers) via its cgroup
+#   swarm.sh cut-node nX    take nX's link to the bridge down: its engine still runs
+#                           and answers on its socket, but the swarm no longer hears it
 #   swarm.sh dk nX ARGS...  docker CLI against node nX's engine
 #
 # Internal: swarm.sh _engine nX   (runs inside `ip netns exec jmsw-nX unshare --uts`)
@@ -56,6 +58,10 @@ engine() {
   mkdir -p "$d/etc-docker"
   mount --bind "$d/etc-docker" /etc/docker || exit 13
   mount -t tmpfs -o mode=700 jmsw-run-docker /run/docker || exit 14
+  # A fresh machine may have no /run/containerd: made once, removed by `down`.
+  if [ ! -d /run/containerd ]; then
+    mkdir /run/containerd && touch "$BASE/.created-run-containerd"
+  fi
   mount -t tmpfs -o mode=700 jmsw-run-containerd /run/containerd || exit 15
   # dockerd's own lookups (registry) must fail fast and stay local: point its
   # resolver at the host bridge address, where nothing listens on :53 (ICMP
@@ -178,7 +184,7 @@ swarm_up() {
     t0=$(now)
     dk "$MANAGER" swarm init --advertise-addr "$(node_ip "$MANAGER")" \
       --listen-addr "$(node_ip "$MANAGER"):2377" \
-      --default-addr-pool 10.253.0.0/16 >/dev/null || die "swarm init"
+      --default-addr-pool 10.253.0.0/16 --dispatcher-heartbeat 1s >/dev/null || die "swarm init"
     timing "swarm-init" "$(since "$t0")"
   fi
   tok=$(dk "$MANAGER" swarm join-token -q worker)
@@ -294,6 +300,9 @@ cmd_down() {
   if [ -e "$BASE/.created-run-netns" ] && [ -d /run/netns ] && [ -z "$(ls -A /run/netns)" ]; then
     umount /run/netns 2>/dev/null; rmdir /run/netns 2>/dev/null && rm -f "$BASE/.created-run-netns"
   fi
+  if [ -e "$BASE/.created-run-containerd" ]; then
+    rmdir /run/containerd 2>/dev/null && rm -f "$BASE/.created-run-containerd"
+  fi
   # 4. mounts (should be none in the host namespace: engines mount in their own ns)
   local m
   for m in $(awk -v b="$BASE/" 'index($5,b)==1{print $5}' /proc/self/mountinfo | sort -r); do umount -l "$m"; done
@@ -337,7 +346,8 @@ case ${1:-} in
   down) cmd_down ;;
   status) cmd_status ;;
   kill-node) kill_node "$2" KILL ;;
+  cut-node) ip link set "$(veth_host "$2")" down ;;
   dk) shift; n=$1; shift; DOCKER_CONFIG=$BASE/.docker-cli exec docker -H "$(node_sock "$n")" "$@" ;;
   _engine) engine "$2" ;;
-  *) echo "usage: $0 up|down|status|kill-node nX|dk nX ARGS" >&2; exit 2 ;;
+  *) echo "usage: $0 up|down|status|kill-node nX|cut-node nX|dk nX ARGS" >&2; exit 2 ;;
 esac

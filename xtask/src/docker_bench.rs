@@ -116,16 +116,7 @@ impl Drop for SecondEngine {
 
 pub(crate) fn run() -> anyhow::Result<()> {
     let second = SecondEngine::start();
-    let mut c = cargo();
-    c.args([
-        "bench",
-        "--locked",
-        "-p",
-        "jianmu-sandbox",
-        "--bench",
-        "docker",
-    ]);
-    c.env("JIANMU_BENCH_RUNNER", root().join("target/release/jianmu"));
+    let mut c = bench("jianmu-sandbox", "docker");
     if let Some(engine) = &second {
         c.env("JIANMU_BENCH_SECOND_ENGINE", engine.address());
     }
@@ -216,6 +207,7 @@ pub(crate) fn run() -> anyhow::Result<()> {
         }
     }
     drop(second);
+    swarm()?;
     stdio_first_call()?;
     let phase = |name: &str| get(name).0 / 1e3;
     println!(
@@ -229,6 +221,82 @@ pub(crate) fn run() -> anyhow::Result<()> {
         phase("raw_phase_remove"),
     );
     Ok(())
+}
+
+/// Sandboxes placed by Swarm, on a three-node swarm of private engines made by
+/// `tests/swarm/swarm.sh` for the run (root is needed) and removed after it.
+fn swarm() -> anyhow::Result<()> {
+    const BASE: &str = "/tmp/jianmu-swarm-bench";
+    let script = root().join("tests/swarm/swarm.sh");
+    let swarm_sh = |what: &str| {
+        std::process::Command::new("bash")
+            .arg(&script)
+            .arg(what)
+            .env("JMSW_BASE", BASE)
+            .output()
+    };
+    let _ = swarm_sh("down");
+    match swarm_sh("up") {
+        Ok(out) if out.status.success() => {}
+        _ => {
+            let _ = swarm_sh("down");
+            println!("  (Swarm run skipped: tests/swarm/swarm.sh up failed; root is needed)");
+            return Ok(());
+        }
+    }
+    let mut c = bench("jianmu-sandbox", "swarm");
+    c.env("JIANMU_BENCH_SWARM", BASE);
+    let text = output(c).and_then(|swarm| {
+        let mut c = bench("jianmu-runtime", "suspend");
+        c.args(["--features", "docker"]);
+        c.env("JIANMU_BENCH_SWARM", BASE);
+        Ok(swarm + &output(c)?)
+    });
+    let _ = swarm_sh("down");
+    let text = text?;
+    let mut seen: HashMap<&str, f64> = HashMap::new();
+    for line in text.lines() {
+        if let ["docker-bench", name, p50, _] = line.split_whitespace().collect::<Vec<_>>()[..]
+            && let Ok(p50) = p50.parse()
+        {
+            seen.insert(name, p50);
+        }
+    }
+    let get = |name: &str| seen.get(name).copied().unwrap_or(f64::NAN) / 1e3;
+    println!(
+        "\nDocker Swarm (three engines of a test swarm on this machine's 2 cores; p50, interleaved)"
+    );
+    println!(
+        "  first call of a new session from Swarm's warm replicated pool (2 tasks): {:.1} ms; \
+         from the one-engine pool on one of its nodes: {:.1} ms ({:.1}x)",
+        get("swarm_pool_first_call"),
+        get("engine_pool_first_call"),
+        get("swarm_pool_first_call") / get("engine_pool_first_call")
+    );
+    println!(
+        "  cold placement (a one-replica service, to its first answer): {:.1} ms; a plain \
+         engine's create+start+wait of `true`, same settings: {:.1} ms ({:.2}x; goal <= 1.3x)",
+        get("swarm_cold_first_call"),
+        get("raw_create_start_wait"),
+        get("swarm_cold_first_call") / get("raw_create_start_wait")
+    );
+    println!(
+        "  a session with a 10 MB copied workspace: suspend {:.0} ms (closing one: {:.0} ms); \
+         resume to its first answer {:.0} ms (a new session's first answer: {:.0} ms)",
+        get("suspend_10mb"),
+        get("close_10mb"),
+        get("resume_10mb_first_answer"),
+        get("new_session_10mb_first_answer")
+    );
+    Ok(())
+}
+
+/// `cargo bench` of `krate`'s bench `name`, given the release `jianmu` as the runner.
+fn bench(krate: &str, name: &str) -> std::process::Command {
+    let mut c = cargo();
+    c.args(["bench", "--locked", "-p", krate, "--bench", name]);
+    c.env("JIANMU_BENCH_RUNNER", root().join("target/release/jianmu"));
+    c
 }
 
 /// The containers whose owner label names process `pid`.

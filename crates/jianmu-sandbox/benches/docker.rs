@@ -21,28 +21,18 @@ use futures::StreamExt as _;
 use jianmu_sandbox::image::{self, ImageSources};
 use jianmu_sandbox::{DockerSandbox, DockerSettings};
 use jianmu_sandbox::{EngineAddress, WorkspaceMode};
+use jianmu_test_support::{block_on_bench, report_bench};
 use jianmu_tool_core::{ExecuteOptions, FunctionTool, ToolHandle, ToolSpec};
 use serde_json::json;
 
 const TAG: &str = "jianmu-sandbox:bench";
-
-fn report(name: &str, mut times: Vec<Duration>) {
-    times.sort();
-    let at = |q: f64| times[((times.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1e6;
-    println!("docker-bench {name} {:.1} {:.1}", at(0.5), at(0.99));
-}
 
 fn main() {
     let Ok(runner) = std::env::var("JIANMU_BENCH_RUNNER") else {
         eprintln!("docker bench skipped: set JIANMU_BENCH_RUNNER to a release jianmu binary");
         return;
     };
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()
-        .unwrap();
-    rt.block_on(bench(runner));
+    block_on_bench(bench(runner));
 }
 
 async fn bench(runner: String) {
@@ -80,7 +70,7 @@ async fn bench(runner: String) {
         }
         assert_eq!(out.text, "222");
     }
-    report("warm_call", warm);
+    report_bench("warm_call", warm);
 
     // Raw exec of `true` into the same container.
     let id = sandbox.container_id().await.unwrap();
@@ -106,7 +96,7 @@ async fn bench(runner: String) {
         }
         exec.push(start.elapsed());
     }
-    report("raw_exec", exec);
+    report_bench("raw_exec", exec);
     sandbox.shutdown().await;
 
     // Cold: a call that has to start a container (the sandbox and its daemon
@@ -158,14 +148,14 @@ async fn bench(runner: String) {
         r_wait.push(t3 - t2);
         r_remove.push(start.elapsed() - t3);
     }
-    report("cold_call", ours);
-    report("raw_cold", raw);
-    report("cold_phase_up", up);
-    report("cold_phase_down", down);
-    report("raw_phase_create", r_create);
-    report("raw_phase_start", r_start);
-    report("raw_phase_wait", r_wait);
-    report("raw_phase_remove", r_remove);
+    report_bench("cold_call", ours);
+    report_bench("raw_cold", raw);
+    report_bench("cold_phase_up", up);
+    report_bench("cold_phase_down", down);
+    report_bench("raw_phase_create", r_create);
+    report_bench("raw_phase_start", r_start);
+    report_bench("raw_phase_wait", r_wait);
+    report_bench("raw_phase_remove", r_remove);
 
     // A warm pool: the first call of each new session takes a ready spare. The session
     // is closed and the pool refilled between rounds, untimed.
@@ -195,7 +185,7 @@ async fn bench(runner: String) {
         assert_eq!(out.text, "222");
         session.close().await;
     }
-    report("pool_first_call", first);
+    report_bench("pool_first_call", first);
     pooled.shutdown().await;
 
     // Many sessions at once: 100 sessions opened 10 at a time (each one's first call

@@ -44,6 +44,8 @@ pub(crate) enum Ended {
     Exited(i64),
     /// The backend cannot say (its words).
     Unknown(String),
+    /// Gone with the machine it ran on (its words: which, and what was seen).
+    Lost(String),
 }
 
 /// What a server is created from.
@@ -74,6 +76,13 @@ pub(crate) trait Backend: Send + Sync {
     async fn sweep(&self);
     /// Whether the backend answers.
     async fn ping(&self) -> bool;
+    /// Keeps spares started where the backend has a pool of its own (Swarm's
+    /// replicated service); false where the sandbox's own pool must do it.
+    async fn fill(&self, _spec: &Spec<'_>) -> bool {
+        false
+    }
+    /// Removes what the backend made for this sandbox beyond its servers (a pool).
+    async fn shutdown(&self) {}
     /// Unpacks `tar` into `dir` inside the server.
     async fn upload(&self, id: &str, dir: &Path, tar: Vec<u8>) -> Result<(), SandboxError>;
     /// `path` inside the server as a tar, sent to `sink` as it arrives; stops when
@@ -89,6 +98,32 @@ pub(crate) trait Backend: Send + Sync {
 /// A Docker engine.
 pub(crate) struct DockerBackend {
     pub(crate) docker: Docker,
+}
+
+impl DockerBackend {
+    /// The stdin and output of container `id` (created or running).
+    pub(crate) async fn attach(&self, id: &str) -> Result<(Input, Output), SandboxError> {
+        let options = AttachContainerOptionsBuilder::default()
+            .stdin(true)
+            .stdout(true)
+            .stderr(true)
+            .stream(true)
+            .build();
+        let attached = self
+            .docker
+            .attach_container(id, Some(options))
+            .await
+            .map_err(|e| SandboxError::engine("cannot attach to the sandbox container", e))?;
+        let output = attached.output.filter_map(|item| async move {
+            match item {
+                Ok(LogOutput::StdOut { message }) => Some(Ok(Chunk::Stdout(message.into()))),
+                Ok(LogOutput::StdErr { message }) => Some(Ok(Chunk::Stderr(message.into()))),
+                Ok(_) => None,
+                Err(e) => Some(Err(e.to_string())),
+            }
+        });
+        Ok((attached.input, Box::pin(output)))
+    }
 }
 
 #[async_trait::async_trait]
@@ -117,34 +152,11 @@ impl Backend for DockerBackend {
                 e => SandboxError::engine("cannot create the sandbox container", e),
             })?;
         let id = created.id;
-        let options = AttachContainerOptionsBuilder::default()
-            .stdin(true)
-            .stdout(true)
-            .stderr(true)
-            .stream(true)
-            .build();
-        match self.docker.attach_container(&id, Some(options)).await {
-            Ok(attached) => {
-                let output = attached.output.filter_map(|item| async move {
-                    match item {
-                        Ok(LogOutput::StdOut { message }) => {
-                            Some(Ok(Chunk::Stdout(message.into())))
-                        }
-                        Ok(LogOutput::StdErr { message }) => {
-                            Some(Ok(Chunk::Stderr(message.into())))
-                        }
-                        Ok(_) => None,
-                        Err(e) => Some(Err(e.to_string())),
-                    }
-                });
-                Ok((id, attached.input, Box::pin(output)))
-            }
+        match self.attach(&id).await {
+            Ok((input, output)) => Ok((id, input, output)),
             Err(e) => {
                 container::remove(&self.docker, &id).await;
-                Err(SandboxError::engine(
-                    "cannot attach to the sandbox container",
-                    e,
-                ))
+                Err(e)
             }
         }
     }

@@ -437,6 +437,9 @@ async fn death_reason(
                 "lost the sandbox container {short} (was the Docker daemon restarted?): {e}"
             );
         }
+        Ended::Lost(why) => {
+            return format!("the sandbox was lost: {why}; the next call starts a fresh one");
+        }
         Ended::OutOfMemory => {
             return format!(
                 "the sandbox container {short} was killed for exceeding its memory limit of \

@@ -23,19 +23,9 @@ pub(crate) fn body(
 ) -> ContainerCreateBody {
     let ws = workspace.to_string_lossy().into_owned();
     let memory = i64::try_from(s.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
-    let tmp = i64::try_from(s.tmp_size_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
     let host = HostConfig {
         mounts: Some(vec![
-            Mount {
-                typ: Some(MountType::TMPFS),
-                target: Some("/tmp".into()),
-                tmpfs_options: Some(MountTmpfsOptions {
-                    size_bytes: Some(tmp),
-                    mode: Some(0o1777),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
+            tmp_mount(s),
             match copy {
                 false => Mount {
                     typ: Some(MountType::BIND),
@@ -95,6 +85,21 @@ pub(crate) fn body(
     }
 }
 
+/// The size-capped tmpfs `/tmp` every sandbox gets.
+pub(crate) fn tmp_mount(s: &DockerSettings) -> Mount {
+    let tmp = i64::try_from(s.tmp_size_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+    Mount {
+        typ: Some(MountType::TMPFS),
+        target: Some("/tmp".into()),
+        tmpfs_options: Some(MountTmpfsOptions {
+            size_bytes: Some(tmp),
+            mode: Some(0o1777),
+            ..Default::default()
+        }),
+        ..Default::default()
+    }
+}
+
 /// `host:pid:start-time` of this process, so a later sweep can tell whether the
 /// owner of a container is still alive.
 pub(crate) fn owner_label() -> String {
@@ -116,7 +121,7 @@ fn start_time(pid: u32) -> Option<u64> {
 }
 
 /// True when `owner` names a process of this host that is gone.
-fn owner_is_gone(owner: &str) -> bool {
+pub(crate) fn owner_is_gone(owner: &str) -> bool {
     let mut parts = owner.rsplitn(3, ':');
     let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
         return false;

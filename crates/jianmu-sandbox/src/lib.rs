@@ -47,6 +47,7 @@ mod listen;
 mod remote;
 mod serve;
 mod settings;
+mod swarm;
 mod tunnel;
 mod wire;
 
@@ -67,7 +68,8 @@ pub use error::SandboxError;
 pub use listen::{Listen, serve_listen};
 pub use serve::serve_stdio;
 pub use settings::{
-    DEFAULT_IMAGE, DockerSettings, ENGINE_RETRY, EngineAddress, TlsEngine, TlsFiles, WorkspaceMode,
+    DEFAULT_IMAGE, DockerSettings, ENGINE_RETRY, EngineAddress, Orchestrator, TlsEngine, TlsFiles,
+    WorkspaceMode,
 };
 
 /// Locks `m`, taking the data even if a panicking holder poisoned it: every mutex in
@@ -109,6 +111,8 @@ struct Inner {
     spares: std::sync::Mutex<Vec<Arc<Conn>>>,
     /// Spares being started.
     filling: AtomicUsize,
+    /// The orchestrator keeps the pool (Swarm's replicated service), asked once.
+    orchestrated: AtomicBool,
 }
 
 impl std::fmt::Debug for DockerSandbox {
@@ -143,14 +147,21 @@ impl DockerSandbox {
         user: String,
         tools: ToolConfig,
     ) -> Self {
-        let engines = settings
-            .engines()
-            .into_iter()
-            .map(|(address, tls)| {
-                let copy = settings.copies_to(address.as_deref());
-                Engine::new(address, tls, copy)
-            })
-            .collect();
+        let engines = if settings.orchestrator == Orchestrator::Swarm {
+            // One scheduler over every node: Swarm places, not this process.
+            let mut swarm = Engine::new(None, None, true);
+            swarm.swarm = Some(Box::new(settings.clone()));
+            vec![swarm]
+        } else {
+            settings
+                .engines()
+                .into_iter()
+                .map(|(address, tls)| {
+                    let copy = settings.copies_to(address.as_deref());
+                    Engine::new(address, tls, copy)
+                })
+                .collect()
+        };
         let egress = if settings.network {
             None
         } else {
@@ -167,6 +178,7 @@ impl DockerSandbox {
                 owner: container::owner_label(),
                 spares: std::sync::Mutex::new(Vec::new()),
                 filling: AtomicUsize::new(0),
+                orchestrated: AtomicBool::new(false),
             }),
             conn: Arc::default(),
             left_out: Arc::default(),
@@ -285,7 +297,14 @@ impl DockerSandbox {
             .iter()
             .map(|c| c.close(Duration::from_secs(5)))
             .collect::<Vec<_>>();
-        tokio::join!(self.close(), futures::future::join_all(closing)).0
+        let pulled = tokio::join!(self.close(), futures::future::join_all(closing)).0;
+        for engine in &self.inner.engines {
+            if let Some(backend) = engine.backend.get() {
+                backend.shutdown().await;
+            }
+        }
+        self.inner.orchestrated.store(false, Ordering::Release);
+        pulled
     }
 
     /// The body this sandbox creates its containers with: image, user, labels, mounts
@@ -482,6 +501,8 @@ struct Engine {
     /// The workspace is copied in, not mounted (see `DockerSettings::copies_to`).
     copy: bool,
     tls: Option<TlsFiles>,
+    /// The settings of a swarm this engine stands for (`orchestrator = "swarm"`).
+    swarm: Option<Box<DockerSettings>>,
     backend: OnceCell<Arc<dyn Backend>>,
     swept: AtomicBool,
     /// Containers started on it (live ones count as its load).
@@ -496,6 +517,7 @@ impl Engine {
             address,
             copy,
             tls,
+            swarm: None,
             backend: OnceCell::new(),
             swept: AtomicBool::new(false),
             placed: std::sync::Mutex::default(),
@@ -506,6 +528,10 @@ impl Engine {
     async fn backend(&self) -> Result<&Arc<dyn Backend>, SandboxError> {
         self.backend
             .get_or_try_init(|| async {
+                if let Some(settings) = &self.swarm {
+                    let swarm = swarm::SwarmBackend::connect(settings).await?;
+                    return Ok(Arc::new(swarm) as Arc<dyn Backend>);
+                }
                 if let Some(url) = self
                     .address
                     .as_deref()
@@ -625,6 +651,26 @@ impl Inner {
     /// Starts spares in the background until the pool (with those already starting)
     /// holds `pool_size`.
     fn refill(self: &Arc<Self>) {
+        if self.settings.orchestrator == Orchestrator::Swarm {
+            if !self.orchestrated.swap(true, Ordering::AcqRel) {
+                let inner = Arc::clone(self);
+                tokio::spawn(async move {
+                    let Ok(backend) = inner.engines[0].backend().await else {
+                        inner.orchestrated.store(false, Ordering::Release);
+                        return;
+                    };
+                    let spec = Spec {
+                        settings: &inner.settings,
+                        workspace: &inner.workspace,
+                        user: &inner.user,
+                        owner: &inner.owner,
+                        copy: true,
+                    };
+                    backend.fill(&spec).await;
+                });
+            }
+            return;
+        }
         let want = self.settings.pool_size;
         loop {
             let have = lock(&self.spares).len() + self.filling.load(Ordering::Acquire);

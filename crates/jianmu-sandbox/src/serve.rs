@@ -27,6 +27,9 @@ use crate::lock;
 pub fn serve_stdio(
     tools: impl Fn(ToolConfig) -> Result<ToolSet, jianmu_tool_core::ToolError> + Send + Sync + 'static,
 ) -> std::io::Result<()> {
+    // Nothing started from here gains privileges (set-id programs), whatever the
+    // engine was told: Swarm services before API 1.46 cannot ask for it.
+    rustix::thread::set_no_new_privs(true)?;
     runtime()?.block_on(serve(
         tokio::io::stdin(),
         tokio::io::stdout(),

@@ -59,6 +59,22 @@ pub struct DockerSettings {
     pub copy_limit_mib: u64,
     /// The most files and folders copied either way (`workspace_mode = "copy"`).
     pub copy_limit_files: usize,
+    /// Who places sandboxes: `none` (the default: this process, over `hosts`) or
+    /// `swarm` (Docker Swarm's scheduler: each session's sandbox is a one-replica
+    /// service and the pool a replicated one; `hosts` lists the engines of the
+    /// swarm's nodes, a manager among them; the workspace is copied).
+    pub orchestrator: Orchestrator,
+}
+
+/// [`DockerSettings::orchestrator`].
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Orchestrator {
+    /// This process places each container on the least loaded engine of `hosts`.
+    #[default]
+    None,
+    /// Docker Swarm places them (see docs/scale-out.md).
+    Swarm,
 }
 
 /// [`DockerSettings::workspace_mode`].
@@ -141,6 +157,7 @@ impl Default for DockerSettings {
             workspace_mode: WorkspaceMode::Auto,
             copy_limit_mib: 256,
             copy_limit_files: 200_000,
+            orchestrator: Orchestrator::None,
         }
     }
 }
@@ -184,6 +201,9 @@ impl DockerSettings {
     /// Whether the workspace is copied (not mounted) for the engine at `address`
     /// (`None`: `DOCKER_HOST`, else the local socket).
     pub fn copies_to(&self, address: Option<&str>) -> bool {
+        if self.orchestrator == Orchestrator::Swarm {
+            return true;
+        }
         match self.workspace_mode {
             WorkspaceMode::Mount => false,
             WorkspaceMode::Copy => true,
@@ -207,6 +227,34 @@ impl DockerSettings {
                 (Some(url), tls)
             })
             .collect()
+    }
+
+    /// What Swarm cannot do: choose an OCI runtime per service, mount this machine's
+    /// folder on another node, or use a runner.
+    fn check_swarm(&self) -> Result<(), SandboxError> {
+        let bad = |why: &str| {
+            Err(SandboxError::Settings(format!(
+                "orchestrator = \"swarm\": {why}"
+            )))
+        };
+        if self.runtime.is_some() {
+            return bad(
+                "Swarm services cannot choose an OCI runtime; leave `runtime` out and set \
+                 `default-runtime` in each node's daemon.json",
+            );
+        }
+        if self.workspace_mode == WorkspaceMode::Mount {
+            return bad(
+                "the workspace is copied to the node Swarm picks; use workspace_mode = \"copy\" or \"auto\"",
+            );
+        }
+        if self.engines().iter().any(|(url, _)| {
+            url.as_deref()
+                .is_some_and(|u| u.starts_with(crate::remote::SCHEME))
+        }) {
+            return bad("`hosts` lists the engines of the swarm's nodes, not runners");
+        }
+        Ok(())
     }
 
     /// The canonical workspace and the `uid:gid` to run as, once both are checked.
@@ -306,6 +354,9 @@ impl DockerSettings {
                 }
             }
         }
+        if settings.orchestrator == Orchestrator::Swarm {
+            settings.check_swarm()?;
+        }
         if let Some(runtime) = &settings.runtime
             && (runtime.is_empty()
                 || runtime.len() > 64
@@ -375,5 +426,49 @@ mod tests {
             ..DockerSettings::default()
         };
         assert!(copy.copies_to(Some("unix:///var/run/docker.sock")));
+    }
+
+    #[test]
+    fn swarm_refuses_what_its_services_cannot_do_and_always_copies() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("ws");
+        std::fs::create_dir(&dir).unwrap();
+        let swarm = DockerSettings {
+            orchestrator: Orchestrator::Swarm,
+            user: Some("1000:1000".into()),
+            ..DockerSettings::default()
+        };
+        assert!(swarm.copies_to(Some("unix:///var/run/docker.sock")));
+        swarm.check(&dir).unwrap();
+        let refused = |settings: DockerSettings, says: &str| {
+            let err = settings.check(&dir).unwrap_err().to_string();
+            assert!(err.contains(says), "{err}");
+        };
+        refused(
+            DockerSettings {
+                runtime: Some("runsc".into()),
+                ..swarm.clone()
+            },
+            "default-runtime",
+        );
+        refused(
+            DockerSettings {
+                workspace_mode: WorkspaceMode::Mount,
+                ..swarm.clone()
+            },
+            "copied to the node",
+        );
+        refused(
+            DockerSettings {
+                hosts: vec![EngineAddress::Tls(TlsEngine {
+                    url: "jianmu://10.0.0.5:7000".into(),
+                    ca: "ca.pem".into(),
+                    cert: "cert.pem".into(),
+                    key: "key.pem".into(),
+                })],
+                ..swarm
+            },
+            "not runners",
+        );
     }
 }

@@ -6,6 +6,25 @@ use serde_json::Value;
 
 pub mod pdf;
 
+/// Prints `docker-bench NAME P50_US P99_US`, the line `cargo xtask bench` reads from
+/// the Docker benchmarks.
+pub fn report_bench(name: &str, mut times: Vec<std::time::Duration>) {
+    times.sort();
+    let at = |q: f64| times[((times.len() as f64 - 1.0) * q) as usize].as_secs_f64() * 1e6;
+    println!("docker-bench {name} {:.1} {:.1}", at(0.5), at(0.99));
+}
+
+/// Runs `body` on the runtime the Docker benchmarks use (two workers, as the
+/// machine has two cores).
+pub fn block_on_bench<F: std::future::Future>(body: F) -> F::Output {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+        .block_on(body)
+}
+
 /// A real PDF from a Debian package (`libtasn1-doc`, which `cargo xtask test-all`
 /// installs): the GNU Libtasn1 manual, 36 pages of text.
 pub const MANUAL_PDF: &str = "/usr/share/doc/libtasn1-doc/libtasn1.pdf";

@@ -352,7 +352,7 @@ async fn remote_engine(tag: &str) -> (crate::engine::Engine, bollard::Docker) {
 }
 
 /// Polls `ready` for up to 60 s.
-async fn eventually(what: &str, mut ready: impl AsyncFnMut() -> bool) {
+pub(crate) async fn eventually(what: &str, mut ready: impl AsyncFnMut() -> bool) {
     for _ in 0..600 {
         if ready().await {
             return;

@@ -24,6 +24,8 @@ mod mcp_lines;
 mod native;
 #[cfg(all(feature = "docker", feature = "full"))]
 mod runner;
+#[cfg(all(feature = "docker", feature = "full"))]
+mod swarm;
 #[cfg(all(feature = "mcp", feature = "full"))]
 mod view;
 

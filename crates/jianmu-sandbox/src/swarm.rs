@@ -1,0 +1,707 @@
+//! Docker Swarm as the scheduler (`orchestrator = "swarm"`): the [`Backend`] whose
+//! servers are Swarm tasks. A session's sandbox is a service of one replica, the pool
+//! a replicated service whose running tasks sessions claim; Swarm's scheduler picks
+//! the node, restarts what fails and keeps the pool's count. This process never
+//! picks a node.
+//!
+//! The data path is the node engine's attach (and its archive API for the copied
+//! workspace): `hosts` lists the engines of the nodes, and only nodes whose engine
+//! is listed carry the placement label, so every task lands where it can be reached.
+//! Whoever holds a manager's API can already run anything on every node, so reaching
+//! the nodes' engines as well adds no trust, and the tasks need no listener, no port
+//! and no network: they join `jianmu-closed`, a swarm-scoped bridge that is internal,
+//! has no address on the node and forbids traffic between its containers, so a
+//! command reaches its own loopback and nothing else (`network = true` leaves them on
+//! the node's default bridge instead).
+
+use std::collections::{HashMap, HashSet};
+use std::path::Path;
+use std::sync::Arc;
+use std::time::Duration;
+
+use bollard::Docker;
+use bollard::models::{
+    ConfigReference, Limit, Mount, MountType, NetworkAttachmentConfig, NetworkCreateRequest,
+    NodeState, ServiceSpec, ServiceSpecMode, ServiceSpecModeReplicated, TaskSpec,
+    TaskSpecContainerSpec, TaskSpecContainerSpecPrivileges, TaskSpecPlacement, TaskSpecResources,
+    TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
+};
+use bollard::query_parameters::{
+    ListServicesOptionsBuilder, ListTasksOptionsBuilder, RemoveContainerOptionsBuilder,
+};
+use futures::StreamExt as _;
+use tokio::io::AsyncWrite;
+
+use super::backend::{Backend, DockerBackend, Ended, Input, Output, Spec};
+use crate::{DockerSettings, LABEL, SandboxError, TlsFiles, lock};
+
+/// The network sandboxes without `network` join.
+const CLOSED: &str = "jianmu-closed";
+/// Each node's configuration of [`CLOSED`].
+const CLOSED_CONFIG: &str = "jianmu-closed-config";
+/// The label on the services' containers saying which service they belong to.
+const SERVICE_LABEL: &str = "io.jianmu.sandbox.service";
+/// How long Swarm may take to run a task.
+const START: Duration = Duration::from_secs(120);
+
+/// A task this process attached to.
+struct Placed {
+    node: String,
+    task: String,
+    /// The session's own service (removed with it); `None` for a pool task.
+    service: Option<String>,
+}
+
+/// The swarm, through a manager and the engines of its nodes.
+pub(crate) struct SwarmBackend {
+    manager: Docker,
+    /// The engines this process reaches, by node id.
+    nodes: HashMap<String, Arc<DockerBackend>>,
+    /// `node.labels.KEY == true` on exactly those nodes.
+    placement: String,
+    pool_size: usize,
+    pool: tokio::sync::Mutex<Option<String>>,
+    placed: std::sync::Mutex<HashMap<String, Placed>>,
+    claimed: std::sync::Mutex<HashSet<String>>,
+}
+
+impl SwarmBackend {
+    /// Connects to every engine of `settings`' `hosts`, finds a manager among them,
+    /// prepares the closed network on each node and labels the nodes reached.
+    pub(crate) async fn connect(settings: &DockerSettings) -> Result<Self, SandboxError> {
+        let mut nodes = HashMap::new();
+        let mut manager = None;
+        for (address, tls) in settings.engines() {
+            let (docker, node, control) = engine(address.as_deref(), tls.as_ref()).await?;
+            if control && manager.is_none() {
+                manager = Some(docker.clone());
+            }
+            closed_config(&docker).await?;
+            nodes.insert(node, Arc::new(DockerBackend { docker }));
+        }
+        let manager = manager.ok_or_else(|| {
+            SandboxError::Settings(
+                "orchestrator = \"swarm\": none of `hosts` is a manager of its swarm (`docker \
+                 swarm init` on one, `docker swarm join` on the others)"
+                    .into(),
+            )
+        })?;
+        let mut ids: Vec<&String> = nodes.keys().collect();
+        ids.sort();
+        let key = format!(
+            "io.jianmu.reach.{:016x}",
+            fnv(ids.iter().flat_map(|id| id.bytes()))
+        );
+        for id in nodes.keys() {
+            label_node(&manager, id, &key).await?;
+        }
+        closed_network(&manager).await?;
+        Ok(Self {
+            manager,
+            nodes,
+            placement: format!("node.labels.{key}==true"),
+            pool_size: settings.pool_size,
+            pool: tokio::sync::Mutex::new(None),
+            placed: std::sync::Mutex::default(),
+            claimed: std::sync::Mutex::default(),
+        })
+    }
+
+    /// The service spec of sandboxes (`replicas` of them).
+    fn service(&self, spec: &Spec<'_>, name: String, replicas: i64) -> ServiceSpec {
+        let s = spec.settings;
+        let labels = HashMap::from([(LABEL.to_owned(), spec.owner.to_owned())]);
+        let memory = i64::try_from(s.memory_mib.saturating_mul(1024 * 1024)).unwrap_or(i64::MAX);
+        let parent = spec.workspace.parent().unwrap_or(Path::new("/"));
+        let container = TaskSpecContainerSpec {
+            image: Some(s.image.clone()),
+            labels: Some(HashMap::from([
+                (LABEL.to_owned(), spec.owner.to_owned()),
+                (SERVICE_LABEL.to_owned(), name.clone()),
+            ])),
+            dir: Some(spec.workspace.to_string_lossy().into_owned()),
+            user: Some(spec.user.to_owned()),
+            open_stdin: Some(true),
+            read_only: Some(true),
+            init: Some(true),
+            capability_drop: Some(vec!["ALL".into()]),
+            // Engines before API 1.46 ignore it; the server sets it on itself too.
+            privileges: Some(TaskSpecContainerSpecPrivileges {
+                no_new_privileges: Some(true),
+                ..Default::default()
+            }),
+            stop_grace_period: Some(1_000_000_000),
+            mounts: Some(vec![
+                crate::container::tmp_mount(s),
+                // The copied workspace's parent: a volume of the task's own.
+                Mount {
+                    typ: Some(MountType::VOLUME),
+                    target: Some(parent.to_string_lossy().into_owned()),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let task = TaskSpec {
+            container_spec: Some(container),
+            resources: Some(TaskSpecResources {
+                limits: Some(Limit {
+                    nano_cpus: Some((s.cpus * 1e9) as i64),
+                    memory_bytes: Some(memory),
+                    pids: Some(s.pids_limit),
+                }),
+                ..Default::default()
+            }),
+            // A task whose node is lost runs again elsewhere (a session's own
+            // service is removed when its connection breaks, so only placement
+            // uses it); a pool task that ends is replaced at once.
+            restart_policy: Some(TaskSpecRestartPolicy {
+                condition: Some(TaskSpecRestartPolicyConditionEnum::ANY),
+                delay: Some(0),
+                ..Default::default()
+            }),
+            placement: Some(TaskSpecPlacement {
+                constraints: Some(vec![self.placement.clone()]),
+                ..Default::default()
+            }),
+            networks: (!s.network).then(|| {
+                vec![NetworkAttachmentConfig {
+                    target: Some(CLOSED.into()),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        };
+        ServiceSpec {
+            name: Some(name),
+            labels: Some(labels),
+            task_template: Some(task),
+            mode: Some(ServiceSpecMode {
+                replicated: Some(ServiceSpecModeReplicated {
+                    replicas: Some(replicas),
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    /// Creates a service; its id.
+    async fn create_service(&self, spec: ServiceSpec) -> Result<String, SandboxError> {
+        let image = spec
+            .task_template
+            .as_ref()
+            .and_then(|t| t.container_spec.as_ref())
+            .and_then(|c| c.image.clone())
+            .unwrap_or_default();
+        let made = self
+            .manager
+            .create_service(spec, None)
+            .await
+            .map_err(|e| SandboxError::engine("Swarm did not create the sandbox service", e))?;
+        made.id.ok_or_else(|| {
+            SandboxError::Lost(format!("Swarm created no service for image {image}"))
+        })
+    }
+
+    /// The pool's service, made at the first need.
+    async fn pool(&self, spec: &Spec<'_>) -> Result<Option<String>, SandboxError> {
+        if self.pool_size == 0 {
+            return Ok(None);
+        }
+        let mut pool = self.pool.lock().await;
+        if pool.is_none() {
+            let size = i64::try_from(self.pool_size).unwrap_or(64);
+            let service = self.service(spec, service_name("pool"), size);
+            *pool = Some(self.create_service(service).await?);
+        }
+        Ok(pool.clone())
+    }
+
+    /// Tasks of `service` Swarm wants running.
+    async fn tasks(&self, service: &str) -> Result<Vec<bollard::models::Task>, SandboxError> {
+        let filters = HashMap::from([
+            ("service", vec![service]),
+            ("desired-state", vec!["running"]),
+        ]);
+        let options = ListTasksOptionsBuilder::default().filters(&filters).build();
+        self.manager
+            .list_tasks(Some(options))
+            .await
+            .map_err(|e| SandboxError::engine("cannot list the sandbox service's tasks", e))
+    }
+
+    /// A running task of the pool nobody here claimed, claimed now.
+    async fn claim(&self, pool: &str) -> Result<Option<(String, String, String)>, SandboxError> {
+        for task in self.tasks(pool).await? {
+            let Some((id, node, container)) = running(&task) else {
+                continue;
+            };
+            if !self.nodes.contains_key(&node) || !lock(&self.claimed).insert(id.clone()) {
+                continue;
+            }
+            return Ok(Some((id, node, container)));
+        }
+        Ok(None)
+    }
+
+    /// Waits until `service` has a running task; its id, node and container.
+    async fn wait_running(&self, service: &str) -> Result<(String, String, String), SandboxError> {
+        let deadline = tokio::time::Instant::now() + START;
+        let mut last = String::from("no task yet");
+        loop {
+            for task in self.tasks(service).await? {
+                if let Some(found) = running(&task) {
+                    return Ok(found);
+                }
+                let status = task.status.unwrap_or_default();
+                if let Some(err) = status.err.filter(|e| !e.is_empty()) {
+                    if err.contains("No such image") {
+                        return Err(SandboxError::MissingImage {
+                            image: String::new(),
+                        });
+                    }
+                    last = err;
+                } else if let Some(message) = status.message {
+                    last = message;
+                }
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return Err(SandboxError::Lost(format!(
+                    "Swarm did not run the sandbox within {} s (last: {last})",
+                    START.as_secs()
+                )));
+            }
+            tokio::time::sleep(Duration::from_millis(25)).await;
+        }
+    }
+
+    fn node(&self, node: &str) -> Result<&Arc<DockerBackend>, SandboxError> {
+        self.nodes.get(node).ok_or_else(|| {
+            SandboxError::Lost(format!(
+                "Swarm placed the sandbox on node {node}, which is not in `hosts`"
+            ))
+        })
+    }
+
+    /// The node engine and placement of container `id`.
+    fn of(&self, id: &str) -> Option<(Arc<DockerBackend>, Option<String>, String)> {
+        let placed = lock(&self.placed);
+        let p = placed.get(id)?;
+        let engine = Arc::clone(self.nodes.get(&p.node)?);
+        Some((engine, p.service.clone(), p.task.clone()))
+    }
+
+    /// Attaches to `container`, recorded as placed; a pool task that cannot be
+    /// attached is forgotten (it stays claimed).
+    async fn attach(
+        &self,
+        task: String,
+        node: String,
+        container: String,
+        service: Option<String>,
+    ) -> Result<(String, Input, Output), SandboxError> {
+        let engine = Arc::clone(self.node(&node)?);
+        let pooled = service.is_none();
+        lock(&self.placed).insert(
+            container.clone(),
+            Placed {
+                node: node.clone(),
+                task,
+                service,
+            },
+        );
+        match engine.attach(&container).await {
+            Ok((input, output)) => {
+                let output = Box::pin(output.take_until(self.watch(&node)));
+                // A task's stdin stays open when the attach closes: the container is
+                // stopped instead, as the server would stop at the end of its input.
+                let input = Box::pin(StopOnClose {
+                    inner: input,
+                    engine: Some((engine, container.clone())),
+                });
+                Ok((container, input, output))
+            }
+            Err(e) => {
+                if pooled {
+                    lock(&self.placed).remove(&container);
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Resolves when Swarm reports node `id` no longer ready (checked every 2 s), or
+    /// when the returned future is dropped: a node cut off by the network ends its
+    /// sessions' streams instead of leaving their calls waiting.
+    fn watch(&self, id: &str) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let (mut tx, rx) = tokio::sync::oneshot::channel::<()>();
+        let manager = self.manager.clone();
+        let id = id.to_owned();
+        tokio::spawn(async move {
+            loop {
+                tokio::select! {
+                    () = tx.closed() => return,
+                    () = tokio::time::sleep(Duration::from_secs(2)) => {}
+                }
+                if let Ok(node) = manager.inspect_node(&id).await
+                    && node.status.and_then(|s| s.state) != Some(NodeState::READY)
+                {
+                    let _ = tx.send(());
+                    return;
+                }
+            }
+        });
+        async move {
+            let _ = rx.await;
+        }
+    }
+
+    /// Whether Swarm reports node `id` ready (true when the manager cannot say).
+    async fn ready(&self, id: &str) -> bool {
+        match self.manager.inspect_node(id).await {
+            Ok(node) => node.status.and_then(|s| s.state) == Some(NodeState::READY),
+            Err(_) => true,
+        }
+    }
+
+    /// The name of node `id` as Swarm knows it.
+    async fn hostname(&self, id: &str) -> String {
+        match self.manager.inspect_node(id).await {
+            Ok(node) => node
+                .description
+                .and_then(|d| d.hostname)
+                .unwrap_or_else(|| id.to_owned()),
+            Err(_) => id.to_owned(),
+        }
+    }
+}
+
+#[async_trait::async_trait]
+impl Backend for SwarmBackend {
+    async fn create(&self, spec: &Spec<'_>) -> Result<(String, Input, Output), SandboxError> {
+        if let Some(pool) = self.pool(spec).await? {
+            while let Some((task, node, container)) = self.claim(&pool).await? {
+                match self.attach(task, node, container, None).await {
+                    Ok(attached) => return Ok(attached),
+                    // Its node is gone or going: the task stays claimed, so it is not
+                    // tried again, and Swarm replaces it.
+                    Err(e) => tracing::debug!("a pool task could not be attached: {e}"),
+                }
+            }
+        }
+        let service = self
+            .create_service(self.service(spec, service_name("session"), 1))
+            .await?;
+        let (task, node, container) = match self.wait_running(&service).await {
+            Ok(found) => found,
+            Err(e) => {
+                let _ = self.manager.delete_service(&service).await;
+                return Err(match e {
+                    SandboxError::MissingImage { .. } => SandboxError::MissingImage {
+                        image: spec.settings.image.clone(),
+                    },
+                    e => e,
+                });
+            }
+        };
+        match self
+            .attach(task, node, container.clone(), Some(service))
+            .await
+        {
+            Ok(attached) => Ok(attached),
+            Err(e) => {
+                self.remove(&container).await;
+                Err(e)
+            }
+        }
+    }
+
+    async fn start(&self, _id: &str) -> Result<(), SandboxError> {
+        Ok(())
+    }
+
+    async fn kill(&self, id: &str) {
+        if let Some((engine, _, _)) = self.of(id) {
+            engine.kill(id).await;
+        }
+    }
+
+    async fn remove(&self, id: &str) {
+        let placed = lock(&self.placed).remove(id);
+        let Some(placed) = placed else {
+            return;
+        };
+        lock(&self.claimed).remove(&placed.task);
+        if let Some(service) = &placed.service {
+            let _ = self.manager.delete_service(service).await;
+        }
+        // The container goes with its volume (the copied workspace) at once; a pool
+        // task's slot is run again by Swarm.
+        if let Some(engine) = self.nodes.get(&placed.node) {
+            let options = RemoveContainerOptionsBuilder::default()
+                .force(true)
+                .v(true)
+                .build();
+            let _ = engine.docker.remove_container(id, Some(options)).await;
+        }
+    }
+
+    async fn ended(&self, id: &str) -> Ended {
+        let node = lock(&self.placed).get(id).map(|p| p.node.clone());
+        let Some((engine, _, _)) = self.of(id) else {
+            return Ended::Unknown("the sandbox's task is not known here".into());
+        };
+        let node = node.unwrap_or_default();
+        let answered = tokio::time::timeout(Duration::from_secs(5), engine.ping()).await;
+        if !matches!(answered, Ok(true)) {
+            let name = self.hostname(&node).await;
+            return Ended::Lost(format!("its node {name} does not answer"));
+        }
+        if !self.ready(&node).await {
+            let name = self.hostname(&node).await;
+            return Ended::Lost(format!("Swarm reports its node {name} down"));
+        }
+        engine.ended(id).await
+    }
+
+    async fn sweep(&self) {
+        let filters = HashMap::from([("label", vec![LABEL])]);
+        let options = ListServicesOptionsBuilder::default()
+            .filters(&filters)
+            .build();
+        let Ok(list) = self.manager.list_services(Some(options)).await else {
+            return;
+        };
+        for service in list {
+            let owner = service
+                .spec
+                .as_ref()
+                .and_then(|s| s.labels.as_ref())
+                .and_then(|l| l.get(LABEL));
+            if let (Some(id), Some(owner)) = (service.id.as_deref(), owner)
+                && crate::container::owner_is_gone(owner)
+            {
+                tracing::info!(
+                    service = id,
+                    owner = owner.as_str(),
+                    "removing a stale sandbox service"
+                );
+                let _ = self.manager.delete_service(id).await;
+            }
+        }
+    }
+
+    async fn ping(&self) -> bool {
+        matches!(
+            tokio::time::timeout(Duration::from_secs(2), self.manager.ping()).await,
+            Ok(Ok(_))
+        )
+    }
+
+    async fn fill(&self, spec: &Spec<'_>) -> bool {
+        if let Err(e) = self.pool(spec).await {
+            tracing::warn!("the sandbox pool's service was not made: {e}");
+        }
+        true
+    }
+
+    async fn shutdown(&self) {
+        let pool = self.pool.lock().await.take();
+        if let Some(pool) = pool {
+            let _ = self.manager.delete_service(&pool).await;
+        }
+    }
+
+    async fn upload(&self, id: &str, dir: &Path, tar: Vec<u8>) -> Result<(), SandboxError> {
+        let (engine, _, _) = self
+            .of(id)
+            .ok_or_else(|| SandboxError::Lost("the sandbox's task is gone".into()))?;
+        engine.upload(id, dir, tar).await
+    }
+
+    async fn download(
+        &self,
+        id: &str,
+        path: &Path,
+        sink: tokio::sync::mpsc::Sender<Vec<u8>>,
+    ) -> Result<(), SandboxError> {
+        let (engine, _, _) = self
+            .of(id)
+            .ok_or_else(|| SandboxError::Lost("the sandbox's task is gone".into()))?;
+        engine.download(id, path, sink).await
+    }
+}
+
+/// A running task's id, node and container.
+fn running(task: &bollard::models::Task) -> Option<(String, String, String)> {
+    let status = task.status.as_ref()?;
+    if status.state != Some(TaskState::RUNNING) {
+        return None;
+    }
+    let container = status.container_status.as_ref()?.container_id.clone()?;
+    Some((task.id.clone()?, task.node_id.clone()?, container))
+}
+
+/// The engine at `address`, its swarm node id and whether it is a manager.
+async fn engine(
+    address: Option<&str>,
+    tls: Option<&TlsFiles>,
+) -> Result<(Docker, String, bool), SandboxError> {
+    let docker = crate::image::connect_with(address, tls).await?;
+    let where_ = address.unwrap_or("the default engine");
+    let info = docker
+        .info()
+        .await
+        .map_err(|e| SandboxError::engine(format!("cannot ask {where_} about its swarm"), e))?;
+    let swarm = info.swarm.unwrap_or_default();
+    let node = swarm.node_id.filter(|n| !n.is_empty()).ok_or_else(|| {
+        SandboxError::Settings(format!(
+            "orchestrator = \"swarm\": the engine at {where_} is not in a swarm"
+        ))
+    })?;
+    Ok((docker, node, swarm.control_available == Some(true)))
+}
+
+/// Makes the node's configuration of the closed network, unless it has one.
+async fn closed_config(docker: &Docker) -> Result<(), SandboxError> {
+    if docker.inspect_network(CLOSED_CONFIG, None).await.is_ok() {
+        return Ok(());
+    }
+    let options = HashMap::from([
+        (
+            "com.docker.network.bridge.name".to_owned(),
+            "jianmu-closed0".to_owned(),
+        ),
+        (
+            "com.docker.network.bridge.enable_icc".to_owned(),
+            "false".to_owned(),
+        ),
+        (
+            "com.docker.network.bridge.inhibit_ipv4".to_owned(),
+            "true".to_owned(),
+        ),
+    ]);
+    let request = NetworkCreateRequest {
+        name: CLOSED_CONFIG.into(),
+        config_only: Some(true),
+        options: Some(options),
+        ..Default::default()
+    };
+    match docker.create_network(request).await {
+        Ok(_) => Ok(()),
+        // Made by another process meanwhile.
+        Err(_) if docker.inspect_network(CLOSED_CONFIG, None).await.is_ok() => Ok(()),
+        Err(e) => Err(SandboxError::engine(
+            "cannot make the sandboxes' closed network",
+            e,
+        )),
+    }
+}
+
+/// Makes the swarm's closed network, unless it has one.
+async fn closed_network(manager: &Docker) -> Result<(), SandboxError> {
+    if manager.inspect_network(CLOSED, None).await.is_ok() {
+        return Ok(());
+    }
+    let request = NetworkCreateRequest {
+        name: CLOSED.into(),
+        driver: Some("bridge".into()),
+        scope: Some("swarm".into()),
+        internal: Some(true),
+        config_from: Some(ConfigReference {
+            network: Some(CLOSED_CONFIG.into()),
+        }),
+        ..Default::default()
+    };
+    match manager.create_network(request).await {
+        Ok(_) => Ok(()),
+        Err(_) if manager.inspect_network(CLOSED, None).await.is_ok() => Ok(()),
+        Err(e) => Err(SandboxError::engine(
+            "cannot make the sandboxes' closed network",
+            e,
+        )),
+    }
+}
+
+/// Puts `key=true` on node `id` unless it is there.
+async fn label_node(manager: &Docker, id: &str, key: &str) -> Result<(), SandboxError> {
+    let failed = |e| SandboxError::engine("cannot label the swarm's node", e);
+    let node = manager.inspect_node(id).await.map_err(failed)?;
+    let mut spec = node.spec.unwrap_or_default();
+    let labels = spec.labels.get_or_insert_with(HashMap::new);
+    if labels.get(key).map(String::as_str) == Some("true") {
+        return Ok(());
+    }
+    labels.insert(key.to_owned(), "true".to_owned());
+    let version = node.version.and_then(|v| v.index).unwrap_or(0);
+    let options = bollard::query_parameters::UpdateNodeOptionsBuilder::default()
+        .version(i64::try_from(version).unwrap_or(i64::MAX))
+        .build();
+    manager.update_node(id, spec, options).await.map_err(failed)
+}
+
+/// `jianmu-KIND-PID-RANDOM`: unique across hosts and restarts.
+fn service_name(kind: &str) -> String {
+    let random = std::fs::read_to_string("/proc/sys/kernel/random/uuid").unwrap_or_default();
+    let random: String = random
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(12)
+        .collect();
+    format!("jianmu-{kind}-{}-{random}", std::process::id())
+}
+
+/// FNV-1a over `bytes`.
+fn fnv(bytes: impl Iterator<Item = u8>) -> u64 {
+    bytes.fold(0xcbf2_9ce4_8422_2325, |h, b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+/// The attach's stdin; closing or dropping it stops the task's container.
+struct StopOnClose {
+    inner: Input,
+    engine: Option<(Arc<DockerBackend>, String)>,
+}
+
+impl StopOnClose {
+    fn stop(&mut self) {
+        if let Some((engine, id)) = self.engine.take()
+            && let Ok(handle) = tokio::runtime::Handle::try_current()
+        {
+            handle.spawn(async move { engine.kill(&id).await });
+        }
+    }
+}
+
+impl Drop for StopOnClose {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+impl AsyncWrite for StopOnClose {
+    fn poll_write(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+        buf: &[u8],
+    ) -> std::task::Poll<std::io::Result<usize>> {
+        self.inner.as_mut().poll_write(cx, buf)
+    }
+
+    fn poll_flush(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.inner.as_mut().poll_flush(cx)
+    }
+
+    fn poll_shutdown(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<std::io::Result<()>> {
+        self.stop();
+        self.inner.as_mut().poll_shutdown(cx)
+    }
+}
