@@ -110,6 +110,10 @@ pub(crate) struct Claim {
     e: u64,
     /// Random: the state is good for one retry.
     n: String,
+    /// Rules of this call allowed by the retries before (a call several rules ask
+    /// about is answered one rule per retry, and every answer holds to the end).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    g: Vec<String>,
 }
 
 /// A process-wide key seals the states this server hands out; `None` without the
@@ -151,7 +155,7 @@ pub(crate) fn digest(args: &Value) -> String {
 }
 
 /// The sealed `requestState` of a call of `tool` with `args` by `principal`, asked
-/// by `rule`, good for one retry.
+/// by `rule` after the earlier retries allowed `granted`, good for one retry.
 ///
 /// # Errors
 /// Without the system's randomness, no state can be sealed (-32603).
@@ -159,6 +163,7 @@ pub(crate) fn seal(
     tool: &str,
     args: &Value,
     rule: &str,
+    granted: Vec<String>,
     principal: Option<&str>,
 ) -> Result<String, ErrorData> {
     let no_key = || {
@@ -181,6 +186,7 @@ pub(crate) fn seal(
         p: principal.map(str::to_owned),
         e: now() + ANSWER_TIME.as_secs(),
         n: b64.encode(nonce),
+        g: granted,
     };
     let payload = b64.encode(serde_json::to_vec(&claim).unwrap_or_default());
     let tag = ring::hmac::sign(key, payload.as_bytes());
@@ -195,8 +201,9 @@ fn refused(why: &str) -> ErrorData {
     )
 }
 
-/// The rule `state` was sealed for, if it is this server's, unexpired, not used
-/// before, and for this very call (tool, arguments, principal). It is used up.
+/// The rule `state` was sealed for and the rules the retries before it allowed, if it
+/// is this server's, unexpired, not used before, and for this very call (tool,
+/// arguments, principal). It is used up.
 ///
 /// # Errors
 /// A JSON-RPC error (-32602) for a state that fails any of these.
@@ -205,7 +212,7 @@ pub(crate) fn open(
     tool: &str,
     args: &Value,
     principal: Option<&str>,
-) -> Result<String, ErrorData> {
+) -> Result<(String, Vec<String>), ErrorData> {
     let b64 = base64::engine::general_purpose::URL_SAFE_NO_PAD;
     let mut parts = state.split('.');
     let (Some("v1"), Some(payload), Some(tag), None) =
@@ -246,7 +253,7 @@ pub(crate) fn open(
     if used.insert(claim.n, claim.e).is_some() {
         return Err(refused("was used already"));
     }
-    Ok(claim.r)
+    Ok((claim.r, claim.g))
 }
 
 /// Asks on 2026-07-28: the answer a retried request carries for its rule, or the
@@ -254,6 +261,8 @@ pub(crate) fn open(
 pub(crate) struct Retry {
     /// The rule the request's state was sealed for, and the client's answer to it.
     pub(crate) answer: Option<(String, Decision)>,
+    /// Rules of this call earlier retries allowed.
+    pub(crate) granted: Vec<String>,
     /// Whether the client declared elicitation (else it cannot be asked).
     pub(crate) elicits: bool,
     /// The question to put in the `input_required` result.
@@ -267,6 +276,9 @@ impl Approver for Retry {
             && *rule == ask.rule
         {
             return Answer::decided(*decision, BY_RETRY);
+        }
+        if self.granted.contains(&ask.rule) {
+            return Answer::decided(Decision::AllowOnce, BY_RETRY);
         }
         let mut asked = self
             .asked
@@ -284,6 +296,18 @@ impl Approver for Retry {
 }
 
 impl Retry {
+    /// The rules of this call allowed so far: the earlier retries' and this one's.
+    pub(crate) fn allowed(&self) -> Vec<String> {
+        let mut allowed = self.granted.clone();
+        if let Some((rule, decision)) = &self.answer
+            && *decision != Decision::Deny
+            && !allowed.contains(rule)
+        {
+            allowed.push(rule.clone());
+        }
+        allowed
+    }
+
     /// The question this request left open, if any.
     pub(crate) fn asked(&self) -> Option<Ask> {
         self.asked
@@ -329,10 +353,10 @@ mod tests {
     #[test]
     fn states_open_only_for_their_own_call() {
         let args = json!({"command": "git push"});
-        let state = seal("bash", &args, "command:git push", Some("alice")).unwrap();
+        let state = seal("bash", &args, "command:git push", Vec::new(), Some("alice")).unwrap();
         assert_eq!(
             open(&state, "bash", &args, Some("alice")).unwrap(),
-            "command:git push"
+            ("command:git push".to_owned(), Vec::new())
         );
         // Good for one retry only.
         let again = open(&state, "bash", &args, Some("alice")).unwrap_err();
@@ -341,7 +365,7 @@ mod tests {
             "{}",
             again.message
         );
-        let state = seal("bash", &args, "command:git push", Some("alice")).unwrap();
+        let state = seal("bash", &args, "command:git push", Vec::new(), Some("alice")).unwrap();
         let other = json!({"command": "git push --force"});
         for (state, tool, args, who, why) in [
             (
@@ -392,6 +416,66 @@ mod tests {
             assert_eq!(err.code.0, -32602);
             assert!(err.message.contains(why), "{state}: {}", err.message);
         }
+    }
+
+    /// A call two rules ask about: the first retry answers one rule, the second the
+    /// other, and the first answer still holds then (it used to be asked again, and
+    /// the client went round for ever).
+    #[tokio::test]
+    async fn every_rule_answered_in_a_chain_of_retries_holds_to_its_end() {
+        use jianmu_tool_core::{Answer, Approver as _, Ask};
+        let args = json!({"command": "git push && rm -r deploy"});
+        let ask = |rule: &str| Ask::new("bash", rule, "", "c1");
+        // First retry: the answer to `command:git push`, asked next about `command:rm`.
+        let state = seal("bash", &args, "command:git push", Vec::new(), None).unwrap();
+        let (rule, granted) = open(&state, "bash", &args, None).unwrap();
+        let first = super::Retry {
+            answer: Some((rule, Decision::AllowOnce)),
+            granted,
+            elicits: true,
+            asked: std::sync::Mutex::default(),
+        };
+        assert!(matches!(
+            first.approve(&ask("command:git push")).await,
+            Answer::Decided {
+                decision: Decision::AllowOnce,
+                ..
+            }
+        ));
+        assert!(matches!(
+            first.approve(&ask("command:rm")).await,
+            Answer::Pending(_)
+        ));
+        // Second retry: the answer to `command:rm`; `command:git push` still allowed.
+        let state = seal("bash", &args, "command:rm", first.allowed(), None).unwrap();
+        let (rule, granted) = open(&state, "bash", &args, None).unwrap();
+        let second = super::Retry {
+            answer: Some((rule, Decision::AllowOnce)),
+            granted,
+            elicits: true,
+            asked: std::sync::Mutex::default(),
+        };
+        for rule in ["command:git push", "command:rm"] {
+            assert!(
+                matches!(
+                    second.approve(&ask(rule)).await,
+                    Answer::Decided {
+                        decision: Decision::AllowOnce,
+                        ..
+                    }
+                ),
+                "{rule}"
+            );
+        }
+        assert!(second.asked().is_none());
+        // A denied rule is never carried on.
+        let denied = super::Retry {
+            answer: Some(("command:rm".into(), Decision::Deny)),
+            granted: vec!["command:git push".into()],
+            elicits: true,
+            asked: std::sync::Mutex::default(),
+        };
+        assert_eq!(denied.allowed(), ["command:git push"]);
     }
 
     #[test]

@@ -574,7 +574,7 @@ impl ServerHandler for Server {
             if !retry.elicits {
                 return Err(approve::missing_elicitation(&ask));
             }
-            let state = approve::seal(&canonical, args, &ask.rule, who)?;
+            let state = approve::seal(&canonical, args, &ask.rule, retry.allowed(), who)?;
             return Ok(CallToolResponse::InputRequired(
                 rmcp::model::InputRequiredResult::new(approve::input_requests(&ask), Some(state)),
             ));
@@ -622,18 +622,20 @@ impl Server {
             };
             return Ok((Some(Arc::new(elicit)), None));
         }
-        let answer = match state {
+        let (answer, granted) = match state {
             Some(state) if modern => {
-                let rule = approve::open(state, canonical, args, who)?;
-                responses
+                let (rule, granted) = approve::open(state, canonical, args, who)?;
+                let answer = responses
                     .and_then(|responses| responses.get(approve::KEY))
                     .and_then(approve::decision_of)
-                    .map(|decision| (rule, decision))
+                    .map(|decision| (rule, decision));
+                (answer, granted)
             }
-            _ => None,
+            _ => (None, Vec::new()),
         };
         let retry = Arc::new(approve::Retry {
             answer,
+            granted,
             elicits,
             asked: std::sync::Mutex::new(None),
         });

@@ -100,17 +100,33 @@ pub(crate) fn tmp_mount(s: &DockerSettings) -> Mount {
     }
 }
 
-/// `host:pid:start-time` of this process, so a later sweep can tell whether the
+/// `machine:pid:start-time` of this process (the machine: host name, boot id, PID
+/// namespace), so a later sweep can tell whether the
 /// owner of a container is still alive.
-pub(crate) fn owner_label() -> String {
+pub fn owner_label() -> String {
     let pid = std::process::id();
     format!("{}:{pid}:{}", hostname(), start_time(pid).unwrap_or(0))
 }
 
+/// This machine and process namespace: the host name, the kernel's boot id and the
+/// PID namespace, so two machines (or containers) of one host name never take each
+/// other's pids for their own.
 fn hostname() -> String {
-    std::fs::read_to_string("/proc/sys/kernel/hostname")
-        .map(|h| h.trim().to_owned())
-        .unwrap_or_default()
+    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+    let host = read("/proc/sys/kernel/hostname");
+    let boot = read("/proc/sys/kernel/random/boot_id");
+    let boot: String = boot
+        .chars()
+        .filter(char::is_ascii_hexdigit)
+        .take(12)
+        .collect();
+    let pidns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
+    let pidns: String = pidns
+        .to_string_lossy()
+        .chars()
+        .filter(char::is_ascii_digit)
+        .collect();
+    format!("{}/{boot}/{pidns}", host.trim())
 }
 
 /// Field 22 of `/proc/PID/stat`: when the process started, in clock ticks since boot.
@@ -183,8 +199,15 @@ mod tests {
         // Same pid, other start time: the pid was reused.
         let reused = format!("{host}:{}:1", std::process::id());
         assert!(owner_is_gone(&reused));
-        // Another host's containers are never ours to remove.
+        // Another host's containers are never ours to remove, nor those of another
+        // machine or container of the same host name.
         assert!(!owner_is_gone("elsewhere.example:1:1"));
+        let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+        assert!(!owner_is_gone(&format!("{}:1:1", name.trim())));
+        assert!(!owner_is_gone(&format!(
+            "{}/000000000000/1:1:1",
+            name.trim()
+        )));
         assert!(!owner_is_gone("garbage"));
     }
 }

@@ -63,6 +63,7 @@ use tokio::sync::{Mutex, OnceCell};
 use backend::{Backend, DockerBackend, Spec};
 pub use certs::{TlsInit, tls_init};
 use conn::{Conn, Outcome};
+pub use container::owner_label;
 pub use copy::{Pulled, Skipped};
 pub use error::SandboxError;
 pub use listen::{Listen, serve_listen};

@@ -17,6 +17,7 @@
 //! here, in tools' settings and archives alike.
 
 use std::net::SocketAddr;
+use std::os::unix::ffi::OsStrExt as _;
 use std::path::{Component, Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -381,10 +382,7 @@ async fn get_archive<W: AsyncWrite + Unpin + Send + 'static>(
         let name = dir
             .file_name()
             .map_or_else(|| "workspace".into(), |n| n.to_owned());
-        let mut builder = tar::Builder::new(Sender { tx });
-        builder.follow_symlinks(false);
-        builder.append_dir_all(name, &dir)?;
-        builder.into_inner().map(drop)
+        pack(&dir, Path::new(&name), Sender { tx })
     });
     while let Some(chunk) = rx.recv().await {
         write.write_all(&chunk).await?;
@@ -393,6 +391,84 @@ async fn get_archive<W: AsyncWrite + Unpin + Send + 'static>(
     // the whole workspace. The connection is dropped without TLS's close instead.
     packing.await.map_err(std::io::Error::other)??;
     write.shutdown().await
+}
+
+/// Deepest folder packed: each level below the top holds one open handle meanwhile.
+const PACK_DEPTH: usize = 256;
+
+/// Writes the folder `dir` to `out` as a tar of its folders and regular files under
+/// one top folder `top`. It is walked one name at a time from open folder handles
+/// that never follow a link, and each file is read from the handle it was opened by,
+/// so a command swapping a folder for a link meanwhile gets nothing outside packed.
+/// Links, devices and sockets are left out (the host takes only folders and files),
+/// as is anything deeper than [`PACK_DEPTH`].
+fn pack(dir: &Path, top: &Path, out: impl std::io::Write) -> std::io::Result<()> {
+    use rustix::fs::{AtFlags, FileType, Mode, OFlags};
+    let folder = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
+    let file = OFlags::RDONLY | OFlags::NOFOLLOW | OFlags::NONBLOCK | OFlags::CLOEXEC;
+    let header = |kind: tar::EntryType, st: &rustix::fs::Stat, size: u64| {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_size(size);
+        h.set_mode(st.st_mode & 0o777);
+        h.set_uid(u64::from(st.st_uid));
+        h.set_gid(u64::from(st.st_gid));
+        h.set_mtime(u64::try_from(st.st_mtime).unwrap_or(0));
+        h
+    };
+    let mut builder = tar::Builder::new(out);
+    let root = Arc::new(rustix::fs::open(dir, folder, Mode::empty())?);
+    // Folders to pack: the open folder holding one (or itself, with no name), its path
+    // in the archive, its depth. Each is opened when its turn comes, so the handles
+    // open at once are its folder's ancestors, not its siblings.
+    let mut stack = vec![(root, None, top.to_owned(), 0usize)];
+    while let Some((parent, child, name, depth)) = stack.pop() {
+        let fd = match child {
+            None => parent,
+            Some(child) => match rustix::fs::openat(&*parent, &child, folder, Mode::empty()) {
+                Ok(fd) => Arc::new(fd),
+                Err(_) => continue,
+            },
+        };
+        let st = rustix::fs::fstat(&*fd)?;
+        let mut h = header(tar::EntryType::Directory, &st, 0);
+        builder.append_data(&mut h, &name, std::io::empty())?;
+        for entry in rustix::fs::Dir::read_from(&*fd)? {
+            let entry = entry?;
+            let child = entry.file_name();
+            if matches!(child.to_bytes(), b"." | b"..") {
+                continue;
+            }
+            let path = name.join(std::ffi::OsStr::from_bytes(child.to_bytes()));
+            let Ok(st) = rustix::fs::statat(&*fd, child, AtFlags::SYMLINK_NOFOLLOW) else {
+                continue;
+            };
+            match FileType::from_raw_mode(st.st_mode) {
+                FileType::Directory if depth < PACK_DEPTH => {
+                    stack.push((Arc::clone(&fd), Some(child.to_owned()), path, depth + 1));
+                }
+                FileType::RegularFile => {
+                    let Ok(f) = rustix::fs::openat(&*fd, child, file, Mode::empty()) else {
+                        continue;
+                    };
+                    let st = rustix::fs::fstat(&f)?;
+                    if FileType::from_raw_mode(st.st_mode) != FileType::RegularFile {
+                        continue;
+                    }
+                    let size = u64::try_from(st.st_size).unwrap_or(0);
+                    let mut h = header(tar::EntryType::Regular, &st, size);
+                    // A file that shrinks meanwhile is padded, one that grows is cut.
+                    let data = std::io::Read::chain(
+                        std::io::Read::take(std::fs::File::from(f), size),
+                        std::io::repeat(0),
+                    );
+                    builder.append_data(&mut h, &path, std::io::Read::take(data, size))?;
+                }
+                _ => {}
+            }
+        }
+    }
+    builder.into_inner().map(drop)
 }
 
 /// The blocking end of an archive going in.
@@ -522,7 +598,99 @@ fn cert_and_key(
 mod tests {
     use std::path::Path;
 
-    use super::under;
+    use super::{pack, under};
+
+    /// The folders and files of a tar, by path, with their contents.
+    fn listed(tar: &[u8]) -> Vec<(String, String)> {
+        let mut archive = tar::Archive::new(tar);
+        let mut out = Vec::new();
+        for entry in archive.entries().unwrap() {
+            let mut entry = entry.unwrap();
+            let path = entry.path().unwrap().to_string_lossy().into_owned();
+            let mut text = String::new();
+            std::io::Read::read_to_string(&mut entry, &mut text).unwrap();
+            out.push((path, text));
+        }
+        out.sort();
+        out
+    }
+
+    #[test]
+    fn a_pack_holds_folders_and_files_and_leaves_links_out() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        std::fs::create_dir_all(ws.join("a/b")).unwrap();
+        std::fs::write(ws.join("a/b/f.txt"), "deep").unwrap();
+        std::fs::write(ws.join("top.txt"), "top").unwrap();
+        std::fs::write(dir.path().join("secret"), "SECRET").unwrap();
+        std::os::unix::fs::symlink(dir.path().join("secret"), ws.join("link")).unwrap();
+        std::os::unix::fs::symlink(dir.path(), ws.join("dirlink")).unwrap();
+        let mut tar = Vec::new();
+        pack(&ws, Path::new("ws"), &mut tar).unwrap();
+        let names: Vec<String> = listed(&tar)
+            .into_iter()
+            .map(|(p, t)| format!("{p}={t}"))
+            .collect();
+        assert_eq!(
+            names,
+            [
+                "ws=",
+                "ws/a=",
+                "ws/a/b=",
+                "ws/a/b/f.txt=deep",
+                "ws/top.txt=top"
+            ],
+        );
+    }
+
+    /// A folder swapped for a link to a secret folder, over and over while the
+    /// workspace is packed: the secret never goes into an archive.
+    #[test]
+    fn a_folder_swapped_for_a_link_mid_pack_packs_nothing_outside() {
+        let dir = tempfile::tempdir().unwrap();
+        let ws = dir.path().join("ws");
+        let secret = dir.path().join("secret");
+        std::fs::create_dir_all(ws.join("d")).unwrap();
+        std::fs::create_dir_all(&secret).unwrap();
+        std::fs::write(ws.join("d/f"), "plain").unwrap();
+        std::fs::write(secret.join("f"), "SECRET").unwrap();
+        for i in 0..50 {
+            std::fs::write(ws.join(format!("d/pad{i}")), "x").unwrap();
+        }
+        let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let swapper = {
+            let (ws, secret, stop) = (ws.clone(), secret.clone(), std::sync::Arc::clone(&stop));
+            std::thread::spawn(move || {
+                let link = ws.join("link.tmp");
+                let _ = std::fs::remove_file(&link);
+                std::os::unix::fs::symlink(&secret, &link).unwrap();
+                // `d` is always there: a folder, or a link to the secret folder.
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    let _ = rustix::fs::renameat_with(
+                        rustix::fs::CWD,
+                        ws.join("d"),
+                        rustix::fs::CWD,
+                        &link,
+                        rustix::fs::RenameFlags::EXCHANGE,
+                    );
+                }
+            })
+        };
+        let mut packed = 0;
+        for _ in 0..300 {
+            let mut tar = Vec::new();
+            if pack(&ws, Path::new("ws"), &mut tar).is_err() {
+                continue;
+            }
+            packed += 1;
+            for (path, text) in listed(&tar) {
+                assert!(!text.contains("SECRET"), "{path} came from outside");
+            }
+        }
+        assert!(packed > 100, "only {packed} packs finished");
+        stop.store(true, std::sync::atomic::Ordering::Relaxed);
+        swapper.join().unwrap();
+    }
 
     #[test]
     fn host_paths_are_served_below_the_root_and_only_plain_ones() {

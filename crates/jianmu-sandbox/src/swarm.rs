@@ -43,13 +43,18 @@ const CLOSED_CONFIG: &str = "jianmu-closed-config";
 const SERVICE_LABEL: &str = "io.jianmu.sandbox.service";
 /// How long Swarm may take to run a task.
 const START: Duration = Duration::from_secs(120);
+/// How many times Swarm may fail to start a sandbox's task before the session gives up.
+const REJECTIONS: usize = 5;
+/// How long a question to the manager may take.
+const MANAGER: Duration = Duration::from_secs(10);
 
 /// A task this process attached to.
 struct Placed {
     node: String,
-    task: String,
     /// The session's own service (removed with it); `None` for a pool task.
     service: Option<String>,
+    /// The pool service a pool task belongs to.
+    pool: Option<String>,
 }
 
 /// The swarm, through a manager and the engines of its nodes.
@@ -61,30 +66,58 @@ pub(crate) struct SwarmBackend {
     placement: String,
     pool_size: usize,
     pool: tokio::sync::Mutex<Option<String>>,
+    /// Pool services shut down while sessions still used some of their tasks:
+    /// removed when the last of those ends.
+    retiring: std::sync::Mutex<HashSet<String>>,
     placed: std::sync::Mutex<HashMap<String, Placed>>,
+    /// Pool tasks taken by this process. A task stays here while Swarm still lists it
+    /// as wanted running, so a task whose container outlived its session (a removal
+    /// that failed) is never handed to another session.
     claimed: std::sync::Mutex<HashSet<String>>,
 }
 
 impl SwarmBackend {
-    /// Connects to every engine of `settings`' `hosts`, finds a manager among them,
-    /// prepares the closed network on each node and labels the nodes reached.
+    /// Connects to the engines of `settings`' `hosts` (those that do not answer are
+    /// left out, and named in the log), finds a manager among them, prepares the
+    /// closed network on each node and labels the nodes reached.
     pub(crate) async fn connect(settings: &DockerSettings) -> Result<Self, SandboxError> {
         let mut nodes = HashMap::new();
         let mut manager = None;
+        let mut failed = None;
         for (address, tls) in settings.engines() {
-            let (docker, node, control) = engine(address.as_deref(), tls.as_ref()).await?;
-            if control && manager.is_none() {
-                manager = Some(docker.clone());
+            let reached = async {
+                let (docker, node, control) = engine(address.as_deref(), tls.as_ref()).await?;
+                closed_config(&docker).await?;
+                Ok::<_, SandboxError>((docker, node, control))
+            };
+            match tokio::time::timeout(Duration::from_secs(10), reached).await {
+                Ok(Ok((docker, node, control))) => {
+                    if control && manager.is_none() {
+                        manager = Some(docker.clone());
+                    }
+                    nodes.insert(node, Arc::new(DockerBackend { docker }));
+                }
+                Ok(Err(e @ SandboxError::Settings(_))) => return Err(e),
+                outcome => {
+                    let why = match outcome {
+                        Ok(Err(e)) => e.to_string(),
+                        _ => "no answer within 10 s".into(),
+                    };
+                    let at = address.as_deref().unwrap_or("the default engine");
+                    tracing::warn!("swarm node engine {at} left out: {why}");
+                    failed = Some(format!("{at}: {why}"));
+                }
             }
-            closed_config(&docker).await?;
-            nodes.insert(node, Arc::new(DockerBackend { docker }));
         }
-        let manager = manager.ok_or_else(|| {
-            SandboxError::Settings(
+        let manager = manager.ok_or_else(|| match &failed {
+            Some(why) => SandboxError::Lost(format!(
+                "no manager of the swarm answers among `hosts` (last failure: {why})"
+            )),
+            None => SandboxError::Settings(
                 "orchestrator = \"swarm\": none of `hosts` is a manager of its swarm (`docker \
                  swarm init` on one, `docker swarm join` on the others)"
                     .into(),
-            )
+            ),
         })?;
         let mut ids: Vec<&String> = nodes.keys().collect();
         ids.sort();
@@ -102,6 +135,7 @@ impl SwarmBackend {
             placement: format!("node.labels.{key}==true"),
             pool_size: settings.pool_size,
             pool: tokio::sync::Mutex::new(None),
+            retiring: std::sync::Mutex::default(),
             placed: std::sync::Mutex::default(),
             claimed: std::sync::Mutex::default(),
         })
@@ -150,6 +184,13 @@ impl SwarmBackend {
                     memory_bytes: Some(memory),
                     pids: Some(s.pids_limit),
                 }),
+                // Swarm places only where the memory is free; no swap on top
+                // (engines before API 1.52 ignore it).
+                reservations: Some(bollard::models::ResourceObject {
+                    memory_bytes: Some(memory),
+                    ..Default::default()
+                }),
+                swap_bytes: Some(0),
                 ..Default::default()
             }),
             // A task whose node is lost runs again elsewhere (a session's own
@@ -218,61 +259,109 @@ impl SwarmBackend {
         Ok(pool.clone())
     }
 
-    /// Tasks of `service` Swarm wants running.
-    async fn tasks(&self, service: &str) -> Result<Vec<bollard::models::Task>, SandboxError> {
-        let filters = HashMap::from([
-            ("service", vec![service]),
-            ("desired-state", vec!["running"]),
-        ]);
+    /// Tasks of `service`; only those Swarm wants running with `wanted`.
+    async fn tasks(
+        &self,
+        service: &str,
+        wanted: bool,
+    ) -> Result<Vec<bollard::models::Task>, SandboxError> {
+        let mut filters = HashMap::from([("service", vec![service])]);
+        if wanted {
+            filters.insert("desired-state", vec!["running"]);
+        }
         let options = ListTasksOptionsBuilder::default().filters(&filters).build();
-        self.manager
-            .list_tasks(Some(options))
-            .await
-            .map_err(|e| SandboxError::engine("cannot list the sandbox service's tasks", e))
+        let listed = tokio::time::timeout(MANAGER, self.manager.list_tasks(Some(options))).await;
+        match listed {
+            Ok(Ok(tasks)) => Ok(tasks),
+            Ok(Err(e)) => Err(SandboxError::engine(
+                "cannot list the sandbox service's tasks",
+                e,
+            )),
+            Err(_) => Err(SandboxError::Lost(
+                "the swarm's manager did not answer within 10 s".into(),
+            )),
+        }
     }
 
-    /// A running task of the pool nobody here claimed, claimed now.
-    async fn claim(&self, pool: &str) -> Result<Option<(String, String, String)>, SandboxError> {
-        for task in self.tasks(pool).await? {
-            let Some((id, node, container)) = running(&task) else {
+    /// A running task of the pool nobody here claimed, claimed now; `None` when there
+    /// is none (or the pool's service is gone: it is made again at the next need).
+    async fn claim(&self, pool: &str) -> Option<(String, String, String)> {
+        let tasks = match self.tasks(pool, true).await {
+            Ok(tasks) => tasks,
+            Err(e) => {
+                tracing::warn!("the sandbox pool cannot be listed, so it is made again: {e}");
+                let mut current = self.pool.lock().await;
+                if current.as_deref() == Some(pool) {
+                    *current = None;
+                }
+                return None;
+            }
+        };
+        let mut claimed = lock(&self.claimed);
+        // Forget tasks Swarm no longer wants running: their containers are gone.
+        claimed.retain(|id| tasks.iter().any(|t| t.id.as_deref() == Some(id)));
+        for task in &tasks {
+            let Some((id, node, container)) = running(task) else {
                 continue;
             };
-            if !self.nodes.contains_key(&node) || !lock(&self.claimed).insert(id.clone()) {
-                continue;
+            if self.nodes.contains_key(&node) && claimed.insert(id.clone()) {
+                return Some((id, node, container));
             }
-            return Ok(Some((id, node, container)));
         }
-        Ok(None)
+        None
     }
 
-    /// Waits until `service` has a running task; its id, node and container.
-    async fn wait_running(&self, service: &str) -> Result<(String, String, String), SandboxError> {
+    /// Waits until `service` has a running task; its id, node and container. Gives
+    /// up when Swarm rejects it [`REJECTIONS`] times, or after [`START`].
+    async fn wait_running(
+        &self,
+        service: &str,
+        image: &str,
+    ) -> Result<(String, String, String), SandboxError> {
         let deadline = tokio::time::Instant::now() + START;
-        let mut last = String::from("no task yet");
+        let mut pause = Duration::from_millis(20);
         loop {
-            for task in self.tasks(service).await? {
-                if let Some(found) = running(&task) {
-                    return Ok(found);
-                }
-                let status = task.status.unwrap_or_default();
-                if let Some(err) = status.err.filter(|e| !e.is_empty()) {
-                    if err.contains("No such image") {
-                        return Err(SandboxError::MissingImage {
-                            image: String::new(),
-                        });
-                    }
-                    last = err;
-                } else if let Some(message) = status.message {
-                    last = message;
-                }
+            let tasks = self.tasks(service, false).await?;
+            if let Some(found) = tasks.iter().find_map(running) {
+                return Ok(found);
             }
-            if tokio::time::Instant::now() >= deadline {
+            let refused: Vec<(String, String)> = tasks
+                .iter()
+                .filter_map(|t| {
+                    let status = t.status.as_ref()?;
+                    let err = status.err.clone().filter(|e| !e.is_empty())?;
+                    Some((t.node_id.clone().unwrap_or_default(), err))
+                })
+                .collect();
+            let timed_out = tokio::time::Instant::now() >= deadline;
+            if refused.len() >= REJECTIONS || (timed_out && !refused.is_empty()) {
+                let (node, err) = &refused[refused.len() - 1];
+                let node = self.hostname(node).await;
+                if err.contains("No such image") {
+                    return Err(SandboxError::Lost(format!(
+                        "node {node} has no image {image}: build it on every node of the \
+                         swarm (`jianmu sandbox build-image` against each node's engine)"
+                    )));
+                }
                 return Err(SandboxError::Lost(format!(
-                    "Swarm did not run the sandbox within {} s (last: {last})",
+                    "Swarm could not run the sandbox ({} tries; last on node {node}: {err})",
+                    refused.len()
+                )));
+            }
+            if timed_out {
+                let state = tasks
+                    .iter()
+                    .filter_map(|t| t.status.as_ref()?.message.clone())
+                    .next_back()
+                    .unwrap_or_else(|| "no task yet".into());
+                return Err(SandboxError::Lost(format!(
+                    "Swarm did not run the sandbox within {} s (its task: {state}); are \
+                     the nodes in `hosts` up, with memory free?",
                     START.as_secs()
                 )));
             }
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            tokio::time::sleep(pause).await;
+            pause = (pause * 2).min(Duration::from_millis(250));
         }
     }
 
@@ -284,69 +373,53 @@ impl SwarmBackend {
         })
     }
 
-    /// The node engine and placement of container `id`.
-    fn of(&self, id: &str) -> Option<(Arc<DockerBackend>, Option<String>, String)> {
+    /// The node engine of container `id`.
+    fn of(&self, id: &str) -> Option<Arc<DockerBackend>> {
         let placed = lock(&self.placed);
-        let p = placed.get(id)?;
-        let engine = Arc::clone(self.nodes.get(&p.node)?);
-        Some((engine, p.service.clone(), p.task.clone()))
+        Some(Arc::clone(self.nodes.get(&placed.get(id)?.node)?))
     }
 
-    /// Attaches to `container`, recorded as placed; a pool task that cannot be
-    /// attached is forgotten (it stays claimed).
+    /// Attaches to `container`, then records it as placed (its node watched).
     async fn attach(
         &self,
-        task: String,
-        node: String,
+        placed: Placed,
         container: String,
-        service: Option<String>,
     ) -> Result<(String, Input, Output), SandboxError> {
-        let engine = Arc::clone(self.node(&node)?);
-        let pooled = service.is_none();
-        lock(&self.placed).insert(
-            container.clone(),
-            Placed {
-                node: node.clone(),
-                task,
-                service,
-            },
-        );
-        match engine.attach(&container).await {
-            Ok((input, output)) => {
-                let output = Box::pin(output.take_until(self.watch(&node)));
-                // A task's stdin stays open when the attach closes: the container is
-                // stopped instead, as the server would stop at the end of its input.
-                let input = Box::pin(StopOnClose {
-                    inner: input,
-                    engine: Some((engine, container.clone())),
-                });
-                Ok((container, input, output))
-            }
-            Err(e) => {
-                if pooled {
-                    lock(&self.placed).remove(&container);
-                }
-                Err(e)
-            }
-        }
+        let engine = Arc::clone(self.node(&placed.node)?);
+        let (input, output) = engine.attach(&container).await?;
+        let output = Box::pin(output.take_until(self.watch(&placed.node)));
+        lock(&self.placed).insert(container.clone(), placed);
+        // A task's stdin stays open when the attach closes: the container is stopped
+        // instead, as the server would stop at the end of its input.
+        let input = Box::pin(StopOnClose {
+            inner: input,
+            engine: Some((engine, container.clone())),
+        });
+        Ok((container, input, output))
     }
 
-    /// Resolves when Swarm reports node `id` no longer ready (checked every 2 s), or
-    /// when the returned future is dropped: a node cut off by the network ends its
-    /// sessions' streams instead of leaving their calls waiting.
+    /// Resolves when Swarm reports node `id` down or disconnected twice in a row
+    /// (checked every 2 s) or no longer knows it, and never once the returned future
+    /// is dropped: a node cut off by the network ends its sessions' streams instead
+    /// of leaving their calls waiting.
     fn watch(&self, id: &str) -> impl std::future::Future<Output = ()> + Send + 'static {
         let (mut tx, rx) = tokio::sync::oneshot::channel::<()>();
         let manager = self.manager.clone();
         let id = id.to_owned();
         tokio::spawn(async move {
+            let mut strikes = 0;
             loop {
                 tokio::select! {
                     () = tx.closed() => return,
                     () = tokio::time::sleep(Duration::from_secs(2)) => {}
                 }
-                if let Ok(node) = manager.inspect_node(&id).await
-                    && node.status.and_then(|s| s.state) != Some(NodeState::READY)
-                {
+                strikes = match node_state(&manager, &id).await {
+                    Some(Some(NodeState::DOWN | NodeState::DISCONNECTED)) => strikes + 1,
+                    // Removed from the swarm.
+                    None => 2,
+                    Some(_) => 0,
+                };
+                if strikes >= 2 {
                     let _ = tx.send(());
                     return;
                 }
@@ -357,23 +430,114 @@ impl SwarmBackend {
         }
     }
 
-    /// Whether Swarm reports node `id` ready (true when the manager cannot say).
-    async fn ready(&self, id: &str) -> bool {
-        match self.manager.inspect_node(id).await {
-            Ok(node) => node.status.and_then(|s| s.state) == Some(NodeState::READY),
-            Err(_) => true,
-        }
-    }
-
     /// The name of node `id` as Swarm knows it.
     async fn hostname(&self, id: &str) -> String {
-        match self.manager.inspect_node(id).await {
-            Ok(node) => node
+        match tokio::time::timeout(MANAGER, self.manager.inspect_node(id)).await {
+            Ok(Ok(node)) => node
                 .description
                 .and_then(|d| d.hostname)
                 .unwrap_or_else(|| id.to_owned()),
-            Err(_) => id.to_owned(),
+            _ => id.to_owned(),
         }
+    }
+
+    /// Removes container `id` from its node, with its volume; false when the node's
+    /// engine did not do it.
+    async fn remove_container(&self, node: &str, id: &str) -> bool {
+        let Some(engine) = self.nodes.get(node) else {
+            return false;
+        };
+        let options = RemoveContainerOptionsBuilder::default()
+            .force(true)
+            .v(true)
+            .build();
+        let removed = engine.docker.remove_container(id, Some(options));
+        matches!(tokio::time::timeout(MANAGER, removed).await, Ok(Ok(())))
+    }
+
+    /// Deletes a service (its tasks' containers go with it, on every node that answers).
+    async fn delete_service(&self, service: &str) {
+        if let Ok(Err(e)) =
+            tokio::time::timeout(MANAGER, self.manager.delete_service(service)).await
+        {
+            tracing::debug!(service, "cannot remove the sandbox service: {e}");
+        }
+    }
+
+    /// A pool task of this process no session uses any more: removed, and its pool
+    /// with it when that pool was shut down and this was its last task in use.
+    async fn release(&self, placed: &Placed, container: &str) {
+        // Swarm runs the slot again; the task stays claimed until Swarm no longer
+        // wants it running, so a container that outlived this removal is never
+        // handed to the next session.
+        if !self.remove_container(&placed.node, container).await {
+            tracing::warn!(
+                container,
+                "a used pool task's container could not be removed"
+            );
+        }
+        let Some(pool) = &placed.pool else {
+            return;
+        };
+        let in_use = lock(&self.placed)
+            .values()
+            .any(|p| p.pool.as_deref() == Some(pool));
+        if !in_use && lock(&self.retiring).remove(pool) {
+            self.delete_service(pool).await;
+        }
+    }
+}
+
+/// What a placement cut short (its caller gone while Swarm was still starting the
+/// task, or before a claimed task was attached) would otherwise leave running: undone
+/// when dropped armed.
+struct Unplaced(Option<Undo>);
+
+enum Undo {
+    /// A session's own service, deleted.
+    Service(Docker, String),
+    /// A claimed pool task's container, removed (Swarm runs the slot again).
+    Container(Arc<DockerBackend>, String),
+}
+
+impl Unplaced {
+    fn disarm(&mut self) {
+        self.0 = None;
+    }
+}
+
+impl Drop for Unplaced {
+    fn drop(&mut self) {
+        let (Some(undo), Ok(handle)) = (self.0.take(), tokio::runtime::Handle::try_current())
+        else {
+            return;
+        };
+        handle.spawn(async move {
+            match undo {
+                Undo::Service(manager, service) => {
+                    let _ = manager.delete_service(&service).await;
+                }
+                Undo::Container(engine, id) => {
+                    let options = RemoveContainerOptionsBuilder::default()
+                        .force(true)
+                        .v(true)
+                        .build();
+                    let _ = engine.docker.remove_container(&id, Some(options)).await;
+                }
+            }
+        });
+    }
+}
+
+/// The state Swarm reports for node `id`: `None` when it does not know the node,
+/// `Some(None)` when the manager cannot be asked.
+async fn node_state(manager: &Docker, id: &str) -> Option<Option<NodeState>> {
+    match tokio::time::timeout(MANAGER, manager.inspect_node(id)).await {
+        Ok(Ok(node)) => Some(node.status.and_then(|s| s.state)),
+        Ok(Err(bollard::errors::Error::DockerResponseServerError {
+            status_code: 404, ..
+        })) => None,
+        _ => Some(None),
     }
 }
 
@@ -381,40 +545,42 @@ impl SwarmBackend {
 impl Backend for SwarmBackend {
     async fn create(&self, spec: &Spec<'_>) -> Result<(String, Input, Output), SandboxError> {
         if let Some(pool) = self.pool(spec).await? {
-            while let Some((task, node, container)) = self.claim(&pool).await? {
-                match self.attach(task, node, container, None).await {
-                    Ok(attached) => return Ok(attached),
-                    // Its node is gone or going: the task stays claimed, so it is not
-                    // tried again, and Swarm replaces it.
+            while let Some((_, node, container)) = self.claim(&pool).await {
+                // Claimed: from here the task's container is removed unless a
+                // session gets it (Swarm runs the slot again; it stays claimed).
+                let mut undo = Unplaced(
+                    self.nodes
+                        .get(&node)
+                        .map(|engine| Undo::Container(Arc::clone(engine), container.clone())),
+                );
+                let placed = Placed {
+                    node,
+                    service: None,
+                    pool: Some(pool.clone()),
+                };
+                match self.attach(placed, container).await {
+                    Ok(attached) => {
+                        undo.disarm();
+                        return Ok(attached);
+                    }
                     Err(e) => tracing::debug!("a pool task could not be attached: {e}"),
                 }
             }
         }
+        let image = &spec.settings.image;
         let service = self
             .create_service(self.service(spec, service_name("session"), 1))
             .await?;
-        let (task, node, container) = match self.wait_running(&service).await {
-            Ok(found) => found,
-            Err(e) => {
-                let _ = self.manager.delete_service(&service).await;
-                return Err(match e {
-                    SandboxError::MissingImage { .. } => SandboxError::MissingImage {
-                        image: spec.settings.image.clone(),
-                    },
-                    e => e,
-                });
-            }
+        let mut undo = Unplaced(Some(Undo::Service(self.manager.clone(), service.clone())));
+        let (_, node, container) = self.wait_running(&service, image).await?;
+        let placed = Placed {
+            node,
+            service: Some(service),
+            pool: None,
         };
-        match self
-            .attach(task, node, container.clone(), Some(service))
-            .await
-        {
-            Ok(attached) => Ok(attached),
-            Err(e) => {
-                self.remove(&container).await;
-                Err(e)
-            }
-        }
+        let attached = self.attach(placed, container).await?;
+        undo.disarm();
+        Ok(attached)
     }
 
     async fn start(&self, _id: &str) -> Result<(), SandboxError> {
@@ -422,7 +588,7 @@ impl Backend for SwarmBackend {
     }
 
     async fn kill(&self, id: &str) {
-        if let Some((engine, _, _)) = self.of(id) {
+        if let Some(engine) = self.of(id) {
             engine.kill(id).await;
         }
     }
@@ -432,35 +598,31 @@ impl Backend for SwarmBackend {
         let Some(placed) = placed else {
             return;
         };
-        lock(&self.claimed).remove(&placed.task);
-        if let Some(service) = &placed.service {
-            let _ = self.manager.delete_service(service).await;
-        }
-        // The container goes with its volume (the copied workspace) at once; a pool
-        // task's slot is run again by Swarm.
-        if let Some(engine) = self.nodes.get(&placed.node) {
-            let options = RemoveContainerOptionsBuilder::default()
-                .force(true)
-                .v(true)
-                .build();
-            let _ = engine.docker.remove_container(id, Some(options)).await;
+        match &placed.service {
+            Some(service) => {
+                self.delete_service(service).await;
+                self.remove_container(&placed.node, id).await;
+            }
+            None => self.release(&placed, id).await,
         }
     }
 
     async fn ended(&self, id: &str) -> Ended {
         let node = lock(&self.placed).get(id).map(|p| p.node.clone());
-        let Some((engine, _, _)) = self.of(id) else {
+        let (Some(engine), Some(node)) = (self.of(id), node) else {
             return Ended::Unknown("the sandbox's task is not known here".into());
         };
-        let node = node.unwrap_or_default();
+        let gone = "what its commands changed since the workspace last came back is gone";
         let answered = tokio::time::timeout(Duration::from_secs(5), engine.ping()).await;
         if !matches!(answered, Ok(true)) {
             let name = self.hostname(&node).await;
-            return Ended::Lost(format!("its node {name} does not answer"));
+            return Ended::Lost(format!("its node {name} does not answer; {gone}"));
         }
-        if !self.ready(&node).await {
+        if let Some(Some(NodeState::DOWN | NodeState::DISCONNECTED)) | None =
+            node_state(&self.manager, &node).await
+        {
             let name = self.hostname(&node).await;
-            return Ended::Lost(format!("Swarm reports its node {name} down"));
+            return Ended::Lost(format!("Swarm reports its node {name} down; {gone}"));
         }
         engine.ended(id).await
     }
@@ -508,13 +670,22 @@ impl Backend for SwarmBackend {
 
     async fn shutdown(&self) {
         let pool = self.pool.lock().await.take();
-        if let Some(pool) = pool {
-            let _ = self.manager.delete_service(&pool).await;
+        let Some(pool) = pool else {
+            return;
+        };
+        // Sessions still using its tasks keep them: the pool goes with the last.
+        let in_use = lock(&self.placed)
+            .values()
+            .any(|p| p.pool.as_deref() == Some(&pool));
+        if in_use {
+            lock(&self.retiring).insert(pool);
+        } else {
+            self.delete_service(&pool).await;
         }
     }
 
     async fn upload(&self, id: &str, dir: &Path, tar: Vec<u8>) -> Result<(), SandboxError> {
-        let (engine, _, _) = self
+        let engine = self
             .of(id)
             .ok_or_else(|| SandboxError::Lost("the sandbox's task is gone".into()))?;
         engine.upload(id, dir, tar).await
@@ -526,7 +697,7 @@ impl Backend for SwarmBackend {
         path: &Path,
         sink: tokio::sync::mpsc::Sender<Vec<u8>>,
     ) -> Result<(), SandboxError> {
-        let (engine, _, _) = self
+        let engine = self
             .of(id)
             .ok_or_else(|| SandboxError::Lost("the sandbox's task is gone".into()))?;
         engine.download(id, path, sink).await
@@ -626,19 +797,27 @@ async fn closed_network(manager: &Docker) -> Result<(), SandboxError> {
 
 /// Puts `key=true` on node `id` unless it is there.
 async fn label_node(manager: &Docker, id: &str, key: &str) -> Result<(), SandboxError> {
-    let failed = |e| SandboxError::engine("cannot label the swarm's node", e);
-    let node = manager.inspect_node(id).await.map_err(failed)?;
-    let mut spec = node.spec.unwrap_or_default();
-    let labels = spec.labels.get_or_insert_with(HashMap::new);
-    if labels.get(key).map(String::as_str) == Some("true") {
-        return Ok(());
+    // Another process may label the node meanwhile (its version moves on): retried.
+    let mut tries = 0;
+    loop {
+        let failed = |e| SandboxError::engine(format!("cannot label the swarm's node {id}"), e);
+        let node = manager.inspect_node(id).await.map_err(failed)?;
+        let mut spec = node.spec.unwrap_or_default();
+        let labels = spec.labels.get_or_insert_with(HashMap::new);
+        if labels.get(key).map(String::as_str) == Some("true") {
+            return Ok(());
+        }
+        labels.insert(key.to_owned(), "true".to_owned());
+        let version = node.version.and_then(|v| v.index).unwrap_or(0);
+        let options = bollard::query_parameters::UpdateNodeOptionsBuilder::default()
+            .version(i64::try_from(version).unwrap_or(i64::MAX))
+            .build();
+        match manager.update_node(id, spec, options).await {
+            Ok(()) => return Ok(()),
+            Err(e) if tries >= 4 => return Err(failed(e)),
+            Err(_) => tries += 1,
+        }
     }
-    labels.insert(key.to_owned(), "true".to_owned());
-    let version = node.version.and_then(|v| v.index).unwrap_or(0);
-    let options = bollard::query_parameters::UpdateNodeOptionsBuilder::default()
-        .version(i64::try_from(version).unwrap_or(i64::MAX))
-        .build();
-    manager.update_node(id, spec, options).await.map_err(failed)
 }
 
 /// `jianmu-KIND-PID-RANDOM`: unique across hosts and restarts.

@@ -885,7 +885,8 @@ async fn a_missing_image_says_how_to_build_it() {
 async fn containers_of_a_dead_owner_are_swept_at_start() {
     use bollard::models::ContainerCreateBody;
     let docker = docker().await;
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let me = jianmu_runtime::docker::owner_label();
+    let machine = me.rsplitn(3, ':').nth(2).unwrap().to_owned();
     // A pid that cannot exist (above pid_max) stands for a crashed owner.
     let stale = docker
         .create_container(
@@ -895,7 +896,7 @@ async fn containers_of_a_dead_owner_are_swept_at_start() {
                 labels: Some(
                     [(
                         jianmu_runtime::docker::LABEL.to_owned(),
-                        format!("{}:4294967295:1", host.trim()),
+                        format!("{machine}:4294967295:1"),
                     )]
                     .into(),
                 ),

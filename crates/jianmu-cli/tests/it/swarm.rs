@@ -63,8 +63,13 @@ async fn node_ids() -> Vec<(String, String)> {
     ids
 }
 
-/// The test node running `container`, asked of the manager.
-async fn node_of(manager: &bollard::Docker, ids: &[(String, String)], container: &str) -> String {
+/// The test node running `container`, and the id of its service, asked of the
+/// manager.
+async fn placement(
+    manager: &bollard::Docker,
+    ids: &[(String, String)],
+    container: &str,
+) -> (String, String) {
     let tasks = manager.list_tasks(None).await.unwrap();
     let task = tasks
         .iter()
@@ -77,10 +82,16 @@ async fn node_of(manager: &bollard::Docker, ids: &[(String, String)], container:
         })
         .unwrap_or_else(|| panic!("no task runs container {container}"));
     let id = task.node_id.clone().unwrap();
-    ids.iter()
+    let node = ids
+        .iter()
         .find(|(_, n)| *n == id)
         .map(|(name, _)| name.clone())
-        .unwrap()
+        .unwrap();
+    (node, task.service_id.clone().unwrap())
+}
+
+async fn node_of(manager: &bollard::Docker, ids: &[(String, String)], container: &str) -> String {
+    placement(manager, ids, container).await.0
 }
 
 async fn call(
@@ -112,17 +123,19 @@ async fn services(manager: &bollard::Docker) -> Vec<bollard::models::Service> {
     manager.list_services(Some(options)).await.unwrap()
 }
 
+/// The pool's service id, once it exists.
+async fn pool_service(manager: &bollard::Docker) -> Option<String> {
+    services(manager).await.into_iter().find_map(|s| {
+        let name = s.spec.as_ref()?.name.as_deref()?;
+        name.starts_with("jianmu-pool-").then(|| s.id.clone())?
+    })
+}
+
 /// The nodes of the pool's running tasks.
 async fn pool_nodes(manager: &bollard::Docker, ids: &[(String, String)]) -> Vec<String> {
-    let Some(pool) = services(manager).await.into_iter().find(|s| {
-        s.spec
-            .as_ref()
-            .and_then(|s| s.name.as_deref())
-            .is_some_and(|n| n.starts_with("jianmu-pool-"))
-    }) else {
+    let Some(pool) = pool_service(manager).await else {
         return Vec::new();
     };
-    let pool = pool.id.unwrap();
     let filters = std::collections::HashMap::from([
         ("service", vec![pool.as_str()]),
         ("desired-state", vec!["running"]),
@@ -184,12 +197,13 @@ async fn swarm_places_sessions_on_nodes_and_replaces_a_lost_one() {
         ..DockerSettings::default()
     };
     // A service of a process of this host that is gone: swept at the first placement.
-    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
+    let me = jianmu_runtime::docker::owner_label();
+    let machine = me.rsplitn(3, ':').nth(2).unwrap().to_owned();
     let stale = bollard::models::ServiceSpec {
         name: Some("jianmu-session-stale".into()),
         labels: Some(std::collections::HashMap::from([(
             LABEL.to_owned(),
-            format!("{}:999999999:1", host.trim()),
+            format!("{machine}:999999999:1"),
         )])),
         task_template: Some(bollard::models::TaskSpec {
             container_spec: Some(bollard::models::TaskSpecContainerSpec {
@@ -204,16 +218,32 @@ async fn swarm_places_sessions_on_nodes_and_replaces_a_lost_one() {
     let provider = BuiltinToolProvider::new(ToolConfig::new(&ws));
     let sandbox = DockerSandbox::new(&ws, settings).unwrap();
     sandbox.fill_pool();
+    crate::docker::eventually("the pool's two tasks running", async || {
+        pool_nodes(&manager, &ids).await.len() == 2
+    })
+    .await;
+    let pool = pool_service(&manager).await.unwrap();
 
-    // Three sessions: the pool's two tasks and a service of its own, spread by Swarm.
-    let sessions: Vec<DockerSandbox> = (0..3).map(|_| sandbox.sibling()).collect();
-    let mut nodes = Vec::new();
+    // Four sessions: the pool's two tasks, then services of their own, spread by Swarm.
+    let sessions: Vec<DockerSandbox> = (0..4).map(|_| sandbox.sibling()).collect();
+    let (mut nodes, mut services_of) = (Vec::new(), Vec::new());
     for s in &sessions {
         let out = sh(&provider, s, "cat notes.txt; echo changed > mine.txt").await;
         assert!(out.contains("from the host"), "{out}");
         let container = s.container_id().await.unwrap();
-        nodes.push(node_of(&manager, &ids, &container).await);
+        let (node, service) = placement(&manager, &ids, &container).await;
+        nodes.push(node);
+        services_of.push(service);
     }
+    assert_eq!(
+        services_of[..2],
+        [pool.clone(), pool.clone()],
+        "the pool's tasks first"
+    );
+    assert!(
+        services_of[2..].iter().all(|s| *s != pool),
+        "{services_of:?}"
+    );
     let names: Vec<String> = services(&manager)
         .await
         .into_iter()
@@ -237,14 +267,38 @@ async fn swarm_places_sessions_on_nodes_and_replaces_a_lost_one() {
     .await;
     assert!(out.contains("closed") && !out.contains("reached"), "{out}");
     assert!(out.contains("local"), "{out}");
+    // Nor does a session reach another's server on the same node (four sessions,
+    // three nodes: two share one).
+    let (a, b) = (0..4)
+        .flat_map(|i| (i + 1..4).map(move |j| (i, j)))
+        .find(|&(i, j)| nodes[i] == nodes[j])
+        .unwrap();
+    let ip = sh(
+        &provider,
+        &sessions[a],
+        "(nc -l -p 8098 > /tmp/from-b &); sleep 0.3; hostname -i",
+    )
+    .await;
+    let out = sh(
+        &provider,
+        &sessions[b],
+        &format!(
+            "if echo hi | nc -w 2 {} 8098; then echo reached; else echo closed; fi",
+            ip.trim()
+        ),
+    )
+    .await;
+    assert!(
+        out.contains("closed") && !out.contains("reached"),
+        "{ip}: {out}"
+    );
 
     // A node killed mid-call: that call says the sandbox was lost.
-    let (victim, lost_node) = sessions
-        .iter()
-        .zip(&nodes)
-        .find(|(_, n)| n.as_str() != "n1")
-        .map(|(s, n)| (s.clone(), n.clone()))
-        .expect("a session on a worker node");
+    // The victim runs one of the pool's tasks, so the pool has one to replace.
+    let (victim, lost_node) = (0..2)
+        .find(|&i| nodes[i] != "n1")
+        .map(|i| (sessions[i].clone(), nodes[i].clone()))
+        .expect("a pool task on a worker node");
     let provider = Arc::new(provider);
     let pending = {
         let provider = Arc::clone(&provider);
