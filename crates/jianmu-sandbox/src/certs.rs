@@ -108,3 +108,106 @@ pub fn tls_init(dir: &Path, names: &[String]) -> Result<TlsInit, SandboxError> {
     }
     Ok(made)
 }
+
+/// The authority whose certificate is `ca` and whose key is `key` (PEM files), to mint
+/// certificates with.
+///
+/// # Errors
+/// Either file unreadable, or the key not the one of the certificate.
+pub(crate) fn issuer(
+    ca: &Path,
+    key: &Path,
+) -> Result<rcgen::Issuer<'static, rcgen::KeyPair>, SandboxError> {
+    let read = |path: &Path| {
+        std::fs::read_to_string(path).map_err(|source| SandboxError::Io {
+            what: format!("cannot read {}", path.display()),
+            source,
+        })
+    };
+    let (ca_pem, key_pem) = (read(ca)?, read(key)?);
+    let bad = |why: String| SandboxError::Settings(why);
+    let key_pair = rcgen::KeyPair::from_pem(&key_pem)
+        .map_err(|e| bad(format!("{} is not a private key: {e}", key.display())))?;
+    use rustls::pki_types::pem::PemObject as _;
+    let der = rustls::pki_types::CertificateDer::from_pem_slice(ca_pem.as_bytes())
+        .map_err(|e| bad(format!("{} is not a certificate: {e}", ca.display())))?;
+    let (_, parsed) = x509_parser::parse_x509_certificate(&der)
+        .map_err(|e| bad(format!("{} is not a certificate: {e}", ca.display())))?;
+    if parsed.public_key().subject_public_key.data.as_ref() != key_pair.public_key_raw() {
+        return Err(bad(format!(
+            "{} is not the certificate authority's key: it does not match {}",
+            key.display(),
+            ca.display()
+        )));
+    }
+    rcgen::Issuer::from_ca_cert_der(&der, key_pair)
+        .map_err(|e| bad(format!("{} cannot sign: {e}", ca.display())))
+}
+
+/// A client certificate for session `id`, minted by `issuer`, valid from yesterday
+/// to the day after tomorrow (UTC), and its key.
+///
+/// # Errors
+/// The system's randomness or the signature failing.
+pub(crate) fn session_certificate(
+    issuer: &rcgen::Issuer<'static, rcgen::KeyPair>,
+    id: &str,
+) -> Result<
+    (
+        Vec<rustls::pki_types::CertificateDer<'static>>,
+        rustls::pki_types::PrivateKeyDer<'static>,
+    ),
+    SandboxError,
+> {
+    let rc =
+        |e: rcgen::Error| SandboxError::Lost(format!("cannot mint the session's certificate: {e}"));
+    let key = rcgen::KeyPair::generate().map_err(rc)?;
+    let mut params = rcgen::CertificateParams::new(Vec::<String>::new()).map_err(rc)?;
+    params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("jianmu session {id}"));
+    params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    params.key_usages = vec![rcgen::KeyUsagePurpose::DigitalSignature];
+    let today = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs() / 86_400);
+    let day = |days: u64| {
+        let (y, m, d) = civil(days);
+        rcgen::date_time_ymd(y, m, d)
+    };
+    params.not_before = day(today.saturating_sub(1));
+    params.not_after = day(today + 3);
+    let cert = params.signed_by(&key, issuer).map_err(rc)?;
+    let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
+        .map_err(|e| SandboxError::Lost(format!("cannot mint the session's certificate: {e}")))?;
+    Ok((vec![cert.der().clone()], key))
+}
+
+/// The civil date (year, month, day) `days` after 1970-01-01.
+fn civil(days: u64) -> (i32, u8, u8) {
+    // Howard Hinnant's days-to-civil, for days since the epoch.
+    let z = i64::try_from(days).unwrap_or(0) + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    (
+        i32::try_from(y).unwrap_or(1970),
+        u8::try_from(m).unwrap_or(1),
+        u8::try_from(d).unwrap_or(1),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn civil_dates_of_known_days() {
+        assert_eq!(super::civil(0), (1970, 1, 1));
+        assert_eq!(super::civil(11_016), (2000, 2, 29));
+        assert_eq!(super::civil(20_793), (2026, 12, 6));
+    }
+}

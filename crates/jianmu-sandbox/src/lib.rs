@@ -157,9 +157,16 @@ impl DockerSandbox {
             settings
                 .engines()
                 .into_iter()
-                .map(|(address, tls)| {
+                .enumerate()
+                .map(|(i, (address, tls))| {
                     let copy = settings.copies_to(address.as_deref());
-                    Engine::new(address, tls, copy)
+                    let mut engine = Engine::new(address, tls, copy);
+                    engine.ca_key = settings
+                        .hosts
+                        .get(i)
+                        .and_then(EngineAddress::ca_key)
+                        .map(Path::to_owned);
+                    engine
                 })
                 .collect()
         };
@@ -502,6 +509,8 @@ struct Engine {
     /// The workspace is copied in, not mounted (see `DockerSettings::copies_to`).
     copy: bool,
     tls: Option<TlsFiles>,
+    /// A runner's authority key, to mint each session's certificate with.
+    ca_key: Option<PathBuf>,
     /// The settings of a swarm this engine stands for (`orchestrator = "swarm"`).
     swarm: Option<Box<DockerSettings>>,
     backend: OnceCell<Arc<dyn Backend>>,
@@ -518,6 +527,7 @@ impl Engine {
             address,
             copy,
             tls,
+            ca_key: None,
             swarm: None,
             backend: OnceCell::new(),
             swept: AtomicBool::new(false),
@@ -538,7 +548,8 @@ impl Engine {
                     .as_deref()
                     .filter(|a| a.starts_with(remote::SCHEME))
                 {
-                    let runner = remote::RemoteBackend::new(url, self.tls.as_ref())?;
+                    let runner =
+                        remote::RemoteBackend::new(url, self.tls.as_ref(), self.ca_key.as_deref())?;
                     return Ok(Arc::new(runner) as Arc<dyn Backend>);
                 }
                 let docker =

@@ -117,19 +117,20 @@ async fn run(listen: Listen, tools: MakeTools) -> std::io::Result<()> {
         tokio::spawn(async move {
             let opened = tokio::time::timeout(OPENING, async {
                 let tls = acceptor.accept(tcp).await?;
+                let client = fingerprint(tls.get_ref().1.peer_certificates());
                 let (read, write) = tokio::io::split(tls);
                 let mut read = BufReader::new(read);
                 let line = first_line(&mut read).await?;
-                Ok::<_, std::io::Error>((read, write, line))
+                Ok::<_, std::io::Error>((read, write, line, client))
             })
             .await;
             drop(opening);
-            let (read, write, line) = match opened {
+            let (read, write, line, client) = match opened {
                 Ok(Ok(opened)) => opened,
                 Ok(Err(e)) => return tracing::warn!(%peer, %e, "a connection was refused"),
                 Err(_) => return tracing::warn!(%peer, "a connection took too long to open"),
             };
-            let (was_session, done) = handle(line, read, write, &root, &busy, tools).await;
+            let (was_session, done) = handle(line, read, write, &root, &busy, tools, &client).await;
             if let Err(e) = &done {
                 tracing::warn!(%peer, %e, "a connection failed");
             }
@@ -154,7 +155,8 @@ impl Busy {
     }
 }
 
-/// Serves one opened connection: whether it was a session, and how it ended.
+/// Serves one opened connection (of the host showing `client`): whether it was a
+/// session, and how it ended.
 async fn handle<R, W>(
     line: String,
     read: BufReader<R>,
@@ -162,6 +164,7 @@ async fn handle<R, W>(
     root: &Path,
     busy: &Busy,
     tools: MakeTools,
+    client: &str,
 ) -> (bool, std::io::Result<()>)
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -205,6 +208,9 @@ where
                 };
                 return (false, sent.await);
             }
+            // Who it serves, for the operator: each session's certificate differs
+            // when the host mints one per session.
+            eprintln!("jianmu serve: a session for client certificate {client}");
             let served = session(line, read, write, root, busy, tools).await;
             // What the session left here goes before the next one comes.
             let root = root.to_owned();
@@ -511,6 +517,19 @@ impl std::io::Write for Sender {
     }
 }
 
+/// `sha256:` and the first 16 bytes, in hex, of the digest of a client's certificate.
+fn fingerprint(certs: Option<&[CertificateDer<'_>]>) -> String {
+    let Some(cert) = certs.and_then(<[_]>::first) else {
+        return "(none)".into();
+    };
+    let digest = ring::digest::digest(&ring::digest::SHA256, cert.as_ref());
+    let hex: String = digest.as_ref()[..16]
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect();
+    format!("sha256:{hex}")
+}
+
 /// The runner's TLS: TLS 1.3, its certificate, and client certificates required to
 /// chain to `dir/ca.pem`.
 fn server_config(dir: &Path) -> std::io::Result<rustls::ServerConfig> {
@@ -537,8 +556,17 @@ pub(crate) fn client_config(
     cert: &Path,
     key: &Path,
 ) -> std::io::Result<rustls::ClientConfig> {
-    let roots = roots(ca)?;
     let (certs, key) = cert_and_key(cert, key)?;
+    client_config_with(ca, certs, key)
+}
+
+/// [`client_config`] showing the certificate `certs` with its `key`.
+pub(crate) fn client_config_with(
+    ca: &Path,
+    certs: Vec<CertificateDer<'static>>,
+    key: PrivateKeyDer<'static>,
+) -> std::io::Result<rustls::ClientConfig> {
+    let roots = roots(ca)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])

@@ -25,16 +25,34 @@ pub(crate) const SCHEME: &str = "jianmu://";
 pub(crate) struct RemoteBackend {
     /// `HOST:PORT`.
     address: String,
-    connector: tokio_rustls::TlsConnector,
+    /// The host's own certificate, or the authority each session's is minted from.
+    identity: Identity,
     name: rustls::pki_types::ServerName<'static>,
     /// The sockets of this backend's sessions, by id, to cut on `kill`.
     sockets: std::sync::Mutex<std::collections::HashMap<String, OwnedFd>>,
+    /// Each session's connector (its minted certificate), for its archives.
+    sessions: std::sync::Mutex<std::collections::HashMap<String, tokio_rustls::TlsConnector>>,
     next: std::sync::atomic::AtomicU64,
+}
+
+/// What the host shows a runner.
+enum Identity {
+    /// One certificate (`cert`, `key`) for every session.
+    Fixed(tokio_rustls::TlsConnector),
+    /// A certificate minted for each session from the authority's key (`ca_key`).
+    Minted {
+        issuer: Box<rcgen::Issuer<'static, rcgen::KeyPair>>,
+        ca: std::path::PathBuf,
+    },
 }
 
 impl RemoteBackend {
     /// The runner at `url` (`jianmu://HOST:PORT`), reached with `tls`.
-    pub(crate) fn new(url: &str, tls: Option<&TlsFiles>) -> Result<Self, SandboxError> {
+    pub(crate) fn new(
+        url: &str,
+        tls: Option<&TlsFiles>,
+        ca_key: Option<&Path>,
+    ) -> Result<Self, SandboxError> {
         let bad = |why: String| SandboxError::Settings(format!("runner `{url}`: {why}"));
         let address = url
             .strip_prefix(SCHEME)
@@ -55,20 +73,52 @@ impl RemoteBackend {
         };
         let name = rustls::pki_types::ServerName::try_from(host)
             .map_err(|e| bad(format!("not a host name or address: {e}")))?;
-        let config = crate::listen::client_config(&tls.ca, &tls.cert, &tls.key)
-            .map_err(|e| bad(e.to_string()))?;
+        let identity = match ca_key {
+            Some(ca_key) => Identity::Minted {
+                issuer: Box::new(
+                    crate::certs::issuer(&tls.ca, ca_key).map_err(|e| bad(e.to_string()))?,
+                ),
+                ca: tls.ca.clone(),
+            },
+            None => {
+                let config = crate::listen::client_config(&tls.ca, &tls.cert, &tls.key)
+                    .map_err(|e| bad(e.to_string()))?;
+                Identity::Fixed(tokio_rustls::TlsConnector::from(Arc::new(config)))
+            }
+        };
         Ok(Self {
             address,
-            connector: tokio_rustls::TlsConnector::from(Arc::new(config)),
+            identity,
             name,
             sockets: std::sync::Mutex::default(),
+            sessions: std::sync::Mutex::default(),
             next: std::sync::atomic::AtomicU64::new(1),
         })
     }
 
-    /// A new mutual TLS connection to the runner, and a handle on its socket.
+    /// The connector of session `id`: the host's, or one showing a certificate
+    /// minted for the session now (`mint`) or at its start.
+    fn connector(&self, id: &str, mint: bool) -> Result<tokio_rustls::TlsConnector, SandboxError> {
+        let (issuer, ca) = match &self.identity {
+            Identity::Fixed(connector) => return Ok(connector.clone()),
+            Identity::Minted { issuer, ca } => (issuer, ca),
+        };
+        if !mint && let Some(connector) = lock(&self.sessions).get(id) {
+            return Ok(connector.clone());
+        }
+        let (certs, key) = crate::certs::session_certificate(issuer, id)?;
+        let config = crate::listen::client_config_with(ca, certs, key)
+            .map_err(|e| SandboxError::Settings(format!("runner `{}`: {e}", self.address)))?;
+        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
+        lock(&self.sessions).insert(id.to_owned(), connector.clone());
+        Ok(connector)
+    }
+
+    /// A new mutual TLS connection to the runner through `connector`, and a handle on
+    /// its socket.
     async fn connect(
         &self,
+        connector: tokio_rustls::TlsConnector,
     ) -> Result<
         (
             tokio_rustls::client::TlsStream<tokio::net::TcpStream>,
@@ -88,8 +138,7 @@ impl RemoteBackend {
                 .map_err(|e| lost(e.to_string()))?;
             tcp.set_nodelay(true).map_err(|e| lost(e.to_string()))?;
             let socket = rustix::io::dup(&tcp).map_err(|e| lost(e.to_string()))?;
-            let tls = self
-                .connector
+            let tls = connector
                 .connect(self.name.clone(), tcp)
                 .await
                 .map_err(|e| lost(format!("the TLS handshake failed: {e}")))?;
@@ -103,9 +152,10 @@ impl RemoteBackend {
 #[async_trait::async_trait]
 impl Backend for RemoteBackend {
     async fn create(&self, _spec: &Spec<'_>) -> Result<(String, Input, Output), SandboxError> {
-        let (tls, socket) = self.connect().await?;
         let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = format!("{}#{n}", self.address);
+        let connected = self.connect(self.connector(&id, true)?).await;
+        let (tls, socket) = connected.inspect_err(|_| drop(lock(&self.sessions).remove(&id)))?;
         lock(&self.sockets).insert(id.clone(), socket);
         let (read, write) = tokio::io::split(tls);
         let output = futures::stream::unfold(read, |mut read| async move {
@@ -134,6 +184,7 @@ impl Backend for RemoteBackend {
 
     async fn remove(&self, id: &str) {
         self.kill(id).await;
+        lock(&self.sessions).remove(id);
     }
 
     async fn ended(&self, id: &str) -> Ended {
@@ -157,11 +208,11 @@ impl Backend for RemoteBackend {
         )
     }
 
-    async fn upload(&self, _id: &str, dir: &Path, tar: Vec<u8>) -> Result<(), SandboxError> {
+    async fn upload(&self, id: &str, dir: &Path, tar: Vec<u8>) -> Result<(), SandboxError> {
         let failed = |why: String| {
             SandboxError::Lost(format!("cannot copy the workspace into the runner: {why}"))
         };
-        let (tls, _) = self.connect().await?;
+        let (tls, _) = self.connect(self.connector(id, false)?).await?;
         let (read, mut write) = tokio::io::split(tls);
         let first = serde_json::json!({"op": "put_archive", "path": dir});
         write
@@ -190,7 +241,7 @@ impl Backend for RemoteBackend {
 
     async fn download(
         &self,
-        _id: &str,
+        id: &str,
         path: &Path,
         sink: tokio::sync::mpsc::Sender<Vec<u8>>,
     ) -> Result<(), SandboxError> {
@@ -199,7 +250,7 @@ impl Backend for RemoteBackend {
                 "cannot copy the workspace out of the runner: {why}"
             ))
         };
-        let (tls, _) = self.connect().await?;
+        let (tls, _) = self.connect(self.connector(id, false)?).await?;
         let (mut read, mut write) = tokio::io::split(tls);
         let first = serde_json::json!({"op": "get_archive", "path": path});
         write

@@ -115,13 +115,30 @@ pub struct TlsEngine {
     pub url: String,
     /// The CA that signed the engine's (or runner's) certificate.
     pub ca: PathBuf,
-    /// This client's certificate.
+    /// This client's certificate (empty with `ca_key`).
+    #[serde(default)]
     pub cert: PathBuf,
-    /// This client's private key.
+    /// This client's private key (empty with `ca_key`).
+    #[serde(default)]
     pub key: PathBuf,
+    /// For a runner: the key of the authority `ca` names (`ca-key.pem` of `jianmu
+    /// sandbox tls init`). Each session then shows a client certificate of its own,
+    /// minted from it for that session and valid for about two days, instead of
+    /// `cert` and `key`.
+    #[serde(default)]
+    pub ca_key: Option<PathBuf>,
 }
 
 impl EngineAddress {
+    /// The key of the authority certificates are minted from, per session (a
+    /// runner's [`TlsEngine::ca_key`]).
+    pub fn ca_key(&self) -> Option<&Path> {
+        match self {
+            EngineAddress::Tls(t) => t.ca_key.as_deref(),
+            EngineAddress::Url(_) => None,
+        }
+    }
+
     /// The address and TLS files.
     pub fn parts(&self) -> (String, Option<TlsFiles>) {
         match self {
@@ -339,7 +356,29 @@ impl DockerSettings {
         }
         for host in &settings.hosts {
             let (url, tls) = host.parts();
-            if url.starts_with(crate::remote::SCHEME) {
+            let runner = url.starts_with(crate::remote::SCHEME);
+            if let Some(t) = &tls {
+                match (host.ca_key().is_some(), runner) {
+                    (true, false) => {
+                        return Err(bad(format!(
+                            "{url}: `ca_key` is for runners (jianmu://) only; an engine \
+                             takes `cert` and `key`"
+                        )));
+                    }
+                    (false, _) if t.cert.as_os_str().is_empty() || t.key.as_os_str().is_empty() => {
+                        return Err(bad(format!(
+                            "{url}: give `cert` and `key`{}",
+                            if runner {
+                                ", or `ca_key` to mint a certificate per session"
+                            } else {
+                                ""
+                            }
+                        )));
+                    }
+                    _ => {}
+                }
+            }
+            if runner {
                 if settings.workspace_mode == WorkspaceMode::Mount {
                     return Err(bad(format!(
                         "{url} is a runner, which cannot mount the workspace: use \
@@ -465,10 +504,43 @@ mod tests {
                     ca: "ca.pem".into(),
                     cert: "cert.pem".into(),
                     key: "key.pem".into(),
+                    ca_key: None,
                 })],
                 ..swarm
             },
             "not runners",
         );
+    }
+
+    #[test]
+    fn a_runner_takes_cert_and_key_or_the_authority_key_and_an_engine_never_the_key() {
+        let parent = tempfile::tempdir().unwrap();
+        let dir = parent.path().join("ws");
+        std::fs::create_dir(&dir).unwrap();
+        let entry = |url: &str, cert: &str, ca_key: Option<&str>| DockerSettings {
+            user: Some("1000:1000".into()),
+            hosts: vec![EngineAddress::Tls(TlsEngine {
+                url: url.into(),
+                ca: "ca.pem".into(),
+                cert: cert.into(),
+                key: cert.replace("cert", "key").into(),
+                ca_key: ca_key.map(Into::into),
+            })],
+            ..DockerSettings::default()
+        };
+        entry("jianmu://10.0.0.5:7000", "", Some("ca-key.pem"))
+            .check(&dir)
+            .unwrap();
+        entry("jianmu://10.0.0.5:7000", "cert.pem", None)
+            .check(&dir)
+            .unwrap();
+        let err = entry("jianmu://10.0.0.5:7000", "", None)
+            .check(&dir)
+            .unwrap_err();
+        assert!(err.to_string().contains("or `ca_key`"), "{err}");
+        let err = entry("tcp://10.0.0.5:2376", "cert.pem", Some("ca-key.pem"))
+            .check(&dir)
+            .unwrap_err();
+        assert!(err.to_string().contains("for runners"), "{err}");
     }
 }

@@ -213,6 +213,7 @@ async fn sessions_spread_over_two_engines_and_avoid_one_that_stopped() {
                 ca: engine.tls.ca.clone(),
                 cert: engine.tls.cert.clone(),
                 key: engine.tls.key.clone(),
+                ca_key: None,
             }),
         ],
         ..settings()

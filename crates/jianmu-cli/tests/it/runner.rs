@@ -12,10 +12,12 @@ use jianmu_runtime::{Backend, DockerSettings, Runtime, SessionSettings};
 use jianmu_tool_core::ToolConfig;
 use serde_json::json;
 
-/// A `jianmu serve --listen 127.0.0.1:0` process and its address.
+/// A `jianmu serve --listen 127.0.0.1:0` process, its address, and what it printed
+/// after.
 struct Runner {
     child: Child,
     addr: String,
+    log: std::sync::Arc<std::sync::Mutex<Vec<String>>>,
 }
 
 impl Runner {
@@ -41,8 +43,25 @@ impl Runner {
             .find(|w| w.starts_with("127.0.0.1:"))
             .unwrap_or_else(|| panic!("no address in {line:?}"))
             .to_owned();
-        std::thread::spawn(move || std::io::copy(&mut stderr, &mut std::io::sink()));
-        Self { child, addr }
+        let log = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let lines = std::sync::Arc::clone(&log);
+        std::thread::spawn(move || {
+            for line in stderr.lines().map_while(Result::ok) {
+                lines.lock().unwrap().push(line);
+            }
+        });
+        Self { child, addr, log }
+    }
+
+    /// The client certificates the runner said it served sessions for.
+    fn clients(&self) -> Vec<String> {
+        self.log
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| l.split("client certificate ").nth(1))
+            .map(|c| c.split_whitespace().next().unwrap_or_default().to_owned())
+            .collect()
     }
 
     /// Waits (at most 20 s) for the process to exit.
@@ -79,6 +98,7 @@ fn host_entry(addr: &str, host: &Path) -> EngineAddress {
         ca: host.join("ca.pem"),
         cert: host.join("cert.pem"),
         key: host.join("key.pem"),
+        ca_key: None,
     })
 }
 
@@ -286,6 +306,7 @@ async fn a_runner_and_a_host_of_different_authorities_refuse_each_other() {
         ca: tls.join("host/ca.pem"),
         cert: other.join("host/cert.pem"),
         key: other.join("host/key.pem"),
+        ca_key: None,
     });
     let runtime = self::runtime(&ws, vec![mixed]);
     let session = runtime.open().unwrap();
@@ -302,4 +323,59 @@ async fn a_runner_and_a_host_of_different_authorities_refuse_each_other() {
     runtime.shutdown(Duration::from_secs(10)).await;
     let kept_ws = kept(&root.canonicalize().unwrap(), &ws.canonicalize().unwrap());
     assert!(!kept_ws.join("ran.txt").exists());
+}
+
+/// With the authority's key (`ca_key`), each session shows a certificate of its own,
+/// minted for it: the runner serves both sessions and names two certificates, where
+/// the host's one certificate is named twice; a key of another authority mints
+/// certificates the runner refuses.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_session_shows_a_certificate_minted_for_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let (tls, other) = (dir.path().join("tls"), dir.path().join("other"));
+    assert!(tls_init(&tls).status.success());
+    assert!(tls_init(&other).status.success());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let runner = Runner::start(&tls.join("runner"), &dir.path().join("root"), false);
+    let minting = |ca_dir: &Path| {
+        EngineAddress::Tls(TlsEngine {
+            url: format!("jianmu://{}", runner.addr),
+            ca: tls.join("ca.pem"),
+            cert: PathBuf::new(),
+            key: PathBuf::new(),
+            ca_key: Some(ca_dir.join("ca-key.pem")),
+        })
+    };
+    let run_two = async |entry: EngineAddress| {
+        let runtime = runtime(&ws, vec![entry]);
+        for _ in 0..2 {
+            let session = runtime.open().unwrap();
+            let out = session
+                .call("bash", json!({"command": "echo ok"}))
+                .await
+                .map(|o| o.text)
+                .map_err(|e| jianmu_tool_core::error_chain(&e));
+            session.close().await;
+            if let Err(e) = out {
+                runtime.shutdown(Duration::from_secs(10)).await;
+                return Err(e);
+            }
+        }
+        runtime.shutdown(Duration::from_secs(10)).await;
+        Ok(())
+    };
+    run_two(minting(&tls)).await.unwrap();
+    let minted = runner.clients();
+    assert_eq!(minted.len(), 2, "{minted:?}");
+    assert_ne!(minted[0], minted[1]);
+    run_two(host_entry(&runner.addr, &tls.join("host")))
+        .await
+        .unwrap();
+    let all = runner.clients();
+    assert_eq!(all.len(), 4, "{all:?}");
+    assert_eq!(all[2], all[3], "the host's own certificate, twice");
+    // The authority's certificate, another authority's key: refused.
+    let err = run_two(minting(&other)).await.unwrap_err();
+    assert!(err.contains("the certificate authority's key"), "{err}");
 }
