@@ -319,7 +319,7 @@ impl SwarmBackend {
         image: &str,
     ) -> Result<(String, String, String), SandboxError> {
         let deadline = tokio::time::Instant::now() + START;
-        let mut pause = Duration::from_millis(20);
+        let mut pause = Duration::from_millis(15);
         loop {
             let tasks = self.tasks(service, false).await?;
             if let Some(found) = tasks.iter().find_map(running) {
@@ -360,8 +360,12 @@ impl SwarmBackend {
                     START.as_secs()
                 )));
             }
+            // Swarm starts a task in about 0.4 s here: asked often until then, then
+            // less and less.
             tokio::time::sleep(pause).await;
-            pause = (pause * 2).min(Duration::from_millis(250));
+            if tokio::time::Instant::now() + START > deadline + Duration::from_secs(1) {
+                pause = (pause * 2).min(Duration::from_millis(250));
+            }
         }
     }
 
