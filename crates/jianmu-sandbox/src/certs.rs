@@ -144,8 +144,9 @@ pub(crate) fn issuer(
         .map_err(|e| bad(format!("{} cannot sign: {e}", ca.display())))
 }
 
-/// A client certificate for session `id`, minted by `issuer`, valid from yesterday
-/// to the day after tomorrow (UTC), and its key.
+/// A client certificate for session `id`, minted by `issuer`, valid from the start
+/// of yesterday to the start of the day after tomorrow (UTC; at least a day left),
+/// and its key.
 ///
 /// # Errors
 /// The system's randomness or the signature failing.
@@ -176,7 +177,7 @@ pub(crate) fn session_certificate(
         rcgen::date_time_ymd(y, m, d)
     };
     params.not_before = day(today.saturating_sub(1));
-    params.not_after = day(today + 3);
+    params.not_after = day(today + 2);
     let cert = params.signed_by(&key, issuer).map_err(rc)?;
     let key = rustls::pki_types::PrivateKeyDer::try_from(key.serialize_der())
         .map_err(|e| SandboxError::Lost(format!("cannot mint the session's certificate: {e}")))?;

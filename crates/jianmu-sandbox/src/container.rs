@@ -100,33 +100,75 @@ pub(crate) fn tmp_mount(s: &DockerSettings) -> Mount {
     }
 }
 
-/// `machine:pid:start-time` of this process (the machine: host name, boot id, PID
-/// namespace), so a later sweep can tell whether the
-/// owner of a container is still alive.
+/// `host/machine/boot/pidns:pid:start-time` of this process: the host name, the
+/// machine id, the kernel's boot id and the PID namespace, then the process, so a
+/// later sweep can tell whether the owner of a container is still alive, and two
+/// machines (or containers) of one host name never take each other's for their own.
 pub fn owner_label() -> String {
     let pid = std::process::id();
-    format!("{}:{pid}:{}", hostname(), start_time(pid).unwrap_or(0))
+    format!("{}:{pid}:{}", Machine::here(), start_time(pid).unwrap_or(0))
 }
 
-/// This machine and process namespace: the host name, the kernel's boot id and the
-/// PID namespace, so two machines (or containers) of one host name never take each
-/// other's pids for their own.
-fn hostname() -> String {
-    let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
-    let host = read("/proc/sys/kernel/hostname");
-    let boot = read("/proc/sys/kernel/random/boot_id");
-    let boot: String = boot
-        .chars()
-        .filter(char::is_ascii_hexdigit)
-        .take(12)
-        .collect();
-    let pidns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
-    let pidns: String = pidns
-        .to_string_lossy()
-        .chars()
-        .filter(char::is_ascii_digit)
-        .collect();
-    format!("{}/{boot}/{pidns}", host.trim())
+/// Where a process runs, as an owner label names it.
+#[derive(Debug, PartialEq, Eq)]
+struct Machine {
+    host: String,
+    id: String,
+    boot: String,
+    pidns: String,
+}
+
+impl Machine {
+    fn here() -> Self {
+        let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
+        let hex = |text: String| -> String {
+            text.chars()
+                .filter(char::is_ascii_hexdigit)
+                .take(16)
+                .collect()
+        };
+        let id = match hex(read("/etc/machine-id")) {
+            id if id.is_empty() => hex(read("/var/lib/dbus/machine-id")),
+            id => id,
+        };
+        let pidns = std::fs::read_link("/proc/self/ns/pid").unwrap_or_default();
+        Self {
+            host: read("/proc/sys/kernel/hostname").trim().to_owned(),
+            id,
+            boot: hex(read("/proc/sys/kernel/random/boot_id")),
+            pidns: pidns
+                .to_string_lossy()
+                .chars()
+                .filter(char::is_ascii_digit)
+                .collect(),
+        }
+    }
+
+    /// The machine part of a label; `None` for an older label (a host name alone).
+    fn parse(text: &str) -> Option<Self> {
+        let mut parts = text.split('/');
+        let (Some(host), Some(id), Some(boot), Some(pidns), None) = (
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+            parts.next(),
+        ) else {
+            return None;
+        };
+        Some(Self {
+            host: host.to_owned(),
+            id: id.to_owned(),
+            boot: boot.to_owned(),
+            pidns: pidns.to_owned(),
+        })
+    }
+}
+
+impl std::fmt::Display for Machine {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}/{}/{}", self.host, self.id, self.boot, self.pidns)
+    }
 }
 
 /// Field 22 of `/proc/PID/stat`: when the process started, in clock ticks since boot.
@@ -136,14 +178,31 @@ fn start_time(pid: u32) -> Option<u64> {
     rest.split(' ').nth(19)?.parse().ok()
 }
 
-/// True when `owner` names a process of this host that is gone.
+/// True when `owner` names a process of this machine that is gone: one of an
+/// earlier boot, or of this boot and PID namespace whose pid is free or reused.
+/// Another machine's are never gone to us (nor, by its host name alone, an older
+/// label's of another host), nor another PID namespace's of this boot.
 pub(crate) fn owner_is_gone(owner: &str) -> bool {
     let mut parts = owner.rsplitn(3, ':');
-    let (Some(start), Some(pid), Some(host)) = (parts.next(), parts.next(), parts.next()) else {
+    let (Some(start), Some(pid), Some(place)) = (parts.next(), parts.next(), parts.next()) else {
         return false;
     };
-    if host != hostname() {
-        return false;
+    let here = Machine::here();
+    match Machine::parse(place) {
+        Some(there) => {
+            if there.host != here.host || there.id != here.id {
+                return false;
+            }
+            if there.boot != here.boot {
+                // Without a machine id, another boot may be another machine.
+                return !there.id.is_empty();
+            }
+            if there.pidns != here.pidns {
+                return false;
+            }
+        }
+        None if place == here.host => {}
+        None => return false,
     }
     let (Ok(pid), Ok(start)) = (pid.parse::<u32>(), start.parse::<u64>()) else {
         return false;
@@ -195,18 +254,30 @@ mod tests {
     fn owner_of_this_process_is_alive_and_a_dead_pid_is_gone() {
         let me = owner_label();
         assert!(!owner_is_gone(&me));
-        let host = hostname();
         // Same pid, other start time: the pid was reused.
-        let reused = format!("{host}:{}:1", std::process::id());
+        let reused = format!("{}:{}:1", Machine::here(), std::process::id());
         assert!(owner_is_gone(&reused));
-        // Another host's containers are never ours to remove, nor those of another
-        // machine or container of the same host name.
+        // Another host's containers are never ours to remove.
         assert!(!owner_is_gone("elsewhere.example:1:1"));
-        let name = std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap();
-        assert!(!owner_is_gone(&format!("{}:1:1", name.trim())));
-        assert!(!owner_is_gone(&format!(
-            "{}/000000000000/1:1:1",
-            name.trim()
+        let here = Machine::here();
+        let with = |edit: &dyn Fn(&mut Machine)| {
+            let mut m = Machine::here();
+            edit(&mut m);
+            format!("{m}:{}:1", std::process::id())
+        };
+        // Another machine of this host name: never ours.
+        assert!(!owner_is_gone(&with(&|m| m.id = "0123456789abcdef".into())));
+        // An earlier boot of this machine: every process of it is gone.
+        assert!(owner_is_gone(
+            &with(&|m| m.boot = "0123456789abcdef".into())
+        ));
+        // Another PID namespace of this boot (another container): cannot be told.
+        assert!(!owner_is_gone(&with(&|m| m.pidns = "1".into())));
+        // An older label (the host name alone) is read as it was.
+        assert!(owner_is_gone(&format!(
+            "{}:{}:1",
+            here.host,
+            std::process::id()
         )));
         assert!(!owner_is_gone("garbage"));
     }

@@ -86,6 +86,7 @@ async fn run(listen: Listen, tools: MakeTools) -> std::io::Result<()> {
     let busy = Arc::new(Busy {
         on: AtomicBool::new(false),
         workspace: std::sync::Mutex::new(None),
+        client: std::sync::Mutex::new(None),
         tls_dir,
     });
     let openings = Arc::new(tokio::sync::Semaphore::new(OPENINGS));
@@ -117,7 +118,7 @@ async fn run(listen: Listen, tools: MakeTools) -> std::io::Result<()> {
         tokio::spawn(async move {
             let opened = tokio::time::timeout(OPENING, async {
                 let tls = acceptor.accept(tcp).await?;
-                let client = fingerprint(tls.get_ref().1.peer_certificates());
+                let client = Client::of(tls.get_ref().1.peer_certificates());
                 let (read, write) = tokio::io::split(tls);
                 let mut read = BufReader::new(read);
                 let line = first_line(&mut read).await?;
@@ -146,6 +147,9 @@ async fn run(listen: Listen, tools: MakeTools) -> std::io::Result<()> {
 struct Busy {
     on: AtomicBool,
     workspace: std::sync::Mutex<Option<PathBuf>>,
+    /// The certificate subject of the host whose session is served: archives are for
+    /// it alone.
+    client: std::sync::Mutex<Option<String>>,
     tls_dir: PathBuf,
 }
 
@@ -164,7 +168,7 @@ async fn handle<R, W>(
     root: &Path,
     busy: &Busy,
     tools: MakeTools,
-    client: &str,
+    client: &Client,
 ) -> (bool, std::io::Result<()>)
 where
     R: AsyncRead + Unpin + Send + 'static,
@@ -189,10 +193,11 @@ where
                 w
             }
         });
+        let same_host = crate::lock(&busy.client).as_deref() == Some(client.subject.as_str());
         match (asked, allowed) {
-            (Some(asked), Some(allowed)) if asked == allowed => Ok(asked),
+            (Some(asked), Some(allowed)) if asked == allowed && same_host => Ok(asked),
             _ => Err(std::io::Error::other(
-                "no session here works in that folder",
+                "no session of this client works in that folder",
             )),
         }
     };
@@ -210,12 +215,17 @@ where
             }
             // Who it serves, for the operator: each session's certificate differs
             // when the host mints one per session.
-            eprintln!("jianmu serve: a session for client certificate {client}");
+            eprintln!(
+                "jianmu serve: a session for client certificate {} ({})",
+                client.digest, client.subject
+            );
+            *crate::lock(&busy.client) = Some(client.subject.clone());
             let served = session(line, read, write, root, busy, tools).await;
             // What the session left here goes before the next one comes.
             let root = root.to_owned();
             let _ = tokio::task::spawn_blocking(move || wipe(&root)).await;
             *crate::lock(&busy.workspace) = None;
+            *crate::lock(&busy.client) = None;
             busy.on.store(false, Ordering::Release);
             (true, served)
         }
@@ -406,8 +416,8 @@ const PACK_DEPTH: usize = 256;
 /// one top folder `top`. It is walked one name at a time from open folder handles
 /// that never follow a link, and each file is read from the handle it was opened by,
 /// so a command swapping a folder for a link meanwhile gets nothing outside packed.
-/// Links, devices and sockets are left out (the host takes only folders and files),
-/// as is anything deeper than [`PACK_DEPTH`].
+/// Links go as links (the host takes only folders and files, and names the rest);
+/// devices, sockets and anything deeper than [`PACK_DEPTH`] are left out.
 fn pack(dir: &Path, top: &Path, out: impl std::io::Write) -> std::io::Result<()> {
     use rustix::fs::{AtFlags, FileType, Mode, OFlags};
     let folder = OFlags::RDONLY | OFlags::DIRECTORY | OFlags::NOFOLLOW | OFlags::CLOEXEC;
@@ -436,11 +446,17 @@ fn pack(dir: &Path, top: &Path, out: impl std::io::Write) -> std::io::Result<()>
                 Err(_) => continue,
             },
         };
-        let st = rustix::fs::fstat(&*fd)?;
+        // A folder removed meanwhile is left out, not the whole copy.
+        let (Ok(st), Ok(entries)) = (rustix::fs::fstat(&*fd), rustix::fs::Dir::read_from(&*fd))
+        else {
+            continue;
+        };
         let mut h = header(tar::EntryType::Directory, &st, 0);
         builder.append_data(&mut h, &name, std::io::empty())?;
-        for entry in rustix::fs::Dir::read_from(&*fd)? {
-            let entry = entry?;
+        for entry in entries {
+            let Ok(entry) = entry else {
+                break;
+            };
             let child = entry.file_name();
             if matches!(child.to_bytes(), b"." | b"..") {
                 continue;
@@ -469,6 +485,15 @@ fn pack(dir: &Path, top: &Path, out: impl std::io::Write) -> std::io::Result<()>
                         std::io::repeat(0),
                     );
                     builder.append_data(&mut h, &path, std::io::Read::take(data, size))?;
+                }
+                // A link as a link (the host names it as left out), never followed.
+                FileType::Symlink => {
+                    let Ok(target) = rustix::fs::readlinkat(&*fd, child, Vec::new()) else {
+                        continue;
+                    };
+                    let mut h = header(tar::EntryType::Symlink, &st, 0);
+                    let target = std::ffi::OsStr::from_bytes(target.as_bytes());
+                    builder.append_link(&mut h, &path, target)?;
                 }
                 _ => {}
             }
@@ -517,17 +542,35 @@ impl std::io::Write for Sender {
     }
 }
 
-/// `sha256:` and the first 16 bytes, in hex, of the digest of a client's certificate.
-fn fingerprint(certs: Option<&[CertificateDer<'_>]>) -> String {
-    let Some(cert) = certs.and_then(<[_]>::first) else {
-        return "(none)".into();
-    };
-    let digest = ring::digest::digest(&ring::digest::SHA256, cert.as_ref());
-    let hex: String = digest.as_ref()[..16]
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect();
-    format!("sha256:{hex}")
+/// A client's certificate as the runner knows it.
+struct Client {
+    /// Its subject (`CN=jianmu session …`): a session's archives come from it.
+    subject: String,
+    /// `sha256:` and the first 16 bytes of its digest, in hex.
+    digest: String,
+}
+
+impl Client {
+    fn of(certs: Option<&[CertificateDer<'_>]>) -> Self {
+        let Some(cert) = certs.and_then(<[_]>::first) else {
+            return Self {
+                subject: String::new(),
+                digest: "(none)".into(),
+            };
+        };
+        let subject = x509_parser::parse_x509_certificate(cert.as_ref())
+            .map(|(_, parsed)| parsed.subject().to_string())
+            .unwrap_or_default();
+        let digest = ring::digest::digest(&ring::digest::SHA256, cert.as_ref());
+        let hex: String = digest.as_ref()[..16]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect();
+        Self {
+            subject,
+            digest: format!("sha256:{hex}"),
+        }
+    }
 }
 
 /// The runner's TLS: TLS 1.3, its certificate, and client certificates required to
@@ -644,7 +687,7 @@ mod tests {
     }
 
     #[test]
-    fn a_pack_holds_folders_and_files_and_leaves_links_out() {
+    fn a_pack_holds_folders_files_and_links_as_links() {
         let dir = tempfile::tempdir().unwrap();
         let ws = dir.path().join("ws");
         std::fs::create_dir_all(ws.join("a/b")).unwrap();
@@ -666,6 +709,8 @@ mod tests {
                 "ws/a=",
                 "ws/a/b=",
                 "ws/a/b/f.txt=deep",
+                "ws/dirlink=",
+                "ws/link=",
                 "ws/top.txt=top"
             ],
         );

@@ -30,8 +30,6 @@ pub(crate) struct RemoteBackend {
     name: rustls::pki_types::ServerName<'static>,
     /// The sockets of this backend's sessions, by id, to cut on `kill`.
     sockets: std::sync::Mutex<std::collections::HashMap<String, OwnedFd>>,
-    /// Each session's connector (its minted certificate), for its archives.
-    sessions: std::sync::Mutex<std::collections::HashMap<String, tokio_rustls::TlsConnector>>,
     next: std::sync::atomic::AtomicU64,
 }
 
@@ -91,27 +89,22 @@ impl RemoteBackend {
             identity,
             name,
             sockets: std::sync::Mutex::default(),
-            sessions: std::sync::Mutex::default(),
             next: std::sync::atomic::AtomicU64::new(1),
         })
     }
 
-    /// The connector of session `id`: the host's, or one showing a certificate
-    /// minted for the session now (`mint`) or at its start.
-    fn connector(&self, id: &str, mint: bool) -> Result<tokio_rustls::TlsConnector, SandboxError> {
+    /// The connector of session `id`: the host's, or one showing a certificate minted
+    /// for the session now (each connection gets a fresh one, named for the session,
+    /// which the runner checks its archives against).
+    fn connector(&self, id: &str) -> Result<tokio_rustls::TlsConnector, SandboxError> {
         let (issuer, ca) = match &self.identity {
             Identity::Fixed(connector) => return Ok(connector.clone()),
             Identity::Minted { issuer, ca } => (issuer, ca),
         };
-        if !mint && let Some(connector) = lock(&self.sessions).get(id) {
-            return Ok(connector.clone());
-        }
         let (certs, key) = crate::certs::session_certificate(issuer, id)?;
         let config = crate::listen::client_config_with(ca, certs, key)
             .map_err(|e| SandboxError::Settings(format!("runner `{}`: {e}", self.address)))?;
-        let connector = tokio_rustls::TlsConnector::from(Arc::new(config));
-        lock(&self.sessions).insert(id.to_owned(), connector.clone());
-        Ok(connector)
+        Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
     }
 
     /// A new mutual TLS connection to the runner through `connector`, and a handle on
@@ -154,8 +147,7 @@ impl Backend for RemoteBackend {
     async fn create(&self, _spec: &Spec<'_>) -> Result<(String, Input, Output), SandboxError> {
         let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let id = format!("{}#{n}", self.address);
-        let connected = self.connect(self.connector(&id, true)?).await;
-        let (tls, socket) = connected.inspect_err(|_| drop(lock(&self.sessions).remove(&id)))?;
+        let (tls, socket) = self.connect(self.connector(&id)?).await?;
         lock(&self.sockets).insert(id.clone(), socket);
         let (read, write) = tokio::io::split(tls);
         let output = futures::stream::unfold(read, |mut read| async move {
@@ -184,7 +176,6 @@ impl Backend for RemoteBackend {
 
     async fn remove(&self, id: &str) {
         self.kill(id).await;
-        lock(&self.sessions).remove(id);
     }
 
     async fn ended(&self, id: &str) -> Ended {
@@ -212,7 +203,7 @@ impl Backend for RemoteBackend {
         let failed = |why: String| {
             SandboxError::Lost(format!("cannot copy the workspace into the runner: {why}"))
         };
-        let (tls, _) = self.connect(self.connector(id, false)?).await?;
+        let (tls, _) = self.connect(self.connector(id)?).await?;
         let (read, mut write) = tokio::io::split(tls);
         let first = serde_json::json!({"op": "put_archive", "path": dir});
         write
@@ -250,7 +241,7 @@ impl Backend for RemoteBackend {
                 "cannot copy the workspace out of the runner: {why}"
             ))
         };
-        let (tls, _) = self.connect(self.connector(id, false)?).await?;
+        let (tls, _) = self.connect(self.connector(id)?).await?;
         let (mut read, mut write) = tokio::io::split(tls);
         let first = serde_json::json!({"op": "get_archive", "path": path});
         write

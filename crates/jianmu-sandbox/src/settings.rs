@@ -122,9 +122,9 @@ pub struct TlsEngine {
     #[serde(default)]
     pub key: PathBuf,
     /// For a runner: the key of the authority `ca` names (`ca-key.pem` of `jianmu
-    /// sandbox tls init`). Each session then shows a client certificate of its own,
-    /// minted from it for that session and valid for about two days, instead of
-    /// `cert` and `key`.
+    /// sandbox tls init`). Each connection of a session then shows a client
+    /// certificate minted from it, named for the session (valid until the start of
+    /// the day after tomorrow, UTC), instead of `cert` and `key`.
     #[serde(default)]
     pub ca_key: Option<PathBuf>,
 }

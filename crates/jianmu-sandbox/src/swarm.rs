@@ -47,10 +47,14 @@ const START: Duration = Duration::from_secs(120);
 const REJECTIONS: usize = 5;
 /// How long a question to the manager may take.
 const MANAGER: Duration = Duration::from_secs(10);
+/// How long a claimed pool task stays claimed whatever the manager lists.
+const CLAIM_MEMORY: Duration = Duration::from_secs(60);
 
 /// A task this process attached to.
 struct Placed {
     node: String,
+    /// Its task.
+    task: String,
     /// The session's own service (removed with it); `None` for a pool task.
     service: Option<String>,
     /// The pool service a pool task belongs to.
@@ -70,10 +74,11 @@ pub(crate) struct SwarmBackend {
     /// removed when the last of those ends.
     retiring: std::sync::Mutex<HashSet<String>>,
     placed: std::sync::Mutex<HashMap<String, Placed>>,
-    /// Pool tasks taken by this process. A task stays here while Swarm still lists it
-    /// as wanted running, so a task whose container outlived its session (a removal
-    /// that failed) is never handed to another session.
-    claimed: std::sync::Mutex<HashSet<String>>,
+    /// Pool tasks taken by this process, and when. A task stays here while a session
+    /// uses it, while Swarm still lists it as wanted running (so a container that
+    /// outlived its session, a removal that failed, is never handed to another), and
+    /// for a minute at least (so a list older than the claim cannot drop it).
+    claimed: std::sync::Mutex<HashMap<String, std::time::Instant>>,
 }
 
 impl SwarmBackend {
@@ -289,26 +294,53 @@ impl SwarmBackend {
         let tasks = match self.tasks(pool, true).await {
             Ok(tasks) => tasks,
             Err(e) => {
-                tracing::warn!("the sandbox pool cannot be listed, so it is made again: {e}");
-                let mut current = self.pool.lock().await;
-                if current.as_deref() == Some(pool) {
-                    *current = None;
+                if matches!(
+                    &e,
+                    SandboxError::Engine { source, .. } if source.to_string().contains("404")
+                ) || !self.service_exists(pool).await
+                {
+                    tracing::warn!("the sandbox pool's service is gone; it is made again");
+                    let mut current = self.pool.lock().await;
+                    if current.as_deref() == Some(pool) {
+                        *current = None;
+                    }
                 }
                 return None;
             }
         };
+        let in_use: HashSet<String> = lock(&self.placed)
+            .values()
+            .map(|p| p.task.clone())
+            .collect();
         let mut claimed = lock(&self.claimed);
-        // Forget tasks Swarm no longer wants running: their containers are gone.
-        claimed.retain(|id| tasks.iter().any(|t| t.id.as_deref() == Some(id)));
+        // Forget tasks Swarm no longer wants running (their containers are gone),
+        // unless in use or claimed within the minute.
+        claimed.retain(|id, at| {
+            at.elapsed() < CLAIM_MEMORY
+                || in_use.contains(id)
+                || tasks.iter().any(|t| t.id.as_deref() == Some(id))
+        });
         for task in &tasks {
             let Some((id, node, container)) = running(task) else {
                 continue;
             };
-            if self.nodes.contains_key(&node) && claimed.insert(id.clone()) {
+            if self.nodes.contains_key(&node) && !claimed.contains_key(&id) {
+                claimed.insert(id.clone(), std::time::Instant::now());
                 return Some((id, node, container));
             }
         }
         None
+    }
+
+    /// Whether the manager knows `service` (true when it cannot say).
+    async fn service_exists(&self, service: &str) -> bool {
+        !matches!(
+            tokio::time::timeout(MANAGER, self.manager.inspect_service(service, None)).await,
+            Ok(Err(bollard::errors::Error::DockerResponseServerError {
+                status_code: 404,
+                ..
+            }))
+        )
     }
 
     /// Waits until `service` has a running task; its id, node and container. Gives
@@ -320,23 +352,26 @@ impl SwarmBackend {
     ) -> Result<(String, String, String), SandboxError> {
         let deadline = tokio::time::Instant::now() + START;
         let mut pause = Duration::from_millis(15);
+        // Tasks Swarm failed to start, by id, across polls (it keeps a few per slot).
+        let mut refused: HashMap<String, (String, String)> = HashMap::new();
         loop {
             let tasks = self.tasks(service, false).await?;
             if let Some(found) = tasks.iter().find_map(running) {
                 return Ok(found);
             }
-            let refused: Vec<(String, String)> = tasks
-                .iter()
-                .filter_map(|t| {
-                    let status = t.status.as_ref()?;
-                    let err = status.err.clone().filter(|e| !e.is_empty())?;
-                    Some((t.node_id.clone().unwrap_or_default(), err))
-                })
-                .collect();
+            for t in &tasks {
+                let (Some(id), Some(status)) = (&t.id, &t.status) else {
+                    continue;
+                };
+                if let Some(err) = status.err.clone().filter(|e| !e.is_empty()) {
+                    refused.insert(id.clone(), (t.node_id.clone().unwrap_or_default(), err));
+                }
+            }
             let timed_out = tokio::time::Instant::now() >= deadline;
-            if refused.len() >= REJECTIONS || (timed_out && !refused.is_empty()) {
-                let (node, err) = &refused[refused.len() - 1];
-                let node = self.hostname(node).await;
+            if let Some((node, err)) = refused.values().next().cloned()
+                && (refused.len() >= REJECTIONS || timed_out)
+            {
+                let node = self.hostname(&node).await;
                 if err.contains("No such image") {
                     return Err(SandboxError::Lost(format!(
                         "node {node} has no image {image}: build it on every node of the \
@@ -483,10 +518,12 @@ impl SwarmBackend {
         let Some(pool) = &placed.pool else {
             return;
         };
-        let in_use = lock(&self.placed)
-            .values()
-            .any(|p| p.pool.as_deref() == Some(pool));
-        if !in_use && lock(&self.retiring).remove(pool) {
+        let last = {
+            let placed = lock(&self.placed);
+            let in_use = placed.values().any(|p| p.pool.as_deref() == Some(pool));
+            !in_use && lock(&self.retiring).remove(pool)
+        };
+        if last {
             self.delete_service(pool).await;
         }
     }
@@ -512,8 +549,11 @@ impl Unplaced {
 
 impl Drop for Unplaced {
     fn drop(&mut self) {
-        let (Some(undo), Ok(handle)) = (self.0.take(), tokio::runtime::Handle::try_current())
-        else {
+        let Some(undo) = self.0.take() else {
+            return;
+        };
+        let Ok(handle) = tokio::runtime::Handle::try_current() else {
+            tracing::warn!("a sandbox placement cut short could not be undone (no runtime)");
             return;
         };
         handle.spawn(async move {
@@ -549,7 +589,7 @@ async fn node_state(manager: &Docker, id: &str) -> Option<Option<NodeState>> {
 impl Backend for SwarmBackend {
     async fn create(&self, spec: &Spec<'_>) -> Result<(String, Input, Output), SandboxError> {
         if let Some(pool) = self.pool(spec).await? {
-            while let Some((_, node, container)) = self.claim(&pool).await {
+            while let Some((task, node, container)) = self.claim(&pool).await {
                 // Claimed: from here the task's container is removed unless a
                 // session gets it (Swarm runs the slot again; it stays claimed).
                 let mut undo = Unplaced(
@@ -559,6 +599,7 @@ impl Backend for SwarmBackend {
                 );
                 let placed = Placed {
                     node,
+                    task,
                     service: None,
                     pool: Some(pool.clone()),
                 };
@@ -572,13 +613,14 @@ impl Backend for SwarmBackend {
             }
         }
         let image = &spec.settings.image;
-        let service = self
-            .create_service(self.service(spec, service_name("session"), 1))
-            .await?;
-        let mut undo = Unplaced(Some(Undo::Service(self.manager.clone(), service.clone())));
-        let (_, node, container) = self.wait_running(&service, image).await?;
+        let name = service_name("session");
+        // Armed by name before the service exists: a caller gone meanwhile leaves none.
+        let mut undo = Unplaced(Some(Undo::Service(self.manager.clone(), name.clone())));
+        let service = self.create_service(self.service(spec, name, 1)).await?;
+        let (task, node, container) = self.wait_running(&service, image).await?;
         let placed = Placed {
             node,
+            task,
             service: Some(service),
             pool: None,
         };
@@ -678,12 +720,15 @@ impl Backend for SwarmBackend {
             return;
         };
         // Sessions still using its tasks keep them: the pool goes with the last.
-        let in_use = lock(&self.placed)
-            .values()
-            .any(|p| p.pool.as_deref() == Some(&pool));
-        if in_use {
-            lock(&self.retiring).insert(pool);
-        } else {
+        let in_use = {
+            let placed = lock(&self.placed);
+            let in_use = placed.values().any(|p| p.pool.as_deref() == Some(&pool));
+            if in_use {
+                lock(&self.retiring).insert(pool.clone());
+            }
+            in_use
+        };
+        if !in_use {
             self.delete_service(&pool).await;
         }
     }
@@ -819,7 +864,10 @@ async fn label_node(manager: &Docker, id: &str, key: &str) -> Result<(), Sandbox
         match manager.update_node(id, spec, options).await {
             Ok(()) => return Ok(()),
             Err(e) if tries >= 4 => return Err(failed(e)),
-            Err(_) => tries += 1,
+            Err(_) => {
+                tries += 1;
+                tokio::time::sleep(Duration::from_millis(50 * tries)).await;
+            }
         }
     }
 }

@@ -347,16 +347,27 @@ async fn each_session_shows_a_certificate_minted_for_it() {
             ca_key: Some(ca_dir.join("ca-key.pem")),
         })
     };
-    let run_two = async |entry: EngineAddress| {
+    let run_two = async |entry: EngineAddress, minted: bool| {
         let runtime = runtime(&ws, vec![entry]);
-        for _ in 0..2 {
+        for i in 0..2 {
             let session = runtime.open().unwrap();
             let out = session
-                .call("bash", json!({"command": "echo ok"}))
+                .call("bash", json!({"command": format!("echo {i} > back.txt")}))
                 .await
                 .map(|o| o.text)
                 .map_err(|e| jianmu_tool_core::error_chain(&e));
+            // Another certificate of the same authority cannot take the session's
+            // workspace meanwhile.
+            if out.is_ok() && minted {
+                let stolen = steal(&runner.addr, &tls, &ws);
+                assert_eq!(stolen, "0 bytes", "another client got the workspace");
+            }
             session.close().await;
+            if out.is_ok() {
+                // Its own archives (a fresh certificate each, named for it) came back.
+                let back = std::fs::read_to_string(ws.join("back.txt")).unwrap();
+                assert_eq!(back, format!("{i}\n"));
+            }
             if let Err(e) = out {
                 runtime.shutdown(Duration::from_secs(10)).await;
                 return Err(e);
@@ -365,17 +376,58 @@ async fn each_session_shows_a_certificate_minted_for_it() {
         runtime.shutdown(Duration::from_secs(10)).await;
         Ok(())
     };
-    run_two(minting(&tls)).await.unwrap();
+    run_two(minting(&tls), true).await.unwrap();
     let minted = runner.clients();
     assert_eq!(minted.len(), 2, "{minted:?}");
     assert_ne!(minted[0], minted[1]);
-    run_two(host_entry(&runner.addr, &tls.join("host")))
+    run_two(host_entry(&runner.addr, &tls.join("host")), false)
         .await
         .unwrap();
     let all = runner.clients();
     assert_eq!(all.len(), 4, "{all:?}");
     assert_eq!(all[2], all[3], "the host's own certificate, twice");
     // The authority's certificate, another authority's key: refused.
-    let err = run_two(minting(&other)).await.unwrap_err();
+    let err = run_two(minting(&other), true).await.unwrap_err();
     assert!(err.contains("the certificate authority's key"), "{err}");
+}
+
+/// What a client showing the host's own certificate (the runner's authority, not the
+/// session's name) gets when it asks for the workspace `ws` as an archive.
+fn steal(addr: &str, tls: &Path, ws: &Path) -> String {
+    let script = r#"
+import json, socket, ssl, sys
+addr, tls, ws = sys.argv[1], sys.argv[2], sys.argv[3]
+host, port = addr.rsplit(":", 1)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_CLIENT)
+ctx.check_hostname = False
+ctx.load_verify_locations(tls + "/host/ca.pem")
+ctx.load_cert_chain(tls + "/host/cert.pem", tls + "/host/key.pem")
+with socket.create_connection((host, int(port)), timeout=10) as raw:
+    with ctx.wrap_socket(raw) as s:
+        s.sendall((json.dumps({"op": "get_archive", "path": ws}) + "\n").encode())
+        got = 0
+        try:
+            while True:
+                chunk = s.recv(65536)
+                if not chunk:
+                    break
+                got += len(chunk)
+        except (ssl.SSLError, OSError):
+            pass
+print(f"{got} bytes")
+"#;
+    let out = jianmu_process::std_command("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(addr)
+        .arg(tls)
+        .arg(ws)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).trim().to_owned()
 }

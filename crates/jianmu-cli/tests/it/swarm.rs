@@ -2,13 +2,14 @@
 //! makes for itself: `tests/swarm/swarm.sh` starts three engines, each in a network
 //! namespace of its own on a test bridge (own data root, exec root, pidfile, socket),
 //! and joins them into one swarm. Sessions spread over the nodes, a node is killed
-//! mid-call, the next session and the pool land on the survivors, and everything
-//! the test made is gone after it.
+//! mid-call, the next session and the pool land on the survivors, a session sleeps on
+//! one node and wakes on another, and everything the test made is gone after it.
 
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use bollard::models::NodeSpecAvailabilityEnum;
 use bollard::query_parameters::{ListServicesOptionsBuilder, ListTasksOptionsBuilder};
 use jianmu_provider::BuiltinToolProvider;
 use jianmu_runtime::docker::image::{self, ImageSources};
@@ -88,6 +89,41 @@ async fn placement(
         .map(|(name, _)| name.clone())
         .unwrap();
     (node, task.service_id.clone().unwrap())
+}
+
+/// The test node of the container whose host name (its short id) is `host`.
+async fn node_of_host(manager: &bollard::Docker, ids: &[(String, String)], host: &str) -> String {
+    let tasks = manager.list_tasks(None).await.unwrap();
+    let container = tasks
+        .iter()
+        .filter_map(|t| {
+            t.status
+                .as_ref()?
+                .container_status
+                .as_ref()?
+                .container_id
+                .clone()
+        })
+        .find(|c| c.starts_with(host))
+        .unwrap_or_else(|| panic!("no task runs a container named {host}"));
+    node_of(manager, ids, &container).await
+}
+
+/// Sets the availability of test node `node` (`drain`: Swarm runs nothing there).
+async fn set_availability(
+    manager: &bollard::Docker,
+    ids: &[(String, String)],
+    node: &str,
+    availability: NodeSpecAvailabilityEnum,
+) {
+    let id = &ids.iter().find(|(n, _)| n == node).unwrap().1;
+    let current = manager.inspect_node(id).await.unwrap();
+    let mut spec = current.spec.unwrap();
+    spec.availability = Some(availability);
+    let options = bollard::query_parameters::UpdateNodeOptionsBuilder::default()
+        .version(i64::try_from(current.version.unwrap().index.unwrap()).unwrap())
+        .build();
+    manager.update_node(id, spec, options).await.unwrap();
 }
 
 async fn node_of(manager: &bollard::Docker, ids: &[(String, String)], container: &str) -> String {
@@ -216,7 +252,54 @@ async fn swarm_places_sessions_on_nodes_and_replaces_a_lost_one() {
     };
     manager.create_service(stale, None).await.unwrap();
     let provider = BuiltinToolProvider::new(ToolConfig::new(&ws));
-    let sandbox = DockerSandbox::new(&ws, settings).unwrap();
+    let sandbox = DockerSandbox::new(&ws, settings.clone()).unwrap();
+    // A session sleeps on one node and wakes on another: its node is drained (Swarm
+    // runs nothing there) before the resume.
+    let mut resumable = jianmu_runtime::SessionSettings::new(ToolConfig::new(&ws));
+    resumable.backend = jianmu_runtime::Backend::Docker(Box::new(DockerSettings {
+        pool_size: 0,
+        ..settings.clone()
+    }));
+    let runtime = jianmu_runtime::Runtime::new(resumable).unwrap();
+    let session = runtime.open().unwrap();
+    let bash = async |session: &jianmu_runtime::Session, command: &str| match session
+        .call("bash", json!({"command": command, "session": "dev"}))
+        .await
+    {
+        Ok(out) => out.text,
+        Err(e) => panic!("{command}: {}", jianmu_tool_core::error_chain(&e)),
+    };
+    let slept = bash(
+        &session,
+        "mkdir -p sub && cd sub && export A=7 && echo made > made.txt && hostname",
+    )
+    .await;
+    let slept_on = node_of_host(&manager, &ids, slept.trim()).await;
+    let file = dir.path().join("suspended.json");
+    session.suspend(&file).await.unwrap();
+    assert_eq!(
+        std::fs::read_to_string(ws.join("sub/made.txt")).unwrap(),
+        "made\n"
+    );
+    set_availability(&manager, &ids, &slept_on, NodeSpecAvailabilityEnum::DRAIN).await;
+    let (resumed, report) = runtime.resume(&file).unwrap();
+    let woke = bash(&resumed, "pwd; echo $A; cat made.txt; hostname").await;
+    let woke = woke
+        .strip_prefix(&format!("[{report}]\n"))
+        .unwrap_or(&woke)
+        .to_owned();
+    let lines: Vec<&str> = woke.lines().collect();
+    assert_eq!(
+        lines[..3],
+        [ws.join("sub").to_str().unwrap(), "7", "made"],
+        "{woke}"
+    );
+    let woke_on = node_of_host(&manager, &ids, lines[3]).await;
+    assert_ne!(woke_on, slept_on, "woke on the node it slept on");
+    resumed.close().await;
+    runtime.shutdown(Duration::from_secs(15)).await;
+    set_availability(&manager, &ids, &slept_on, NodeSpecAvailabilityEnum::ACTIVE).await;
+
     sandbox.fill_pool();
     crate::docker::eventually("the pool's two tasks running", async || {
         pool_nodes(&manager, &ids).await.len() == 2
@@ -273,25 +356,46 @@ async fn swarm_places_sessions_on_nodes_and_replaces_a_lost_one() {
         .flat_map(|i| (i + 1..4).map(move |j| (i, j)))
         .find(|&(i, j)| nodes[i] == nodes[j])
         .unwrap();
-    let ip = sh(
+    // Servers as background jobs: what a call starts ends with it, a job does not.
+    for port in [8097, 8098] {
+        let runner = ToolRunner::new(sessions[a].clone()).with_timeout(Duration::from_secs(60));
+        provider
+            .build("bash")
+            .unwrap()
+            .execute(
+                json!({"command": format!("nc -l -p {port} > /tmp/got-{port}"), "background": true}),
+                ExecuteOptions::default().runner(&runner),
+            )
+            .await
+            .unwrap();
+    }
+    let ip = sh(&provider, &sessions[a], "sleep 0.3; hostname -i").await;
+    let ip = ip.trim().to_owned();
+    assert!(
+        ip.parse::<std::net::Ipv4Addr>()
+            .is_ok_and(|a| !a.is_loopback()),
+        "{ip}"
+    );
+    // The session reaches its own server at that address: the address is right.
+    let own = sh(
         &provider,
         &sessions[a],
-        "(nc -l -p 8098 > /tmp/from-b &); sleep 0.3; hostname -i",
+        &format!("echo self | nc -w 2 {ip} 8097; sleep 0.3; cat /tmp/got-8097"),
     )
     .await;
+    assert!(own.contains("self"), "{own}");
     let out = sh(
         &provider,
         &sessions[b],
-        &format!(
-            "if echo hi | nc -w 2 {} 8098; then echo reached; else echo closed; fi",
-            ip.trim()
-        ),
+        &format!("if echo hi | nc -w 2 {ip} 8098; then echo reached; else echo closed; fi"),
     )
     .await;
     assert!(
         out.contains("closed") && !out.contains("reached"),
         "{ip}: {out}"
     );
+    let got = sh(&provider, &sessions[a], "cat /tmp/got-8098; echo end").await;
+    assert_eq!(got, "end\n", "session {b} reached session {a}'s server");
 
     // A node killed mid-call: that call says the sandbox was lost.
     // The victim runs one of the pool's tasks, so the pool has one to replace.

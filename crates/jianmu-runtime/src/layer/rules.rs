@@ -388,8 +388,8 @@ fn from_program(mut words: Vec<String>) -> (Vec<String>, bool) {
             "nice" => &["-n"],
             "ionice" => &["-c", "-n", "-p"],
             "stdbuf" => &["-i", "-o", "-e"],
-            "timeout" => &["-s", "-k"],
-            "exec" => &["-a"],
+            "timeout" => &["-s", "-k", "--signal", "--kill-after"],
+            "exec" => &["-a", "-ca", "-la", "-cla", "-lca"],
             "xargs" => &["-n", "-P", "-I", "-L", "-d", "-E", "-s", "-a"],
             "command" | "time" | "nohup" | "builtin" | "eval" | "chronic" => &[],
             "bash" | "sh" | "zsh" | "dash" | "ksh" | "ash" | "busybox" => {
@@ -418,21 +418,11 @@ fn from_program(mut words: Vec<String>) -> (Vec<String>, bool) {
                 words.remove(0);
             }
         }
-        // The duration (`30`, `2.5s`, `1m`); a word that is none is the program.
-        if name == "timeout" && words.first().is_some_and(|w| is_duration(w)) {
-            words.remove(0);
+        if name == "timeout" && !words.is_empty() {
+            words.remove(0); // the duration, whatever it reads as (`30`, `1e3`, `inf`)
         }
     }
     (words, wrapped)
-}
-
-/// Whether `word` is a duration as `timeout` reads one: a number, a suffix of `s`,
-/// `m`, `h` or `d` at most.
-fn is_duration(word: &str) -> bool {
-    let number = word.strip_suffix(['s', 'm', 'h', 'd']).unwrap_or(word);
-    !number.is_empty()
-        && number.bytes().all(|b| b.is_ascii_digit() || b == b'.')
-        && number.bytes().any(|b| b.is_ascii_digit())
 }
 
 /// Drops `git`'s global options, those before its subcommand; whether there were any.
@@ -535,8 +525,10 @@ mod tests {
             "echo . | xargs -n 1 git push",
             "timeout 30 git push",
             "timeout -k 5 2.5s git push",
-            "timeout git push",
+            "timeout inf git push",
+            "timeout --kill-after 5 1e3 git push",
             "exec -a name git push",
+            "exec -la name git push",
             "exec git push",
             "nice -n 5 git push",
             "if true; then git push; fi",
