@@ -50,6 +50,9 @@ const MANAGER: Duration = Duration::from_secs(10);
 /// How long a claimed pool task stays claimed whatever the manager lists.
 const CLAIM_MEMORY: Duration = Duration::from_secs(60);
 
+/// Each watched node's receiver, flipped when Swarm reports the node gone.
+type Watchers = Arc<std::sync::Mutex<HashMap<String, tokio::sync::watch::Receiver<bool>>>>;
+
 /// A task this process attached to.
 struct Placed {
     node: String,
@@ -70,6 +73,8 @@ pub(crate) struct SwarmBackend {
     placement: String,
     pool_size: usize,
     pool: tokio::sync::Mutex<Option<String>>,
+    /// One watcher per node with sessions on it (see [`SwarmBackend::watch`]).
+    watchers: Watchers,
     /// Pool services shut down while sessions still used some of their tasks:
     /// removed when the last of those ends.
     retiring: std::sync::Mutex<HashSet<String>>,
@@ -141,6 +146,7 @@ impl SwarmBackend {
             pool_size: settings.pool_size,
             pool: tokio::sync::Mutex::new(None),
             retiring: std::sync::Mutex::default(),
+            watchers: Watchers::default(),
             placed: std::sync::Mutex::default(),
             claimed: std::sync::Mutex::default(),
         })
@@ -438,34 +444,29 @@ impl SwarmBackend {
     }
 
     /// Resolves when Swarm reports node `id` down or disconnected twice in a row
-    /// (checked every 2 s) or no longer knows it, and never once the returned future
-    /// is dropped: a node cut off by the network ends its sessions' streams instead
-    /// of leaving their calls waiting.
+    /// (checked every 2 s) or no longer knows it: a node cut off by the network ends
+    /// its sessions' streams instead of leaving their calls waiting. One watcher per
+    /// node serves all its sessions, and ends when none is left.
     fn watch(&self, id: &str) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let (mut tx, rx) = tokio::sync::oneshot::channel::<()>();
-        let manager = self.manager.clone();
-        let id = id.to_owned();
-        tokio::spawn(async move {
-            let mut strikes = 0;
-            loop {
-                tokio::select! {
-                    () = tx.closed() => return,
-                    () = tokio::time::sleep(Duration::from_secs(2)) => {}
-                }
-                strikes = match node_state(&manager, &id).await {
-                    Some(Some(NodeState::DOWN | NodeState::DISCONNECTED)) => strikes + 1,
-                    // Removed from the swarm.
-                    None => 2,
-                    Some(_) => 0,
-                };
-                if strikes >= 2 {
-                    let _ = tx.send(());
-                    return;
+        let mut rx = {
+            let mut watchers = lock(&self.watchers);
+            match watchers.get(id) {
+                Some(rx) => rx.clone(),
+                None => {
+                    let (tx, rx) = tokio::sync::watch::channel(false);
+                    watchers.insert(id.to_owned(), rx.clone());
+                    tokio::spawn(watch_node(
+                        self.manager.clone(),
+                        id.to_owned(),
+                        tx,
+                        Arc::clone(&self.watchers),
+                    ));
+                    rx
                 }
             }
-        });
+        };
         async move {
-            let _ = rx.await;
+            let _ = rx.wait_for(|down| *down).await;
         }
     }
 
@@ -570,6 +571,46 @@ impl Drop for Unplaced {
                 }
             }
         });
+    }
+}
+
+/// Watches node `id` for [`SwarmBackend::watch`]: sets `down` when Swarm reports it
+/// down twice in a row or forgets it, and ends then or once only `watchers`' own
+/// receiver is left, taking its entry out.
+async fn watch_node(
+    manager: Docker,
+    id: String,
+    down: tokio::sync::watch::Sender<bool>,
+    watchers: Watchers,
+) {
+    let mut strikes = 0;
+    loop {
+        tokio::time::sleep(Duration::from_secs(2)).await;
+        if down.receiver_count() > 1 {
+            strikes = match node_state(&manager, &id).await {
+                Some(Some(NodeState::DOWN | NodeState::DISCONNECTED)) => strikes + 1,
+                // Removed from the swarm.
+                None => 2,
+                Some(_) => 0,
+            };
+            if strikes < 2 {
+                continue;
+            }
+            let _ = down.send(true);
+        }
+        let mut watchers = lock(&watchers);
+        if watchers
+            .get(&id)
+            .is_some_and(|rx| rx.same_channel(&down.subscribe()))
+        {
+            // A session placed meanwhile holds a receiver (the map's is the other):
+            // keep watching for it.
+            if down.receiver_count() > 1 && !*down.borrow() {
+                continue;
+            }
+            watchers.remove(&id);
+        }
+        return;
     }
 }
 
