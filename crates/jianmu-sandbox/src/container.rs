@@ -110,7 +110,7 @@ pub fn owner_label() -> String {
 }
 
 /// Where a process runs, as an owner label names it.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 struct Machine {
     host: String,
     id: String,
@@ -119,7 +119,13 @@ struct Machine {
 }
 
 impl Machine {
-    fn here() -> Self {
+    /// This process's machine, read once.
+    fn here() -> &'static Self {
+        static HERE: std::sync::OnceLock<Machine> = std::sync::OnceLock::new();
+        HERE.get_or_init(Self::read)
+    }
+
+    fn read() -> Self {
         let read = |path: &str| std::fs::read_to_string(path).unwrap_or_default();
         let hex = |text: String| -> String {
             text.chars()
@@ -235,14 +241,19 @@ pub(crate) async fn sweep(docker: &Docker) {
     }
 }
 
-pub(crate) async fn remove(docker: &Docker, id: &str) {
-    // With its anonymous volume (a copied workspace).
+/// Kills and removes container `id` with its anonymous volume (a copied workspace);
+/// whether the engine did.
+pub(crate) async fn remove(docker: &Docker, id: &str) -> bool {
     let options = RemoveContainerOptionsBuilder::default()
         .force(true)
         .v(true)
         .build();
-    if let Err(e) = docker.remove_container(id, Some(options)).await {
-        tracing::debug!(container = id, "cannot remove the sandbox container: {e}");
+    match docker.remove_container(id, Some(options)).await {
+        Ok(()) => true,
+        Err(e) => {
+            tracing::debug!(container = id, "cannot remove the sandbox container: {e}");
+            false
+        }
     }
 }
 
@@ -261,7 +272,7 @@ mod tests {
         assert!(!owner_is_gone("elsewhere.example:1:1"));
         let here = Machine::here();
         let with = |edit: &dyn Fn(&mut Machine)| {
-            let mut m = Machine::here();
+            let mut m = Machine::here().clone();
             edit(&mut m);
             format!("{m}:{}:1", std::process::id())
         };

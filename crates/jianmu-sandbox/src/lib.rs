@@ -606,6 +606,18 @@ impl Inner {
         )
     }
 
+    /// What a backend creates this sandbox's servers from (`copy`: the workspace is
+    /// copied in).
+    fn spec(&self, copy: bool) -> Spec<'_> {
+        Spec {
+            settings: &self.settings,
+            workspace: &self.workspace,
+            user: &self.user,
+            owner: &self.owner,
+            copy,
+        }
+    }
+
     /// Starts a container on the best engine: those up before those marked down,
     /// then the least loaded. An engine that cannot be reached or fails to start the
     /// container is marked down and the next is tried; the last error is returned
@@ -671,14 +683,7 @@ impl Inner {
                         inner.orchestrated.store(false, Ordering::Release);
                         return;
                     };
-                    let spec = Spec {
-                        settings: &inner.settings,
-                        workspace: &inner.workspace,
-                        user: &inner.user,
-                        owner: &inner.owner,
-                        copy: true,
-                    };
-                    backend.fill(&spec).await;
+                    backend.fill(&inner.spec(true)).await;
                 });
             }
             return;
@@ -749,14 +754,9 @@ async fn start(
     warm: bool,
 ) -> Result<Arc<Conn>, SandboxError> {
     let s = &inner.settings;
-    let spec = Spec {
-        settings: s,
-        workspace: &inner.workspace,
-        user: &inner.user,
-        owner: &inner.owner,
-        copy: inner.engines[engine].copy,
-    };
-    let (id, input, output) = backend.create(&spec).await?;
+    let (id, input, output) = backend
+        .create(&inner.spec(inner.engines[engine].copy))
+        .await?;
     let conn = Conn::spawn(
         engine,
         Arc::clone(&backend),

@@ -600,16 +600,16 @@ pub(crate) fn client_config(
     key: &Path,
 ) -> std::io::Result<rustls::ClientConfig> {
     let (certs, key) = cert_and_key(cert, key)?;
-    client_config_with(ca, certs, key)
+    client_config_with(roots(ca)?, certs, key)
 }
 
-/// [`client_config`] showing the certificate `certs` with its `key`.
+/// [`client_config`] trusting `roots` and showing the certificate `certs` with its
+/// `key`.
 pub(crate) fn client_config_with(
-    ca: &Path,
+    roots: rustls::RootCertStore,
     certs: Vec<CertificateDer<'static>>,
     key: PrivateKeyDer<'static>,
 ) -> std::io::Result<rustls::ClientConfig> {
-    let roots = roots(ca)?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     rustls::ClientConfig::builder_with_provider(provider)
         .with_protocol_versions(&[&rustls::version::TLS13])
@@ -631,7 +631,7 @@ fn tls_files(dir: &Path) -> std::io::Result<TlsFiles> {
     Ok((roots, certs, key))
 }
 
-fn roots(ca: &Path) -> std::io::Result<rustls::RootCertStore> {
+pub(crate) fn roots(ca: &Path) -> std::io::Result<rustls::RootCertStore> {
     let named = |e: &dyn std::fmt::Display| {
         std::io::Error::other(format!("cannot read {}: {e}", ca.display()))
     };

@@ -40,7 +40,8 @@ enum Identity {
     /// A certificate minted for each session from the authority's key (`ca_key`).
     Minted {
         issuer: Box<rcgen::Issuer<'static, rcgen::KeyPair>>,
-        ca: std::path::PathBuf,
+        /// The authorities a runner's certificate must chain to (`ca`), read once.
+        roots: rustls::RootCertStore,
     },
 }
 
@@ -76,7 +77,7 @@ impl RemoteBackend {
                 issuer: Box::new(
                     crate::certs::issuer(&tls.ca, ca_key).map_err(|e| bad(e.to_string()))?,
                 ),
-                ca: tls.ca.clone(),
+                roots: crate::listen::roots(&tls.ca).map_err(|e| bad(e.to_string()))?,
             },
             None => {
                 let config = crate::listen::client_config(&tls.ca, &tls.cert, &tls.key)
@@ -97,12 +98,12 @@ impl RemoteBackend {
     /// for the session now (each connection gets a fresh one, named for the session,
     /// which the runner checks its archives against).
     fn connector(&self, id: &str) -> Result<tokio_rustls::TlsConnector, SandboxError> {
-        let (issuer, ca) = match &self.identity {
+        let (issuer, roots) = match &self.identity {
             Identity::Fixed(connector) => return Ok(connector.clone()),
-            Identity::Minted { issuer, ca } => (issuer, ca),
+            Identity::Minted { issuer, roots } => (issuer, roots),
         };
         let (certs, key) = crate::certs::session_certificate(issuer, id)?;
-        let config = crate::listen::client_config_with(ca, certs, key)
+        let config = crate::listen::client_config_with(roots.clone(), certs, key)
             .map_err(|e| SandboxError::Settings(format!("runner `{}`: {e}", self.address)))?;
         Ok(tokio_rustls::TlsConnector::from(Arc::new(config)))
     }

@@ -26,9 +26,7 @@ use bollard::models::{
     TaskSpecContainerSpec, TaskSpecContainerSpecPrivileges, TaskSpecPlacement, TaskSpecResources,
     TaskSpecRestartPolicy, TaskSpecRestartPolicyConditionEnum, TaskState,
 };
-use bollard::query_parameters::{
-    ListServicesOptionsBuilder, ListTasksOptionsBuilder, RemoveContainerOptionsBuilder,
-};
+use bollard::query_parameters::{ListServicesOptionsBuilder, ListTasksOptionsBuilder};
 use futures::StreamExt as _;
 use tokio::io::AsyncWrite;
 
@@ -300,11 +298,8 @@ impl SwarmBackend {
         let tasks = match self.tasks(pool, true).await {
             Ok(tasks) => tasks,
             Err(e) => {
-                if matches!(
-                    &e,
-                    SandboxError::Engine { source, .. } if source.to_string().contains("404")
-                ) || !self.service_exists(pool).await
-                {
+                tracing::debug!("the sandbox pool's tasks cannot be listed: {e}");
+                if !self.service_exists(pool).await {
                     tracing::warn!("the sandbox pool's service is gone; it is made again");
                     let mut current = self.pool.lock().await;
                     if current.as_deref() == Some(pool) {
@@ -418,10 +413,11 @@ impl SwarmBackend {
         })
     }
 
-    /// The node engine of container `id`.
-    fn of(&self, id: &str) -> Option<Arc<DockerBackend>> {
+    /// The node engine of container `id`, and its node.
+    fn of(&self, id: &str) -> Option<(Arc<DockerBackend>, String)> {
         let placed = lock(&self.placed);
-        Some(Arc::clone(self.nodes.get(&placed.get(id)?.node)?))
+        let node = &placed.get(id)?.node;
+        Some((Arc::clone(self.nodes.get(node)?), node.clone()))
     }
 
     /// Attaches to `container`, then records it as placed (its node watched).
@@ -487,12 +483,8 @@ impl SwarmBackend {
         let Some(engine) = self.nodes.get(node) else {
             return false;
         };
-        let options = RemoveContainerOptionsBuilder::default()
-            .force(true)
-            .v(true)
-            .build();
-        let removed = engine.docker.remove_container(id, Some(options));
-        matches!(tokio::time::timeout(MANAGER, removed).await, Ok(Ok(())))
+        let removed = crate::container::remove(&engine.docker, id);
+        matches!(tokio::time::timeout(MANAGER, removed).await, Ok(true))
     }
 
     /// Deletes a service (its tasks' containers go with it, on every node that answers).
@@ -563,11 +555,7 @@ impl Drop for Unplaced {
                     let _ = manager.delete_service(&service).await;
                 }
                 Undo::Container(engine, id) => {
-                    let options = RemoveContainerOptionsBuilder::default()
-                        .force(true)
-                        .v(true)
-                        .build();
-                    let _ = engine.docker.remove_container(&id, Some(options)).await;
+                    crate::container::remove(&engine.docker, &id).await;
                 }
             }
         });
@@ -675,7 +663,7 @@ impl Backend for SwarmBackend {
     }
 
     async fn kill(&self, id: &str) {
-        if let Some(engine) = self.of(id) {
+        if let Some((engine, _)) = self.of(id) {
             engine.kill(id).await;
         }
     }
@@ -695,13 +683,11 @@ impl Backend for SwarmBackend {
     }
 
     async fn ended(&self, id: &str) -> Ended {
-        let node = lock(&self.placed).get(id).map(|p| p.node.clone());
-        let (Some(engine), Some(node)) = (self.of(id), node) else {
+        let Some((engine, node)) = self.of(id) else {
             return Ended::Unknown("the sandbox's task is not known here".into());
         };
         let gone = "what its commands changed since the workspace last came back is gone";
-        let answered = tokio::time::timeout(Duration::from_secs(5), engine.ping()).await;
-        if !matches!(answered, Ok(true)) {
+        if !engine.ping().await {
             let name = self.hostname(&node).await;
             return Ended::Lost(format!("its node {name} does not answer; {gone}"));
         }
@@ -775,7 +761,7 @@ impl Backend for SwarmBackend {
     }
 
     async fn upload(&self, id: &str, dir: &Path, tar: Vec<u8>) -> Result<(), SandboxError> {
-        let engine = self
+        let (engine, _) = self
             .of(id)
             .ok_or_else(|| SandboxError::Lost("the sandbox's task is gone".into()))?;
         engine.upload(id, dir, tar).await
@@ -787,7 +773,7 @@ impl Backend for SwarmBackend {
         path: &Path,
         sink: tokio::sync::mpsc::Sender<Vec<u8>>,
     ) -> Result<(), SandboxError> {
-        let engine = self
+        let (engine, _) = self
             .of(id)
             .ok_or_else(|| SandboxError::Lost("the sandbox's task is gone".into()))?;
         engine.download(id, path, sink).await

@@ -111,6 +111,17 @@ fn runtime(ws: &Path, hosts: Vec<EngineAddress>) -> Runtime {
     Runtime::new(settings).unwrap()
 }
 
+/// A folder holding two authorities' TLS folders (`tls init`) and a workspace.
+fn two_authorities() -> (tempfile::TempDir, PathBuf, PathBuf, PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let (tls, other) = (dir.path().join("tls"), dir.path().join("other"));
+    assert!(tls_init(&tls).status.success());
+    assert!(tls_init(&other).status.success());
+    let ws = dir.path().join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    (dir, tls, other, ws)
+}
+
 /// Where a runner keeps a host path.
 fn kept(root: &Path, path: &Path) -> PathBuf {
     root.join(path.strip_prefix("/").unwrap())
@@ -282,12 +293,7 @@ async fn a_restore_reaches_the_runners_copy() {
 /// fails saying the TLS handshake failed, and nothing runs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_runner_and_a_host_of_different_authorities_refuse_each_other() {
-    let dir = tempfile::tempdir().unwrap();
-    let (tls, other) = (dir.path().join("tls"), dir.path().join("other"));
-    assert!(tls_init(&tls).status.success());
-    assert!(tls_init(&other).status.success());
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (dir, tls, other, ws) = two_authorities();
     let root = dir.path().join("root");
     let runner = Runner::start(&tls.join("runner"), &root, false);
     let runtime = runtime(&ws, vec![host_entry(&runner.addr, &other.join("host"))]);
@@ -331,12 +337,7 @@ async fn a_runner_and_a_host_of_different_authorities_refuse_each_other() {
 /// certificates the runner refuses.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn each_session_shows_a_certificate_minted_for_it() {
-    let dir = tempfile::tempdir().unwrap();
-    let (tls, other) = (dir.path().join("tls"), dir.path().join("other"));
-    assert!(tls_init(&tls).status.success());
-    assert!(tls_init(&other).status.success());
-    let ws = dir.path().join("ws");
-    std::fs::create_dir(&ws).unwrap();
+    let (dir, tls, other, ws) = two_authorities();
     let runner = Runner::start(&tls.join("runner"), &dir.path().join("root"), false);
     let minting = |ca_dir: &Path| {
         EngineAddress::Tls(TlsEngine {
